@@ -1,0 +1,360 @@
+"""``EpisodicMemory``: record past runs, recall the relevant ones, render them for a prompt."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ._episode import OUTCOMES, Episode, new_id, now_iso, parse_time
+from ._exceptions import ConfigurationError
+from ._log import Changes, Counters, EpisodeLog
+from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, RecallIndex, Scored
+from ._render import render_block
+from .providers._base import MemoryProvider, as_provider
+
+__all__ = ["EpisodicMemory"]
+
+log = logging.getLogger("deepcrew_episodic")
+
+TimeLike = datetime | timedelta | str | float
+
+
+class EpisodicMemory:
+    """A durable ring buffer of :class:`Episode` records with relevance + recency recall.
+
+    Parameters
+    ----------
+    backend:
+        Any :class:`~deepcrew_episodic.providers.MemoryProvider`, or any object with
+        deepcrew-ai's four provider methods (``store``, ``retrieve``, ``search``, ``clear``).
+    namespace:
+        Isolates one log from another in a shared backend. Letters, digits, ``_.-``.
+    max_episodes:
+        Ring-buffer capacity: the newest ``max_episodes`` are kept.
+    recall_k:
+        How many episodes :meth:`recall` returns by default.
+    reflect_model:
+        A litellm model name. When set, each recorded episode gets a one-sentence lesson
+        (one model call per record; a failed call is logged and counted, never fatal).
+    reflect_timeout:
+        Seconds to wait for the reflection call.
+    reflect_params:
+        Extra keyword arguments for ``litellm.acompletion`` (``api_base``, ``api_key``, ...).
+    recall_fields:
+        Episode fields matched by recall: any of ``query``, ``tags``, ``reflection``,
+        ``response``, ``tools_used``.
+    max_age:
+        Retention: episodes older than this are never returned and are deleted by
+        :meth:`sweep`. ``None`` keeps them until the ring buffer drops them.
+    half_life_days:
+        Age at which an episode's recency tie-break halves.
+
+    Example::
+
+        memory = EpisodicMemory(FileMemoryProvider("episodes.json"), namespace="support")
+        await memory.record(Episode(query="Refund order 1182", response="Refunded",
+                                    outcome="success", tags=["billing"]))
+        past = await memory.recall("how do I refund an order?")
+        system_block = memory.render(past)
+    """
+
+    def __init__(
+        self,
+        backend: MemoryProvider | Any,
+        *,
+        namespace: str = "default",
+        max_episodes: int = 100,
+        recall_k: int = 3,
+        reflect_model: str | None = None,
+        reflect_timeout: float = 20.0,
+        reflect_params: dict[str, Any] | None = None,
+        recall_fields: Sequence[str] = DEFAULT_FIELDS,
+        max_age: timedelta | None = None,
+        half_life_days: float = HALF_LIFE_DAYS,
+    ) -> None:
+        self._provider = as_provider(backend)
+        self._log = EpisodeLog(self._provider, namespace, max_episodes)
+        if not isinstance(recall_k, int) or recall_k < 1:
+            raise ConfigurationError(f"recall_k must be an integer >= 1, not {recall_k!r}")
+        if max_age is not None and (not isinstance(max_age, timedelta) or max_age <= timedelta(0)):
+            raise ConfigurationError(f"max_age must be a positive timedelta, not {max_age!r}")
+        if half_life_days <= 0:
+            raise ConfigurationError(f"half_life_days must be > 0, not {half_life_days!r}")
+        try:
+            self._index = RecallIndex(recall_fields)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        self._recall_k = recall_k
+        self._reflect_model = reflect_model
+        self._reflect_timeout = reflect_timeout
+        self._reflect_params = dict(reflect_params or {})
+        self._max_age = max_age
+        self._half_life = half_life_days
+        # seq -> (forget_at, recorded_at) for the retention check on every read path.
+        self._retention: dict[int, tuple[float | None, float | None]] = {}
+
+    # --- properties -------------------------------------------------------------------
+
+    @property
+    def namespace(self) -> str:
+        return self._log.namespace
+
+    @property
+    def max_episodes(self) -> int:
+        return self._log.max
+
+    @property
+    def recall_k(self) -> int:
+        return self._recall_k
+
+    @property
+    def reflect_model(self) -> str | None:
+        return self._reflect_model
+
+    @property
+    def backend(self) -> MemoryProvider:
+        """The provider (deepcrew-ai providers appear wrapped in an adapter)."""
+        return self._provider
+
+    @property
+    def counters(self) -> Counters:
+        """Counts of tolerated failures: corrupt records skipped, indexes rebuilt, reflection
+        calls failed, recalls failed during a run."""
+        return self._log.counters
+
+    # --- writing ------------------------------------------------------------------------
+
+    async def record(self, episode: Episode | Any) -> Episode:
+        """Store *episode* and return the stored copy (``id`` and ``timestamp`` filled, and
+        ``reflection`` when ``reflect_model`` is set).
+
+        Accepts an :class:`Episode`, a deepcrew-ai ``Episode`` dataclass or a dict. Invalid
+        input raises :class:`InvalidEpisodeError` naming the field, and nothing is written.
+        """
+        stored = Episode.coerce(episode)
+        updates: dict[str, Any] = {}
+        if not stored.id:
+            updates["id"] = new_id()
+        if not stored.timestamp:
+            updates["timestamp"] = now_iso()
+        if updates:
+            stored = stored.model_copy(update=updates)
+        if self._reflect_model and stored.reflection is None:
+            lesson = await self.reflect(stored)
+            if lesson:
+                stored = stored.model_copy(update={"reflection": lesson})
+        await self._log.append(stored)
+        log.debug(
+            "episode recorded",
+            extra={"namespace": self.namespace, "outcome": stored.outcome, "id": stored.id},
+        )
+        return stored
+
+    async def reflect(self, episode: Episode) -> str | None:
+        """Ask ``reflect_model`` for a one-sentence lesson; ``None`` without a model, when the
+        model answers ``NONE``, or when the call fails (logged and counted)."""
+        if not self._reflect_model:
+            return None
+        from ._reflect import ask_for_lesson
+
+        try:
+            return await ask_for_lesson(
+                self._reflect_model,
+                Episode.coerce(episode),
+                timeout=self._reflect_timeout,
+                params=self._reflect_params,
+            )
+        except Exception as exc:
+            self.counters.reflection_failures += 1
+            log.warning(
+                "reflection with %s failed (%s: %s); recording without a lesson",
+                self._reflect_model,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+
+    async def clear(self) -> None:
+        """Delete every episode of this namespace (payloads included, deepcrew-ai's log too).
+        Other namespaces and unrelated keys are untouched."""
+        await self._log.clear()
+
+    async def forget(self, ids: Collection[str]) -> int:
+        """Delete the episodes with these ids from the backend; return how many were found."""
+        wanted = set(ids)
+        await self._sync()
+        seqs = [seq for seq, ep in self._log.cached() if ep.id in wanted]
+        if seqs:
+            await self._log.delete_seqs(seqs)
+        return len(seqs)
+
+    async def sweep(self) -> int:
+        """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
+        keys the ring no longer shows; return how many keys were deleted."""
+        await self._sync()
+        now = time.time()
+        expired = [seq for seq, _ in self._log.cached() if self._expired(seq, now)]
+        head = await self._log.read_head()
+        strays = await self._log.stray_keys(head)
+        if expired or strays:
+            await self._log.delete_seqs(expired)
+            if strays:
+                await self._provider.delete(strays)
+        return len(expired) + len(strays)
+
+    # --- reading --------------------------------------------------------------------------
+
+    async def load(self) -> list[Episode]:
+        """Every stored episode, oldest first (expired ones excluded)."""
+        await self._sync()
+        now = time.time()
+        return [ep for seq, ep in self._log.cached() if not self._expired(seq, now)]
+
+    async def recall(
+        self,
+        query: str,
+        top_k: int | None = None,
+        *,
+        intent: str = "any",
+        tags: Collection[str] | None = None,
+        outcome: str | Collection[str] | None = None,
+        since: TimeLike | None = None,
+    ) -> list[Episode]:
+        """Up to *top_k* (default ``recall_k``) episodes relevant to *query*, best first.
+
+        Episodes that share no term with *query* are never returned. ``intent="what_failed"``
+        ranks failures first among equally relevant episodes, ``"what_worked"`` successes.
+        ``tags`` keeps episodes with at least one of the tags, ``outcome`` those with that
+        outcome (or one of them), ``since`` those recorded at or after a time (a datetime, an
+        ISO-8601 string, POSIX seconds, or a timedelta meaning "this long ago").
+        """
+        scored = await self.explain(
+            query, top_k, intent=intent, tags=tags, outcome=outcome, since=since
+        )
+        return [s.episode for s in scored]
+
+    async def explain(
+        self,
+        query: str,
+        top_k: int | None = None,
+        *,
+        intent: str = "any",
+        tags: Collection[str] | None = None,
+        outcome: str | Collection[str] | None = None,
+        since: TimeLike | None = None,
+    ) -> list[Scored]:
+        """Like :meth:`recall`, with each episode's score and why (matched terms, recency,
+        outcome weight)."""
+        k = self._recall_k if top_k is None else top_k
+        if not isinstance(k, int) or k < 0:
+            raise ConfigurationError(f"top_k must be an integer >= 0, not {top_k!r}")
+        if intent not in INTENTS:
+            raise ConfigurationError(f"intent must be one of {INTENTS}, not {intent!r}")
+        outcomes = _outcomes(outcome)
+        wanted_tags = {t.casefold() for t in tags} if tags is not None else None
+        after = _since(since) if since is not None else None
+        await self._sync()
+        if k == 0:
+            return []
+        now = time.time()
+        found: list[Scored] = []
+        for seq, scored in self._index.search(
+            query, now=now, intent=intent, half_life_days=self._half_life
+        ):
+            ep = scored.episode
+            if self._expired(seq, now):
+                continue
+            if outcomes is not None and ep.outcome not in outcomes:
+                continue
+            if wanted_tags is not None and not wanted_tags & {t.casefold() for t in ep.tags}:
+                continue
+            if after is not None:
+                recorded = self._retention[seq][1]
+                if recorded is None or recorded < after:
+                    continue
+            found.append(scored)
+            if len(found) >= k:
+                break
+        return found
+
+    def render(self, episodes: Sequence[Episode], *, max_chars: int | None = None) -> str:
+        """The ``## Relevant past experience`` block for *episodes* (best first), ``""`` for
+        none. With *max_chars*, lowest-ranked items are dropped whole until it fits."""
+        now = time.time()
+        shown = [Episode.coerce(e) for e in episodes]
+        shown = [e for e in shown if not self._expired_episode(e, now)]
+        return render_block(shown, max_chars=max_chars)
+
+    # --- internals ------------------------------------------------------------------------
+
+    async def _sync(self) -> None:
+        await self._log.sync(self._apply)
+
+    def _apply(self, changes: Changes) -> None:
+        if changes.reset:
+            self._index.reset()
+            self._retention.clear()
+        for seq in changes.removed:
+            self._index.remove(seq)
+            self._retention.pop(seq, None)
+        for seq, episode in changes.added:
+            self._index.add(seq, episode)
+            self._retention[seq] = (_time_or_none(episode.forget_after), _time_or_none(episode.timestamp))
+
+    def _expired(self, seq: int, now: float) -> bool:
+        forget_at, recorded = self._retention.get(seq, (None, None))
+        if forget_at is not None and forget_at <= now:
+            return True
+        return (
+            self._max_age is not None
+            and recorded is not None
+            and recorded < now - self._max_age.total_seconds()
+        )
+
+    def _expired_episode(self, episode: Episode, now: float) -> bool:
+        forget_at = _time_or_none(episode.forget_after)
+        if forget_at is not None and forget_at <= now:
+            return True
+        recorded = _time_or_none(episode.timestamp)
+        return (
+            self._max_age is not None
+            and recorded is not None
+            and recorded < now - self._max_age.total_seconds()
+        )
+
+
+def _time_or_none(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def _outcomes(outcome: str | Collection[str] | None) -> set[str] | None:
+    if outcome is None:
+        return None
+    chosen = {outcome} if isinstance(outcome, str) else set(outcome)
+    bad = chosen - set(OUTCOMES)
+    if bad:
+        raise ConfigurationError(f"unknown outcome {sorted(bad)}; expected one of {OUTCOMES}")
+    return chosen
+
+
+def _since(value: TimeLike) -> float:
+    if isinstance(value, timedelta):
+        return time.time() - value.total_seconds()
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ConfigurationError("since: a naive datetime is ambiguous; give it a tzinfo")
+        return value.timestamp()
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise ConfigurationError(f"since: {exc}") from None

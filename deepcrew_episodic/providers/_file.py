@@ -1,0 +1,299 @@
+"""A JSON file provider, safe across threads and processes.
+
+The file is deepcrew-ai's format: one JSON object mapping string keys to string values, so a
+file written by deepcrew-ai is read in place and vice versa.
+
+How it stays correct:
+
+* Writes run under an exclusive ``flock`` on a sidecar ``<name>.lock`` file (and a thread lock
+  within the process), write a temporary file in the same directory and ``os.replace`` it over
+  the original, so a reader or a killed writer only ever sees a whole old or a whole new file.
+* Each writer stamps a fresh token into the lock file *before* replacing the data, so every
+  process can tell cheaply whether its cached copy is still current.
+* A file that cannot be decoded raises :class:`CorruptDataError` naming it, and is never
+  written to: the provider refuses every write until the file is repaired.
+* All file I/O runs in a worker thread; the event loop never blocks on the disk.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import anyio.to_thread
+
+from .._exceptions import ConfigurationError, CorruptDataError, StorageError
+from ._base import MemoryProvider, _parse_counter, substring_search
+
+__all__ = ["FileMemoryProvider"]
+
+T = TypeVar("T")
+_Sig = tuple[int, int, int]
+
+
+class FileMemoryProvider(MemoryProvider):
+    """Keeps every key in one JSON file at *path*.
+
+    Parameters
+    ----------
+    path:
+        The JSON file. Created (with its directory) on the first write.
+    fsync:
+        Flush each write to the disk before it returns, so it survives a power loss as well as
+        a crash. Off, a write survives the death of the process (the replace is still atomic)
+        but the last writes may be lost to a power cut.
+
+    Example::
+
+        async with FileMemoryProvider("episodes.json") as backend:
+            memory = EpisodicMemory(backend)
+    """
+
+    shared_across_processes = True
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self._path = Path(path)
+        self._lock_path = self._path.with_name(self._path.name + ".lock")
+        self._fsync = fsync
+        self._mutex = threading.Lock()
+        self._data: dict[str, str] = {}
+        # Each entry's JSON text, kept so that a write re-encodes only what changed.
+        self._fragments: dict[str, str] = {}
+        self._token = b""
+        self._sig: _Sig | None = None
+        self._loaded = False
+        self._lock_fd: int | None = None
+        self._swept = False
+
+    @property
+    def path(self) -> Path:
+        """The JSON file this provider keeps its data in."""
+        return self._path
+
+    # --- deepcrew-ai's contract -------------------------------------------------------
+
+    async def store(self, key: str, value: str) -> None:
+        await self.write({key: value})
+
+    async def retrieve(self, key: str) -> str | None:
+        return (await self.retrieve_many([key]))[0]
+
+    async def search(self, query: str, top_k: int = 5) -> list[tuple[str, str]]:
+        return await self._read(lambda d: substring_search(d.items(), query, top_k))
+
+    async def clear(self) -> None:
+        def change(data: dict[str, str]) -> tuple[Iterable[str], None]:
+            return list(data), None
+
+        await self._modify({}, change)
+
+    # --- capabilities ---------------------------------------------------------------------
+
+    async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
+        return await self._read(lambda d: [d.get(k) for k in keys])
+
+    async def keys(self, prefix: str) -> list[str]:
+        return await self._read(lambda d: sorted(k for k in d if k.startswith(prefix)))
+
+    async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
+        _check_values(items)
+        await self._modify(dict(items), lambda data: (delete, None))
+
+    async def delete(self, keys: Iterable[str]) -> None:
+        doomed = list(keys)
+        await self._modify({}, lambda data: (doomed, None))
+
+    async def increment(self, key: str, *, initial: int = 0) -> int:
+        result: list[int] = []
+
+        def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]]:
+            value = _parse_counter(key, data.get(key), initial) + 1
+            result.append(value)
+            return (), {key: str(value)}
+
+        await self._modify({}, change)
+        return result[0]
+
+    async def aclose(self) -> None:
+        with self._mutex:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    # --- machinery ------------------------------------------------------------------------
+
+    async def _read(self, fn: Callable[[dict[str, str]], T]) -> T:
+        def run() -> T:
+            with self._mutex, self._flock(fcntl.LOCK_SH):
+                self._refresh()
+                return fn(self._data)
+
+        return await anyio.to_thread.run_sync(run)
+
+    async def _modify(
+        self,
+        items: dict[str, str],
+        change: Callable[[dict[str, str]], tuple[Iterable[str], dict[str, str] | None]],
+    ) -> None:
+        """Apply *items*, then what *change* computes from the current data, in one replace."""
+
+        def run() -> None:
+            with self._mutex, self._flock(fcntl.LOCK_EX):
+                self._refresh()
+                self._sweep_orphans()
+                doomed, more = change(self._data)
+                updates = {**items, **(more or {})}
+                data, fragments = self._data, self._fragments
+                for key in doomed:
+                    if key not in updates:
+                        data.pop(key, None)
+                        fragments.pop(key, None)
+                for key, value in updates.items():
+                    data[key] = value
+                    fragments[key] = json.dumps(key) + ": " + json.dumps(value)
+                self._commit()
+
+        await anyio.to_thread.run_sync(run)
+
+    def _flock(self, mode: int) -> _Flock:
+        if self._lock_fd is None:
+            try:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise StorageError(f"cannot open lock file {self._lock_path}: {exc}") from exc
+        return _Flock(self._lock_fd, mode)
+
+    def _read_token(self) -> bytes:
+        assert self._lock_fd is not None
+        return os.pread(self._lock_fd, 64, 0)
+
+    def _refresh(self) -> None:
+        """Reload the file unless the cached copy is provably current."""
+        token = self._read_token()
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            self._data, self._fragments, self._sig, self._token = {}, {}, None, token
+            self._loaded = True
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot stat {self._path}: {exc}") from exc
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._loaded and sig == self._sig and token == self._token:
+            return
+        try:
+            with open(self._path, "rb") as fh:
+                raw = fh.read()
+                fst = os.fstat(fh.fileno())
+        except OSError as exc:
+            raise StorageError(f"cannot read {self._path}: {exc}") from exc
+        data = _decode(self._path, raw)
+        self._data = data
+        self._fragments = {k: json.dumps(k) + ": " + json.dumps(v) for k, v in data.items()}
+        self._sig = (fst.st_ino, fst.st_mtime_ns, fst.st_size)
+        self._token = token
+        self._loaded = True
+
+    def _commit(self) -> None:
+        assert self._lock_fd is not None
+        token = os.urandom(16).hex().encode()
+        # Stamp first: if we die after this, other processes merely reload an unchanged file.
+        os.pwrite(self._lock_fd, token, 0)
+        body = ("{" + ",\n".join(self._fragments.values()) + "}\n").encode()
+        directory = self._path.parent
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{self._path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(body)
+                fh.flush()
+                if self._fsync:
+                    os.fsync(fh.fileno())
+                fst = os.fstat(fh.fileno())
+            os.replace(tmp, self._path)
+            if self._fsync:
+                _fsync_dir(directory)
+        except BaseException as exc:
+            with _suppress_oserror():
+                os.unlink(tmp)
+            # Our cache no longer matches the disk: reload on the next operation.
+            self._loaded = False
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot write {self._path}: {exc}") from exc
+            raise
+        self._sig = (fst.st_ino, fst.st_mtime_ns, fst.st_size)
+        self._token = token
+
+    def _sweep_orphans(self) -> None:
+        """Remove temp files left by writers that died mid-write (we hold the write lock,
+        so no live writer owns one)."""
+        if self._swept:
+            return
+        self._swept = True
+        for stray in self._path.parent.glob(f".{self._path.name}.*.tmp"):
+            with _suppress_oserror():
+                stray.unlink()
+
+
+class _Flock:
+    def __init__(self, fd: int, mode: int) -> None:
+        self._fd, self._mode = fd, mode
+
+    def __enter__(self) -> None:
+        fcntl.flock(self._fd, self._mode)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+class _suppress_oserror:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> bool:
+        return exc_type is not None and issubclass(exc_type, OSError)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _decode(path: Path, raw: bytes) -> dict[str, str]:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptDataError(
+            f"{path} is not valid JSON ({exc}); it was left untouched. "
+            f"Restore it from a backup or move it aside."
+        ) from exc
+    if not isinstance(data, dict):
+        raise CorruptDataError(
+            f"{path} holds a JSON {type(data).__name__}, not an object of strings; "
+            f"it was left untouched."
+        )
+    for key, value in data.items():
+        if not isinstance(value, str):
+            raise CorruptDataError(
+                f"{path}: the value of {key!r} is a JSON {type(value).__name__}, not a string; "
+                f"the file was left untouched."
+            )
+    return data
+
+
+def _check_values(items: Mapping[str, str]) -> None:
+    for key, value in items.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ConfigurationError(
+                f"FileMemoryProvider stores strings only; got {type(value).__name__} "
+                f"for key {key!r}"
+            )
