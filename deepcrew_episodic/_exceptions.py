@@ -2,9 +2,9 @@
 
     EpisodicMemoryError
      ├── ConfigurationError   (also ValueError)  a caller's mistake: bad namespace, bad limits
-     ├── InvalidEpisodeError  (also ValueError)  an episode that does not validate; nothing is written
+     ├── InvalidEpisodeError  (also ValueError)  invalid episode; nothing is written
      ├── StorageError                            the backend failed (I/O, redis unreachable, ...)
-     │    └── CorruptDataError                   stored data cannot be decoded; it is left untouched
+     │    └── CorruptDataError                   undecodable data, left untouched
      └── MissingDependencyError (also ImportError) an optional extra is not installed
 
 Backend errors are translated in one place per provider and keep the original as ``__cause__``.

@@ -142,7 +142,9 @@ class EpisodeLog:
             return await self._recover_head(exc, raw_seq, gen or None)
         return Head(last, gen or None, legacy)
 
-    async def _recover_head(self, exc: CorruptDataError, raw_seq: str | None, gen: str | None) -> Head:
+    async def _recover_head(
+        self, exc: CorruptDataError, raw_seq: str | None, gen: str | None
+    ) -> Head:
         """An index record is corrupt: rebuild the index from the keys that exist, losing no
         episode. Nothing is written here; the next append repairs the counter."""
         self.counters.recovered_indexes += 1
@@ -280,7 +282,8 @@ class EpisodeLog:
         return [
             k
             for k in await self.provider.keys(self.prefix)
-            if k not in live and k not in index
+            if k not in live
+            and k not in index
             and (_ENTRY.fullmatch(k[len(self.prefix) :]) or _SLOT.fullmatch(k[len(self.prefix) :]))
         ]
 

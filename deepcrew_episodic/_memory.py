@@ -164,7 +164,7 @@ class EpisodicMemory:
             return await ask_for_lesson(
                 self._reflect_model,
                 Episode.coerce(episode),
-                timeout=self._reflect_timeout,
+                timeout_s=self._reflect_timeout,
                 params=self._reflect_params,
             )
         except Exception as exc:
@@ -302,7 +302,10 @@ class EpisodicMemory:
             self._retention.pop(seq, None)
         for seq, episode in changes.added:
             self._index.add(seq, episode)
-            self._retention[seq] = (_time_or_none(episode.forget_after), _time_or_none(episode.timestamp))
+            self._retention[seq] = (
+                _time_or_none(episode.forget_after),
+                _time_or_none(episode.timestamp),
+            )
 
     def _expired(self, seq: int, now: float) -> bool:
         forget_at, recorded = self._retention.get(seq, (None, None))

@@ -41,17 +41,21 @@ def parse_lesson(text: str | None) -> str | None:
 
 
 async def ask_for_lesson(
-    model: str, episode: Episode, *, timeout: float, params: dict[str, Any]
+    model: str,
+    episode: Episode,
+    *,
+    timeout_s: float,
+    params: dict[str, Any],
 ) -> str | None:
     """Call *model* once; raises on any failure (the caller decides what to tolerate)."""
     import litellm
 
-    with anyio.fail_after(timeout):
+    with anyio.fail_after(timeout_s):
         response = await litellm.acompletion(
             model=model,
             messages=reflection_prompt(episode),
             stream=False,
-            timeout=timeout,
+            timeout=timeout_s,
             **params,
         )
     return parse_lesson(response.choices[0].message.content)

@@ -98,7 +98,7 @@ class MemoryProvider(ABC):
             await self.store(key, str(value))
             return value
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - a no-op unless the provider holds resources
         """Release connections and handles. Idempotent."""
 
     async def __aenter__(self) -> Self:

@@ -45,6 +45,8 @@ class RedisMemoryProvider(MemoryProvider):
     client:
         An existing ``redis.asyncio.Redis`` to use instead of connecting to *url*. It is not
         closed by :meth:`aclose`.
+    max_connections:
+        Size of the connection pool; more concurrent calls wait for a free connection.
 
     Example::
 
@@ -60,6 +62,7 @@ class RedisMemoryProvider(MemoryProvider):
         *,
         prefix: str = "deepcrew:",
         client: Any | None = None,
+        max_connections: int = 32,
     ) -> None:
         self._prefix = prefix
         self._pattern_prefix = _GLOB.sub(r"\\\1", prefix)
@@ -72,7 +75,12 @@ class RedisMemoryProvider(MemoryProvider):
                     f"not a redis URL: {url!r} (expected redis://host:port/db or rediss://...)"
                 )
             try:
-                self._client = redis_asyncio.from_url(url, decode_responses=True)
+                # A blocking pool makes a burst of concurrent calls wait for a connection
+                # instead of failing with "Too many connections".
+                pool = redis_asyncio.BlockingConnectionPool.from_url(
+                    url, decode_responses=True, max_connections=max_connections
+                )
+                self._client = redis_asyncio.Redis(connection_pool=pool)
             except ValueError as exc:
                 raise ConfigurationError(f"invalid redis URL {url!r}: {exc}") from exc
             self._owns_client = True
@@ -119,13 +127,15 @@ class RedisMemoryProvider(MemoryProvider):
         if not items and not doomed:
             return
         first = next(iter(items), None) or next(iter(delete))
-        async with _translated("MULTI/EXEC", first):
-            async with self._client.pipeline(transaction=True) as pipe:
-                if items:
-                    pipe.mset({self._key(k): v for k, v in items.items()})
-                if doomed:
-                    pipe.unlink(*doomed)
-                await pipe.execute()
+        async with (
+            _translated("MULTI/EXEC", first),
+            self._client.pipeline(transaction=True) as pipe,
+        ):
+            if items:
+                pipe.mset({self._key(k): v for k, v in items.items()})
+            if doomed:
+                pipe.unlink(*doomed)
+            await pipe.execute()
 
     async def delete(self, keys: Iterable[str]) -> None:
         full = [self._key(k) for k in keys]
@@ -157,6 +167,7 @@ class RedisMemoryProvider(MemoryProvider):
         if self._owns_client:
             async with _translated("CLOSE", ""):
                 await self._client.aclose()
+                await self._client.connection_pool.disconnect()
 
 
 def _text(value: Any) -> str | None:
