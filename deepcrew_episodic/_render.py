@@ -34,7 +34,9 @@ def neutralise(text: str, limit: int) -> str:
     flat = _SPACE.sub(" ", text).strip()
     flat = _HASHES.sub("#", flat).replace("# ", "#")
     flat = _FENCE.sub("'", flat)
-    flat = _ANGLE.sub(lambda m: "\u2039" if m.group() == "<" else "\u203a", flat)  # single angle quotes
+    flat = _ANGLE.sub(
+        lambda m: "\u2039" if m.group() == "<" else "\u203a", flat
+    )  # single angle quotes
     flat = flat.replace('"', "'")
     if len(flat) > limit:
         flat = flat[: limit - 1].rstrip() + "…"
