@@ -65,8 +65,8 @@ class Episode(BaseModel):
     # --- conversion ---------------------------------------------------------------------
 
     def to_json(self) -> str:
-        """Encode as compact JSON (the stored form)."""
-        return self.model_dump_json(exclude_none=False)
+        """Encode as compact JSON (the stored form; fields at their default are left out)."""
+        return self.model_dump_json(exclude_defaults=True)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Episode:

@@ -117,6 +117,7 @@ class EpisodeLog:
         self._legacy: Legacy | None = None
         self._keys: dict[int, str] = {}
         self._synced = False
+        self._append_legacy: tuple[Legacy | None] | None = None
         self._lock: anyio.Lock | None = None
 
     # --- keys ---------------------------------------------------------------------------
@@ -242,24 +243,31 @@ class EpisodeLog:
     # --- writing --------------------------------------------------------------------------
 
     async def append(self, episode: Episode) -> int:
-        if not self._synced:
-            head = await self.read_head()
-            legacy = head.legacy
-        else:
+        if self._synced:
             legacy = self._legacy
+        elif self._append_legacy is not None:
+            legacy = self._append_legacy[0]
+        else:
+            # deepcrew-ai's index never changes under us, so one read serves every append.
+            legacy = (await self.read_head()).legacy
+            self._append_legacy = (legacy,)
         initial = legacy.count if legacy else 0
+        body = episode.to_json()
+
+        def place(seq: int, legacy: Legacy | None = legacy) -> tuple[dict[str, str], list[str]]:
+            evicted = seq - self.max
+            delete = [self.entry_key(evicted, legacy)] if evicted >= 1 else []
+            return {self.entry_key(seq, legacy): body}, delete
+
         try:
-            seq = await self.provider.increment(self.seq_key, initial=initial)
+            return await self.provider.increment_and_write(self.seq_key, place, initial=initial)
         except CorruptDataError as exc:
-            # Repair the counter from the keys that exist, then retry once.
+            # The counter is unreadable: rebuild it from the keys that exist, then retry once.
             head = await self._recover_head(exc, None, None)
             await self.provider.store(self.seq_key, str(head.last))
-            legacy = head.legacy
-            seq = await self.provider.increment(self.seq_key, initial=head.last)
-        evicted = seq - self.max
-        delete = [self.entry_key(evicted, legacy)] if evicted >= 1 else []
-        await self.provider.write({self.entry_key(seq, legacy): episode.to_json()}, delete)
-        return seq
+            return await self.provider.increment_and_write(
+                self.seq_key, lambda seq: place(seq, head.legacy), initial=head.last
+            )
 
     async def delete_seqs(self, seqs: list[int]) -> None:
         """Delete episodes by sequence number and tell every reader to reload."""
@@ -273,6 +281,7 @@ class EpisodeLog:
         doomed = [k for k in await self.provider.keys(self.prefix) if k not in keep]
         await self.provider.write({self.gen_key: uuid.uuid4().hex}, doomed)
         self._synced = False
+        self._append_legacy = None
 
     async def stray_keys(self, head: Head) -> list[str]:
         """Episode keys outside the live range (left by a larger ``max_episodes`` or a dead

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
@@ -97,6 +97,25 @@ class MemoryProvider(ABC):
             value += 1
             await self.store(key, str(value))
             return value
+
+    async def increment_and_write(
+        self,
+        key: str,
+        then: Callable[[int], tuple[Mapping[str, str], Collection[str]]],
+        *,
+        initial: int = 0,
+    ) -> int:
+        """Increment the counter *key*, then apply ``then(new_value)`` (items to store, keys to
+        delete); return the new value.
+
+        The default takes two steps (``increment`` then ``write``): a writer that dies between
+        them leaves the counter advanced and nothing written, never a partial write. Providers
+        that can do both in one atomic step (one file replace, one transaction) override it.
+        """
+        value = await self.increment(key, initial=initial)
+        items, delete = then(value)
+        await self.write(items, delete)
+        return value
 
     async def aclose(self) -> None:  # noqa: B027 - a no-op unless the provider holds resources
         """Release connections and handles. Idempotent."""

@@ -45,9 +45,10 @@ class FileMemoryProvider(MemoryProvider):
     path:
         The JSON file. Created (with its directory) on the first write.
     fsync:
-        Flush each write to the disk before it returns, so it survives a power loss as well as
-        a crash. Off, a write survives the death of the process (the replace is still atomic)
-        but the last writes may be lost to a power cut.
+        Also flush each write to the disk before it returns, so that it survives a power cut.
+        Off (the default, like deepcrew-ai and SQLite's WAL mode with ``synchronous=NORMAL``),
+        every write is still atomic and survives the death of the process, but the last writes
+        before a power cut may be lost. On, a record costs about twice as long.
 
     Example::
 
@@ -57,14 +58,15 @@ class FileMemoryProvider(MemoryProvider):
 
     shared_across_processes = True
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self._path = Path(path)
         self._lock_path = self._path.with_name(self._path.name + ".lock")
         self._fsync = fsync
         self._mutex = threading.Lock()
         self._data: dict[str, str] = {}
-        # Each entry's JSON text, kept so that a write re-encodes only what changed.
-        self._fragments: dict[str, str] = {}
+        # Each entry's encoded JSON, kept so that a write encodes only what changed and hands
+        # the rest to the kernel as is (writev), without building the whole file in memory.
+        self._fragments: dict[str, bytes] = {}
         self._token = b""
         self._sig: _Sig | None = None
         self._loaded = False
@@ -120,6 +122,26 @@ class FileMemoryProvider(MemoryProvider):
         await self._modify({}, change)
         return result[0]
 
+    async def increment_and_write(
+        self,
+        key: str,
+        then: Callable[[int], tuple[Mapping[str, str], Collection[str]]],
+        *,
+        initial: int = 0,
+    ) -> int:
+        # One locked replace for both steps: half the I/O of increment + write.
+        result: list[int] = []
+
+        def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]]:
+            value = _parse_counter(key, data.get(key), initial) + 1
+            result.append(value)
+            items, delete = then(value)
+            _check_values(items)
+            return delete, {**items, key: str(value)}
+
+        await self._modify({}, change)
+        return result[0]
+
     async def aclose(self) -> None:
         with self._mutex:
             if self._lock_fd is not None:
@@ -156,7 +178,7 @@ class FileMemoryProvider(MemoryProvider):
                         fragments.pop(key, None)
                 for key, value in updates.items():
                     data[key] = value
-                    fragments[key] = json.dumps(key) + ": " + json.dumps(value)
+                    fragments[key] = _fragment(key, value)
                 self._commit()
 
         await anyio.to_thread.run_sync(run)
@@ -196,7 +218,7 @@ class FileMemoryProvider(MemoryProvider):
             raise StorageError(f"cannot read {self._path}: {exc}") from exc
         data = _decode(self._path, raw)
         self._data = data
-        self._fragments = {k: json.dumps(k) + ": " + json.dumps(v) for k, v in data.items()}
+        self._fragments = {k: _fragment(k, v) for k, v in data.items()}
         self._sig = (fst.st_ino, fst.st_mtime_ns, fst.st_size)
         self._token = token
         self._loaded = True
@@ -206,16 +228,23 @@ class FileMemoryProvider(MemoryProvider):
         token = os.urandom(16).hex().encode()
         # Stamp first: if we die after this, other processes merely reload an unchanged file.
         os.pwrite(self._lock_fd, token, 0)
-        body = ("{" + ",\n".join(self._fragments.values()) + "}\n").encode()
+        parts: list[bytes] = [b"{"]
+        for fragment in self._fragments.values():
+            parts += (fragment, b",\n")
+        if len(parts) > 1:
+            parts[-1] = b"}\n"  # the last separator becomes the closing brace
+        else:
+            parts.append(b"}\n")
         directory = self._path.parent
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{self._path.name}.", suffix=".tmp")
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(body)
-                fh.flush()
+            try:
+                _write_all(fd, parts)
                 if self._fsync:
-                    os.fsync(fh.fileno())
-                fst = os.fstat(fh.fileno())
+                    os.fsync(fd)
+                fst = os.fstat(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, self._path)
             if self._fsync:
                 _fsync_dir(directory)
@@ -258,6 +287,24 @@ class _suppress_oserror:
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> bool:
         return exc_type is not None and issubclass(exc_type, OSError)
+
+
+def _fragment(key: str, value: str) -> bytes:
+    return (json.dumps(key) + ": " + json.dumps(value)).encode()
+
+
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    """Write *parts* in order with as few system calls as the kernel allows."""
+    limit = min(os.sysconf("SC_IOV_MAX"), 1024)
+    pending = parts
+    while pending:
+        batch, pending = pending[:limit], pending[limit:]
+        written = os.writev(fd, batch)
+        expected = sum(len(b) for b in batch)
+        if written < expected:  # a short write: finish this batch the slow way
+            rest = b"".join(batch)[written:]
+            while rest:
+                rest = rest[os.write(fd, rest) :]
 
 
 def _fsync_dir(directory: Path) -> None:
