@@ -53,6 +53,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 
 
 @pytest.fixture
+def sqlite_target(tmp_path: Path) -> str:
+    return str(tmp_path / "episodes.db")
+
+
+@pytest.fixture
 async def provider(store: Store) -> AsyncIterator[MemoryProvider]:
     async with store.open() as opened:
         yield opened

@@ -33,10 +33,17 @@ def _open_redis(url: str) -> MemoryProvider:
     return RedisMemoryProvider(url)
 
 
+def _open_sqlite(path: str) -> MemoryProvider:
+    from deepcrew_episodic.providers import SQLiteMemoryProvider
+
+    return SQLiteMemoryProvider(path)
+
+
 OPENERS: dict[str, Callable[[str], MemoryProvider]] = {
     "dict": lambda target: InMemoryProvider(),
     "file": lambda target: FileMemoryProvider(target),
     "redis": _open_redis,
+    "sqlite": _open_sqlite,
 }
 
-KINDS: list[str] = ["dict", "file", "redis"]
+KINDS: list[str] = ["dict", "file", "redis", "sqlite"]
