@@ -11,6 +11,7 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).parent))
 
+from llm_server import ScriptedLLM, scripted_llm
 from redis_server import redis_server
 from stores import KINDS, Store
 
@@ -61,3 +62,15 @@ def sqlite_target(tmp_path: Path) -> str:
 async def provider(store: Store) -> AsyncIterator[MemoryProvider]:
     async with store.open() as opened:
         yield opened
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    """A scripted OpenAI-compatible server (see ``tests/llm_server.py``); fails the test if a
+    request arrived that no scripted reply matched."""
+    with scripted_llm() as server:
+        yield server
+        assert not server.unscripted, (
+            f"{len(server.unscripted)} request(s) had no scripted reply; last user message: "
+            f"{server.unscripted[-1].last_user_text!r}"
+        )

@@ -1,0 +1,442 @@
+"""A scripted OpenAI-compatible chat server on 127.0.0.1, for driving litellm in tests.
+
+Tests never patch litellm: they point it at this server, which answers from a per-test script
+and records every request it receives. litellm goes through its real HTTP path (request
+building, SSE parsing, tool-call assembly, usage, error mapping).
+
+Use the ``llm`` fixture (``tests/conftest.py``)::
+
+    pytestmark = pytest.mark.anyio
+
+    async def test_answers(llm: ScriptedLLM) -> None:
+        llm.script(
+            Reply.tool_call("lookup", {"city": "Paris"}),   # turn 1: the model calls a tool
+            Reply.text("It is sunny in Paris."),             # turn 2: the final answer
+        )
+        response = await litellm.acompletion(
+            model="openai/scripted", messages=[...], stream=True, **llm.params
+        )
+        ...
+        assert "## Relevant past experience" in llm.requests[0].system_text
+
+What the server does:
+
+- ``POST /v1/chat/completions`` and ``POST /chat/completions``. ``llm.base_url`` ends in
+  ``/v1``; litellm is called with ``model="openai/<any name>"``, ``api_base=llm.base_url``,
+  ``api_key="test"`` (``llm.params`` holds the last two).
+- ``"stream": true`` gets Server-Sent Events (``data: {chunk}`` ... ``data: [DONE]``) with
+  the text split into several deltas and tool calls split into several argument fragments;
+  otherwise one ``chat.completion`` JSON object.
+- Every answer carries ``usage``; a stream sends it in a final chunk with no choices when the
+  request asked for ``stream_options.include_usage``. The counts are the reply's
+  ``prompt_tokens``/``completion_tokens`` when given, else words in the request / reply.
+- ``Reply.error(status, message)`` answers with that HTTP status and an OpenAI error body
+  (``{"error": {"message", "type", "param", "code"}}``).
+- ``delay=`` on any reply holds the answer that long first (a hanging model; closing the
+  server cuts the wait short).
+- Replies are a queue: each request takes the first queued reply whose ``when`` predicate
+  accepts it (no predicate accepts anything). ``llm.fallback`` (a reply, or ``None``) answers
+  when nothing in the queue matches; without one the server answers HTTP 500 and records the
+  request in ``llm.unscripted``, which the fixture fails the test on.
+- ``llm.requests`` lists every request (``path``, ``body``, ``headers``), in arrival order.
+
+Note that litellm/openai retry HTTP 429 and 5xx: pass ``max_retries=0`` (or script one error
+per attempt) when a test wants the first error to surface.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["RecordedRequest", "Reply", "ScriptedLLM", "ToolCall", "scripted_llm"]
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_exceeded",
+    500: "server_error",
+    503: "server_error",
+}
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server received it."""
+
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages", []))
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return list(self.body.get("tools") or [])
+
+    def texts(self, role: str) -> list[str]:
+        """The text of every message with *role*, in order."""
+        return [_text(m.get("content")) for m in self.messages if m.get("role") == role]
+
+    @property
+    def system_text(self) -> str:
+        """Every system message's text, joined with blank lines."""
+        return "\n\n".join(self.texts("system"))
+
+    @property
+    def last_user_text(self) -> str:
+        users = self.texts("user")
+        return users[-1] if users else ""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    id: str = ""
+
+    def arguments_json(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments  # deliberately raw: lets a test send malformed JSON
+        return json.dumps(self.arguments)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer. Build with :meth:`text`, :meth:`tool_call`, :meth:`tool_calls`,
+    :meth:`json` or :meth:`error`."""
+
+    content: str | None = None
+    tool_calls_: tuple[ToolCall, ...] = ()
+    status: int = 200
+    error_message: str = ""
+    error_type: str | None = None
+    error_code: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    delay: float = 0.0
+    when: Callable[[RecordedRequest], bool] | None = None
+
+    @classmethod
+    def text(cls, content: str, **options: Any) -> Reply:
+        return cls(content=content, **options)
+
+    @classmethod
+    def json(cls, value: Any, **options: Any) -> Reply:
+        return cls(content=json.dumps(value), **options)
+
+    @classmethod
+    def tool_call(
+        cls, name: str, arguments: dict[str, Any] | str | None = None, **options: Any
+    ) -> Reply:
+        return cls.tool_calls(
+            [ToolCall(name, arguments if arguments is not None else {})], **options
+        )
+
+    @classmethod
+    def tool_calls(
+        cls,
+        calls: Sequence[ToolCall | tuple[str, dict[str, Any]]],
+        *,
+        content: str | None = None,
+        **options: Any,
+    ) -> Reply:
+        built = tuple(c if isinstance(c, ToolCall) else ToolCall(c[0], c[1]) for c in calls)
+        return cls(content=content, tool_calls_=built, **options)
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        message: str = "scripted error",
+        *,
+        type: str | None = None,
+        code: str | None = None,
+        **options: Any,
+    ) -> Reply:
+        if status < 400:
+            raise ValueError(f"an error reply needs a 4xx/5xx status, not {status}")
+        return cls(
+            status=status, error_message=message, error_type=type, error_code=code, **options
+        )
+
+
+class ScriptedLLM:
+    """The server. Start it with :func:`scripted_llm` (or the ``llm`` fixture)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: list[Reply] = []
+        self._closing = threading.Event()
+        self.requests: list[RecordedRequest] = []
+        self.unscripted: list[RecordedRequest] = []
+        self.fallback: Reply | None = None
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},  # shutdown() waits up to one poll
+            name="scripted-llm",
+            daemon=True,
+        )
+        port = self._server.server_address[1]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The keyword arguments that point litellm at this server."""
+        return {"api_base": self.base_url, "api_key": "test"}
+
+    def script(self, *replies: Reply) -> None:
+        """Queue *replies*; each request consumes the first one that matches it."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    @property
+    def pending(self) -> list[Reply]:
+        """Scripted replies no request has consumed yet."""
+        with self._lock:
+            return list(self._queue)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    # --- called by the handler threads -----------------------------------------------
+
+    def _take(self, request: RecordedRequest) -> Reply | None:
+        with self._lock:
+            self.requests.append(request)
+            for i, reply in enumerate(self._queue):
+                if reply.when is None or reply.when(request):
+                    return self._queue.pop(i)
+            if self.fallback is not None:
+                return self.fallback
+            self.unscripted.append(request)
+            return None
+
+    def _wait(self, seconds: float) -> None:
+        if seconds > 0:
+            self._closing.wait(seconds)
+
+
+@contextmanager
+def scripted_llm() -> Iterator[ScriptedLLM]:
+    """Run a :class:`ScriptedLLM` in a background thread for the duration of the block."""
+    server = ScriptedLLM()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+# --- the HTTP side ------------------------------------------------------------------------
+
+
+def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+            pass
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0].rstrip("/")
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if path not in ("/v1/chat/completions", "/chat/completions"):
+                self._send_json(404, _error_body(404, f"no route {path}", None, None))
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except json.JSONDecodeError as exc:
+                self._send_json(
+                    400, _error_body(400, f"request body is not JSON: {exc}", None, None)
+                )
+                return
+            request = RecordedRequest(path, body, {k.lower(): v for k, v in self.headers.items()})
+            reply = llm._take(request)
+            if reply is None:
+                message = "the scripted server has no reply left for this request"
+                self._send_json(500, _error_body(500, message, None, None))
+                return
+            llm._wait(reply.delay)
+            if llm._closing.is_set():
+                self.close_connection = True
+                return
+            try:
+                if reply.status >= 400:
+                    body_out = _error_body(
+                        reply.status, reply.error_message, reply.error_type, reply.error_code
+                    )
+                    self._send_json(reply.status, body_out)
+                elif request.stream:
+                    self._send_stream(request, reply)
+                else:
+                    self._send_json(200, _completion(request, reply))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout): nothing to answer
+
+        def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _send_stream(self, request: RecordedRequest, reply: Reply) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for chunk in _stream_chunks(request, reply):
+                self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+            self._write_chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _write_chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _usage(request: RecordedRequest, reply: Reply) -> dict[str, int]:
+    prompt = reply.prompt_tokens
+    if prompt is None:
+        prompt = sum(_words(_text(m.get("content"))) for m in request.messages)
+    completion = reply.completion_tokens
+    if completion is None:
+        completion = _words(reply.content or "") + sum(
+            _words(c.arguments_json()) + 1 for c in reply.tool_calls_
+        )
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _call_ids(reply: Reply) -> list[str]:
+    return [c.id or f"call_{i}_{uuid.uuid4().hex[:8]}" for i, c in enumerate(reply.tool_calls_)]
+
+
+def _finish_reason(reply: Reply) -> str:
+    return "tool_calls" if reply.tool_calls_ else "stop"
+
+
+def _completion(request: RecordedRequest, reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls_:
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_json()},
+            }
+            for call_id, call in zip(_call_ids(reply), reply.tool_calls_, strict=True)
+        ]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(reply)}],
+        "usage": _usage(request, reply),
+    }
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _stream_chunks(request: RecordedRequest, reply: Reply) -> Iterator[dict[str, Any]]:
+    base = {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": request.model,
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    if reply.content:
+        # word by word (whitespace kept), so a consumer sees several deltas
+        for piece in re.findall(r"\s*\S+\s*", reply.content) or [reply.content]:
+            yield chunk({"content": piece})
+    for index, (call_id, call) in enumerate(zip(_call_ids(reply), reply.tool_calls_, strict=True)):
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": ""},
+                    }
+                ]
+            }
+        )
+        for fragment in _pieces(call.arguments_json(), 7):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+    yield chunk({}, _finish_reason(reply))
+    options = request.body.get("stream_options") or {}
+    if options.get("include_usage"):
+        yield {**base, "choices": [], "usage": _usage(request, reply)}
+
+
+def _error_body(status: int, message: str, type: str | None, code: str | None) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": type or _ERROR_TYPES.get(status, "api_error"),
+            "param": None,
+            "code": code,
+        }
+    }
