@@ -26,8 +26,9 @@ if TYPE_CHECKING:
         StorageError,
     )
     from ._log import Counters
-    from ._memory import EpisodicMemory
+    from ._memory import EpisodicMemory, MemoryStats
     from ._recall import Scored
+    from ._redact import Redactor
 
 __version__ = "0.1.0"
 
@@ -40,8 +41,10 @@ _EXPORTS: dict[str, str] = {
     "EpisodicMemory": "._memory",
     "EpisodicMemoryError": "._exceptions",
     "InvalidEpisodeError": "._exceptions",
+    "MemoryStats": "._memory",
     "MissingDependencyError": "._exceptions",
     "Outcome": "._episode",
+    "Redactor": "._redact",
     "Scored": "._recall",
     "StorageError": "._exceptions",
 }
@@ -54,8 +57,10 @@ __all__ = [
     "EpisodicMemory",
     "EpisodicMemoryError",
     "InvalidEpisodeError",
+    "MemoryStats",
     "MissingDependencyError",
     "Outcome",
+    "Redactor",
     "Scored",
     "StorageError",
     "__version__",

@@ -240,6 +240,12 @@ class EpisodeLog:
         for seq in sorted(self._cache):
             yield seq, self._cache[seq]
 
+    @property
+    def corrupt(self) -> int:
+        """Undecodable records in the live range as of the last sync (skipped, left in place)."""
+        live = self.live_range(self._synced_last)
+        return sum(1 for seq in self._bad if seq in live)
+
     # --- writing --------------------------------------------------------------------------
 
     async def append(self, episode: Episode) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,10 +13,11 @@ from ._episode import OUTCOMES, Episode, new_id, now_iso, parse_time
 from ._exceptions import ConfigurationError
 from ._log import Changes, Counters, EpisodeLog
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, RecallIndex, Scored
+from ._redact import Redactor, as_redactor
 from ._render import render_block
 from .providers._base import MemoryProvider, as_provider
 
-__all__ = ["EpisodicMemory"]
+__all__ = ["EpisodicMemory", "MemoryStats"]
 
 log = logging.getLogger("deepcrew_episodic")
 
@@ -51,6 +53,11 @@ class EpisodicMemory:
         :meth:`sweep`. ``None`` keeps them until the ring buffer drops them.
     half_life_days:
         Age at which an episode's recency tie-break halves.
+    redact:
+        Secrets (API keys, tokens, passwords in URLs, private keys) in every text field are
+        replaced by ``[REDACTED:<kind>]`` before an episode is stored or sent to
+        ``reflect_model``. ``True`` (default) applies the built-in rules, ``False`` turns
+        redaction off, a :class:`~deepcrew_episodic.Redactor` adds or replaces rules.
 
     Example::
 
@@ -74,6 +81,7 @@ class EpisodicMemory:
         recall_fields: Sequence[str] = DEFAULT_FIELDS,
         max_age: timedelta | None = None,
         half_life_days: float = HALF_LIFE_DAYS,
+        redact: bool | Redactor = True,
     ) -> None:
         self._provider = as_provider(backend)
         self._log = EpisodeLog(self._provider, namespace, max_episodes)
@@ -93,6 +101,7 @@ class EpisodicMemory:
         self._reflect_params = dict(reflect_params or {})
         self._max_age = max_age
         self._half_life = half_life_days
+        self._redactor = as_redactor(redact)
         # seq -> (forget_at, recorded_at) for the retention check on every read path.
         self._retention: dict[int, tuple[float | None, float | None]] = {}
 
@@ -115,6 +124,16 @@ class EpisodicMemory:
         return self._reflect_model
 
     @property
+    def max_age(self) -> timedelta | None:
+        """The retention policy: episodes older than this are hidden and swept."""
+        return self._max_age
+
+    @property
+    def redactor(self) -> Redactor | None:
+        """The redactor applied before storing, or ``None`` when redaction is off."""
+        return self._redactor
+
+    @property
     def backend(self) -> MemoryProvider:
         """The provider (deepcrew-ai providers appear wrapped in an adapter)."""
         return self._provider
@@ -133,8 +152,10 @@ class EpisodicMemory:
 
         Accepts an :class:`Episode`, a deepcrew-ai ``Episode`` dataclass or a dict. Invalid
         input raises :class:`InvalidEpisodeError` naming the field, and nothing is written.
+        Secrets are redacted first (see ``redact``), so neither the store nor the reflection
+        model ever sees them.
         """
-        stored = Episode.coerce(episode)
+        stored = self._redact(Episode.coerce(episode))
         updates: dict[str, Any] = {}
         if not stored.id:
             updates["id"] = new_id()
@@ -161,12 +182,14 @@ class EpisodicMemory:
         from ._reflect import ask_for_lesson
 
         try:
-            return await ask_for_lesson(
+            lesson = await ask_for_lesson(
                 self._reflect_model,
-                Episode.coerce(episode),
+                self._redact(Episode.coerce(episode)),
                 timeout_s=self._reflect_timeout,
                 params=self._reflect_params,
             )
+            # The model may echo a secret it was never shown (from its own context).
+            return self._redactor.redact(lesson) if lesson and self._redactor else lesson
         except Exception as exc:
             self.counters.reflection_failures += 1
             log.warning(
@@ -182,14 +205,74 @@ class EpisodicMemory:
         Other namespaces and unrelated keys are untouched."""
         await self._log.clear()
 
-    async def forget(self, ids: Collection[str]) -> int:
-        """Delete the episodes with these ids from the backend; return how many were found."""
-        wanted = set(ids)
+    async def forget(
+        self,
+        ids: str | Collection[str] | None = None,
+        *,
+        outcome: str | Collection[str] | None = None,
+        tags: Collection[str] | None = None,
+        before: TimeLike | None = None,
+        containing: str | None = None,
+    ) -> int:
+        """Delete episodes from the backend for real (the payload is gone, not hidden); return
+        how many were deleted.
+
+        Select them by ``ids`` and/or a filter; an episode must match every criterion given:
+        ``outcome`` (one or several), ``tags`` (at least one of them), ``before`` (recorded
+        before a time: a datetime, an ISO-8601 string, POSIX seconds, or a timedelta meaning
+        "older than this"), ``containing`` (case-insensitive text in any field). Expired
+        episodes that have not been swept yet are deleted too. :meth:`clear` deletes all.
+
+        Example::
+
+            await memory.forget(["3f2a..."])                        # by id
+            await memory.forget(containing="acme corp")             # every mention of a customer
+            await memory.forget(outcome="failure", before=timedelta(days=90))
+        """
+        selected = await self._select(
+            ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
+        )
+        if selected:
+            await self._log.delete_seqs([seq for seq, _ in selected])
+        return len(selected)
+
+    async def _select(
+        self,
+        *,
+        ids: str | Collection[str] | None = None,
+        outcome: str | Collection[str] | None = None,
+        tags: Collection[str] | None = None,
+        before: TimeLike | None = None,
+        containing: str | None = None,
+    ) -> list[tuple[int, Episode]]:
+        """The stored episodes (expired included) matching every given criterion."""
+        if ids is None and outcome is None and tags is None and before is None and not containing:
+            raise ConfigurationError(
+                "forget() needs ids or a filter (outcome, tags, before, containing); "
+                "clear() deletes every episode"
+            )
+        wanted_ids = None if ids is None else ({ids} if isinstance(ids, str) else set(ids))
+        outcomes = _outcomes(outcome)
+        wanted_tags = {t.casefold() for t in tags} if tags is not None else None
+        cut = _since(before) if before is not None else None
+        needle = containing.casefold() if containing else None
         await self._sync()
-        seqs = [seq for seq, ep in self._log.cached() if ep.id in wanted]
-        if seqs:
-            await self._log.delete_seqs(seqs)
-        return len(seqs)
+        selected: list[tuple[int, Episode]] = []
+        for seq, ep in self._log.cached():
+            if wanted_ids is not None and ep.id not in wanted_ids:
+                continue
+            if outcomes is not None and ep.outcome not in outcomes:
+                continue
+            if wanted_tags is not None and not wanted_tags & {t.casefold() for t in ep.tags}:
+                continue
+            if cut is not None:
+                recorded = self._retention[seq][1]
+                if recorded is None or recorded >= cut:
+                    continue
+            if needle is not None and needle not in _text_of(ep).casefold():
+                continue
+            selected.append((seq, ep))
+        return selected
 
     async def sweep(self) -> int:
         """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
@@ -206,6 +289,37 @@ class EpisodicMemory:
         return len(expired) + len(strays)
 
     # --- reading --------------------------------------------------------------------------
+
+    async def stats(self) -> MemoryStats:
+        """Counts for this namespace: episodes by outcome, expired and corrupt records not
+        shown, the oldest and newest timestamps, and the bytes stored."""
+        await self._sync()
+        now = time.time()
+        by_outcome = dict.fromkeys(OUTCOMES, 0)
+        expired = 0
+        times: list[tuple[float, str]] = []
+        for seq, ep in self._log.cached():
+            if self._expired(seq, now):
+                expired += 1
+                continue
+            by_outcome[ep.outcome] = by_outcome.get(ep.outcome, 0) + 1
+            recorded = self._retention[seq][1]
+            if recorded is not None:
+                times.append((recorded, ep.timestamp))
+        keys = await self._provider.keys(self._log.prefix)
+        values = await self._provider.retrieve_many(keys) if keys else []
+        return MemoryStats(
+            total=sum(by_outcome.values()),
+            by_outcome=by_outcome,
+            expired=expired,
+            corrupt=self._log.corrupt,
+            oldest=min(times)[1] if times else None,
+            newest=max(times)[1] if times else None,
+            capacity=self._log.max,
+            stored_bytes=sum(
+                len(k.encode()) + len((v or "").encode()) for k, v in zip(keys, values, strict=True)
+            ),
+        )
 
     async def load(self) -> list[Episode]:
         """Every stored episode, oldest first (expired ones excluded)."""
@@ -290,6 +404,9 @@ class EpisodicMemory:
 
     # --- internals ------------------------------------------------------------------------
 
+    def _redact(self, episode: Episode) -> Episode:
+        return self._redactor.redact_episode(episode) if self._redactor else episode
+
     async def _sync(self) -> None:
         await self._log.sync(self._apply)
 
@@ -327,6 +444,30 @@ class EpisodicMemory:
             and recorded is not None
             and recorded < now - self._max_age.total_seconds()
         )
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """What :meth:`EpisodicMemory.stats` reports for one namespace."""
+
+    total: int
+    """Episodes that read paths return (expired and corrupt ones excluded)."""
+    by_outcome: dict[str, int] = field(default_factory=dict)
+    expired: int = 0
+    """Past ``forget_after`` or ``max_age``: hidden, deleted by :meth:`EpisodicMemory.sweep`."""
+    corrupt: int = 0
+    """Records that cannot be decoded: skipped, counted, left in place."""
+    oldest: str | None = None
+    newest: str | None = None
+    capacity: int = 0
+    """``max_episodes``: the ring keeps the newest this many."""
+    stored_bytes: int = 0
+    """Keys and values of this namespace, in bytes."""
+
+
+def _text_of(episode: Episode) -> str:
+    parts = [episode.query, episode.response, episode.reflection or ""]
+    return "\n".join(parts + episode.tags + episode.tools_used)
 
 
 def _time_or_none(value: str | None) -> float | None:
