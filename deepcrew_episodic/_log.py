@@ -84,6 +84,7 @@ class Counters:
     recovered_indexes: int = 0
     reflection_failures: int = 0
     recall_failures: int = 0
+    record_failures: int = 0  # a run's episode could not be stored (the run went on)
 
 
 @dataclass
