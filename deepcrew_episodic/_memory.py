@@ -361,38 +361,50 @@ class EpisodicMemory:
         since: TimeLike | None = None,
     ) -> list[Scored]:
         """Like :meth:`recall`, with each episode's score and why (matched terms, recency,
-        outcome weight)."""
+        outcome weight).
+
+        Example::
+
+            for hit in await memory.explain("refund a duplicate charge", intent="what_failed"):
+                print(f"{hit.score:.3f} {hit.episode.query!r}: {hit.why()}")
+        """
+        if not isinstance(query, str):
+            raise ConfigurationError(f"query must be a string, not {type(query).__name__}")
         k = self._recall_k if top_k is None else top_k
-        if not isinstance(k, int) or k < 0:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
             raise ConfigurationError(f"top_k must be an integer >= 0, not {top_k!r}")
         if intent not in INTENTS:
             raise ConfigurationError(f"intent must be one of {INTENTS}, not {intent!r}")
         outcomes = _outcomes(outcome)
+        if isinstance(tags, str):
+            raise ConfigurationError(f"tags must be a collection of strings, not {tags!r}")
         wanted_tags = {t.casefold() for t in tags} if tags is not None else None
         after = _since(since) if since is not None else None
         await self._sync()
         if k == 0:
             return []
         now = time.time()
-        found: list[Scored] = []
-        for seq, scored in self._index.search(
-            query, now=now, intent=intent, half_life_days=self._half_life
-        ):
-            ep = scored.episode
+        index = self._index
+
+        # Filters and the retention check run only for a candidate that would enter the top k.
+        def accept(seq: int) -> bool:
             if self._expired(seq, now):
-                continue
+                return False
+            ep = index.episode(seq)
             if outcomes is not None and ep.outcome not in outcomes:
-                continue
-            if wanted_tags is not None and not wanted_tags & {t.casefold() for t in ep.tags}:
-                continue
-            if after is not None:
-                recorded = self._retention[seq][1]
-                if recorded is None or recorded < after:
-                    continue
-            found.append(scored)
-            if len(found) >= k:
-                break
-        return found
+                return False
+            return wanted_tags is None or bool(wanted_tags & {t.casefold() for t in ep.tags})
+
+        found = index.search(
+            query,
+            k,
+            now=now,
+            intent=intent,
+            half_life_days=self._half_life,
+            since=after,
+            accept=accept,
+        )
+        return [scored for _, scored in found]
 
     def render(self, episodes: Sequence[Episode], *, max_chars: int | None = None) -> str:
         """The ``## Relevant past experience`` block for *episodes* (best first), ``""`` for

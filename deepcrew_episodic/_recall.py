@@ -1,274 +1,337 @@
 """Ranking: which past episodes are relevant to a new query, and why.
 
-The score of an episode for a query is
+Terms
+    Text is case-folded, accents are stripped ("Rückerstattung" meets "ruckerstattung"), it is
+    split on anything that is not a letter or a digit (punctuation, hyphens, underscores,
+    apostrophes), stopwords (English, German, French) and one-character tokens are dropped, and
+    English words are stemmed (:func:`stem`) so that deploy / deploys / deploying / deployment
+    meet. Chinese and Japanese, written without spaces, are matched by character bigrams.
 
-    relevance = |Q & E| / |Q | E|                       (Jaccard over terms)
-    score     = relevance * (1 - RECENCY_WEIGHT + RECENCY_WEIGHT * recency) * outcome_weight
+Score
+    ``Q`` is the set of terms of the query and ``E`` the terms of the episode's matched fields
+    (query, tags and reflection by default; tags count like any other text)::
 
-where ``Q`` is the set of terms of the query, ``E`` the terms of the episode's matched fields
-(query, tags and reflection by default), ``recency = 0.5 ** (age_days / half_life_days)``.
-Recency is a tie-break bounded below by a floor, so an old episode that is the only relevant
-one still surfaces, and an episode with no term in common is never returned.
+        m         = |Q & E|
+        relevance = m / (|Q| + e - m)          e = max(m, min(|E|, LENGTH_CAP))
+        recency   = 0.5 ** (age_days / half_life_days)
+        score     = relevance * (1 - RECENCY_WEIGHT + RECENCY_WEIGHT * recency) * outcome_weight
 
-An inverted index (term -> episodes) is kept up to date incrementally, so a recall touches
-only the episodes that share a term with the query.
+    ``relevance`` is the Jaccard index ``|Q & E| / |Q | E|`` except that the episode's side
+    counts at most ``LENGTH_CAP`` terms: a long lesson must not dilute an exact match. Below
+    the cap it *is* Jaccard, so among short episodes the more specific one wins.
+
+    Recency comes from the episode's timestamp (not its position in the log) and is a
+    tie-break with a floor: the oldest episode keeps ``1 - RECENCY_WEIGHT`` of its relevance,
+    so an old episode that is the only relevant one still surfaces, and an episode with no
+    term in common with the query (``m == 0``) is never returned.
+
+    ``outcome_weight`` is 1 for ``intent="any"``; the other intents weight the wanted outcome
+    1 and the others below ``1 - RECENCY_WEIGHT``, so that among equally relevant episodes the
+    wanted outcome comes first whatever their ages.
+
+Index
+    :class:`RecallIndex` keeps, per term, the episodes holding it, grouped by their length
+    class and sorted by time. A search visits the query's terms rarest first and, within a
+    term, the length classes and episodes in decreasing order of the best score they could
+    still reach; it stops as soon as that bound falls below the k-th best score found
+    (max-score pruning). The result is exactly the brute-force top k, but a common term
+    matching tens of thousands of episodes costs a few dozen visits, not a full scan.
 """
 
 from __future__ import annotations
 
+import functools
+import heapq
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from ._episode import Episode
 
-__all__ = ["Intent", "RecallIndex", "Scored", "terms"]
+__all__ = ["Intent", "RecallIndex", "Scored", "stem", "terms"]
 
 Intent = Literal["any", "what_failed", "what_worked"]
 INTENTS: tuple[str, ...] = ("any", "what_failed", "what_worked")
 
 RECENCY_WEIGHT = 0.2
 HALF_LIFE_DAYS = 30.0
+# An episode's side of the Jaccard union counts at most this many terms (see the module doc).
+LENGTH_CAP = 12
 DEFAULT_FIELDS: tuple[str, ...] = ("query", "tags", "reflection")
 MATCHABLE_FIELDS: tuple[str, ...] = ("query", "response", "tags", "reflection", "tools_used")
 
-# Outcome weights stay close to 1 so that they reorder equally relevant episodes and never
-# make an unrelated one win.
+# Under an intent, the unwanted outcomes weigh less than the recency floor (0.8), so that the
+# freshest unwanted episode still ranks below the oldest wanted one of equal relevance.
 OUTCOME_WEIGHTS: dict[str, dict[str, float]] = {
     "any": {"success": 1.0, "partial": 1.0, "failure": 1.0, "unknown": 1.0},
-    "what_failed": {"failure": 1.0, "partial": 0.97, "unknown": 0.95, "success": 0.9},
-    "what_worked": {"success": 1.0, "partial": 0.97, "unknown": 0.95, "failure": 0.9},
+    "what_failed": {"failure": 1.0, "partial": 0.75, "unknown": 0.7, "success": 0.6},
+    "what_worked": {"success": 1.0, "partial": 0.75, "unknown": 0.7, "failure": 0.6},
 }
 
+# --- terms ------------------------------------------------------------------------------------
 
-def _fold(text: str) -> str:
-    """Case-fold and strip accents, so "Rückerstattung" and "ruckerstattung" meet."""
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
+_STOPWORDS_TEXT = """
+a about above after again against all also am an and any are as at be because been before being
+below between both but by can could did do does doing down during each either else ever every
+few for from further had has have having he her here hers herself him himself his how i if in
+into is it its itself just let me might more most much must my myself no nor not now of off on
+once only or other ought our ours ourselves out over own per same she should since so some such
+than that the their theirs them themselves then there these they this those through thus to too
+under until up upon us very via was we were what whatever when whenever where whether which
+while who whom whose why will with within without would yet you your yours yourself yourselves
+don doesn didn isn aren wasn weren hasn haven hadn won wouldn shouldn couldn cannot ll ve re
+hi hello hey thanks thank please pls ok okay yes yeah anyone anything someone something
+somebody everyone everything thing things stuff lot lots really quite maybe perhaps
+get gets got getting make makes made let lets need needs want wants wanted tell told know
+knew like see saw seen say said go goes going went come came try tried one two
+aber als am an auch auf aus bei bis bitte da dann das dass dem den der des die doch du durch
+ein eine einem einen einer eines er es fur hat hatte hatten ich ihr im in ist ja kann konnen
+man mich mir mit nach nicht noch nur ob oder sich sie sind so um und uns unser unsere vom von
+vor war was wenn wer wie wir wird wo zu zum zur
+ai au aux avec ce ces cette dans de des du elle en est et etait ete etre il ils je la le les
+leur lui ma mais me mes mon ne nos notre nous on ou par pas pour qu que qui sa se ses son sur
+ta te tes toi ton tu un une vos votre vous
+"""
 
-
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "been",
-        "being",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "doing",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "having",
-        "he",
-        "her",
-        "here",
-        "hers",
-        "him",
-        "his",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "itself",
-        "just",
-        "me",
-        "my",
-        "no",
-        "nor",
-        "not",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "our",
-        "ours",
-        "out",
-        "over",
-        "own",
-        "same",
-        "she",
-        "should",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "very",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-        "yours",
-        "please",
-        "need",
-        "want",
-        "get",
-        "got",
-        "der",
-        "die",
-        "das",
-        "und",
-        "oder",
-        "ist",
-        "sind",
-        "ein",
-        "eine",
-        "einen",
-        "dem",
-        "den",
-        "des",
-        "mit",
-        "von",
-        "zu",
-        "im",
-        "in",
-        "auf",
-        "für",
-        "nicht",
-        "wie",
-        "ich",
-        "wir",
-        "sie",
-        "es",
-        "le",
-        "la",
-        "les",
-        "un",
-        "une",
-        "des",
-        "et",
-        "ou",
-        "est",
-        "sont",
-        "de",
-        "du",
-        "au",
-        "aux",
-        "pour",
-        "par",
-        "avec",
-        "dans",
-        "sur",
-        "pas",
-        "comment",
-        "je",
-        "nous",
-        "vous",
-        "il",
-        "elle",
-    ]
+# Letters that do not decompose into a base letter plus an accent.
+_LIGATURES = str.maketrans(
+    {"ø": "o", "æ": "ae", "œ": "oe", "ł": "l", "đ": "d", "ð": "d", "þ": "th", "\u0131": "i"}
 )
-_STOPWORDS = frozenset(_fold(w) for w in _STOPWORDS)
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+_WORD = re.compile(r"[^\W_]+")
+# Han, kana and CJK compatibility ideographs: scripts written without spaces between words.
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_NOT_STEMMABLE = re.compile(r"[^a-z]")
 
 
-# A light English suffix stripper (in the spirit of Porter step 1 and 2, much smaller).
-# It only needs to be consistent: query and episode terms go through the same function.
-_SUFFIXES: tuple[tuple[str, str], ...] = (
-    ("ational", "ate"),
-    ("ization", "ize"),
-    ("fulness", "ful"),
-    ("iveness", "ive"),
-    ("ations", "ate"),
-    ("ation", "ate"),
-    ("ements", ""),
-    ("ement", ""),
-    ("ments", ""),
-    ("ment", ""),
-    ("ings", ""),
-    ("ing", ""),
-    ("ies", "y"),
-    ("ied", "y"),
-    ("edly", ""),
-    ("ed", ""),
-    ("ers", ""),
-    ("er", ""),
-    ("es", ""),
-    ("s", ""),
-)
+def fold(text: str) -> str:
+    """Case-fold, apply compatibility forms and strip accents: ``"Straße Ü"`` -> ``"strasse u"``."""
+    if text.isascii():
+        return text.lower()
+    decomposed = unicodedata.normalize("NFKD", text.casefold().translate(_LIGATURES))
+    # Every combining mark goes, in every script: "Rückerstattung" meets "Ruckerstattung", and
+    # marks inside Devanagari or Thai words do not split them into pieces.
+    return "".join(c for c in decomposed if not unicodedata.category(c).startswith("M"))
 
 
-def stem(word: str) -> str:
-    if len(word) <= 3 or word.isdigit():
-        return word
-    for suffix, replacement in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            if suffix == "s" and word.endswith(("ss", "us", "is")):
-                return word
-            if suffix == "es" and not word.endswith(("ches", "shes", "xes", "sses", "zes")):
-                # "releases" -> "release" -> handled by "s"; keep the e
-                continue
-            base = word[: len(word) - len(suffix)] + replacement
-            if len(base) >= 2 and base[-1] == base[-2] and base[-1] not in "lsz":
-                base = base[:-1]  # "running" -> "runn" -> "run"
-            if base.endswith("e") and len(base) > 4:
-                base = base[:-1]
-            return base
-    if word.endswith("e") and len(word) > 4:
-        return word[:-1]
-    return word
+_STOPWORDS = frozenset(fold(w) for w in _STOPWORDS_TEXT.split())
+
+
+def words(text: str) -> list[str]:
+    """The folded words of *text*, stopwords and one-character words included."""
+    folded = fold(text)
+    if folded.isascii():
+        return _ASCII_WORD.findall(folded)
+    found: list[str] = []
+    for run in _CJK.findall(folded):
+        found.extend(run[i : i + 2] for i in range(max(1, len(run) - 1)))
+    found.extend(_WORD.findall(_CJK.sub(" ", folded)))
+    return found
 
 
 def terms(text: str) -> set[str]:
-    """The matchable terms of *text*: folded, split on punctuation, stopwords dropped, stemmed."""
-    out = set()
-    for word in _WORD.findall(_fold(text)):
-        if len(word) < 2 or word in _STOPWORDS:
-            continue
-        out.add(stem(word))
-    return out
+    """The matchable terms of *text*: folded words, stopwords and one-character words dropped,
+    English words stemmed.
+
+    >>> sorted(terms("Deploying the new deployments (Zürich)"))
+    ['deploy', 'new', 'zurich']
+    """
+    return {stem(w) for w in words(text) if len(w) > 1 and w not in _STOPWORDS}
 
 
-def episode_terms(episode: Episode, fields: Sequence[str]) -> set[str]:
+# --- the stemmer ----------------------------------------------------------------------------
+#
+# M. F. Porter's suffix-stripping algorithm ("An algorithm for suffix stripping", Program 14(3),
+# 1980), steps 1a to 5b, with the plural (1a) and final-y (1c) rules of Porter2 (Snowball
+# English), which keep "status", "deploy" and "key" whole, and one addition: a stem ending in
+# "ifi" loses its "i", so that notify / notified meet notification ("notif").
+# Only lower-case ASCII words of three letters or more are stemmed; words with digits, other
+# scripts and short words pass through unchanged.
+
+_VOWELS = frozenset("aeiou")
+
+
+def _is_consonant(word: str, i: int) -> bool:
+    c = word[i]
+    if c in _VOWELS:
+        return False
+    if c == "y":
+        return i == 0 or not _is_consonant(word, i - 1)
+    return True
+
+
+def _measure(stem_: str) -> int:
+    """Porter's m: the number of vowel-consonant sequences in ``[C](VC){m}[V]``."""
+    m = 0
+    i, n = 0, len(stem_)
+    while i < n and _is_consonant(stem_, i):
+        i += 1
+    while i < n:
+        while i < n and not _is_consonant(stem_, i):
+            i += 1
+        if i >= n:
+            break
+        m += 1
+        while i < n and _is_consonant(stem_, i):
+            i += 1
+    return m
+
+
+def _has_vowel(stem_: str) -> bool:
+    return any(not _is_consonant(stem_, i) for i in range(len(stem_)))
+
+
+def _double_consonant(word: str) -> bool:
+    return len(word) >= 2 and word[-1] == word[-2] and _is_consonant(word, len(word) - 1)
+
+
+def _cvc(word: str) -> bool:
+    """Ends consonant-vowel-consonant, the last not w, x or y ("hop", not "how")."""
+    n = len(word)
+    return (
+        n >= 3
+        and _is_consonant(word, n - 3)
+        and not _is_consonant(word, n - 2)
+        and _is_consonant(word, n - 1)
+        and word[-1] not in "wxy"
+    )
+
+
+_STEP2 = (
+    ("ational", "ate"),
+    ("tional", "tion"),
+    ("enci", "ence"),
+    ("anci", "ance"),
+    ("izer", "ize"),
+    ("abli", "able"),
+    ("alli", "al"),
+    ("entli", "ent"),
+    ("eli", "e"),
+    ("ousli", "ous"),
+    ("ization", "ize"),
+    ("ation", "ate"),
+    ("ator", "ate"),
+    ("alism", "al"),
+    ("iveness", "ive"),
+    ("fulness", "ful"),
+    ("ousness", "ous"),
+    ("aliti", "al"),
+    ("iviti", "ive"),
+    ("biliti", "ble"),
+)
+_STEP3 = (
+    ("icate", "ic"),
+    ("ative", ""),
+    ("alize", "al"),
+    ("iciti", "ic"),
+    ("ical", "ic"),
+    ("ful", ""),
+    ("ness", ""),
+)
+_STEP4 = (
+    "al",
+    "ance",
+    "ence",
+    "er",
+    "ic",
+    "able",
+    "ible",
+    "ant",
+    "ement",
+    "ment",
+    "ent",
+    "ion",
+    "ou",
+    "ism",
+    "ate",
+    "iti",
+    "ous",
+    "ive",
+    "ize",
+)
+
+
+def _replace(word: str, rules: Iterable[tuple[str, str]], min_measure: int) -> str:
+    # The longest matching suffix decides; if its condition fails, no shorter one is tried.
+    best: tuple[str, str] | None = None
+    for suffix, replacement in rules:
+        if word.endswith(suffix) and (best is None or len(suffix) > len(best[0])):
+            best = (suffix, replacement)
+    if best is None:
+        return word
+    base = word[: len(word) - len(best[0])]
+    return base + best[1] if _measure(base) > min_measure else word
+
+
+def _step1(word: str) -> str:
+    # 1a: plurals (Porter2's rules: "status" and "gas" keep their s, "ties" -> "tie")
+    if word.endswith("sses"):
+        word = word[:-2]
+    elif word.endswith(("ies", "ied")):
+        word = word[:-2] if len(word) > 4 else word[:-1]
+    elif word.endswith(("us", "ss")):
+        pass
+    elif word.endswith("s") and _has_vowel(word[:-2]):
+        word = word[:-1]
+    # 1b: -ed, -ing
+    if word.endswith("eed"):
+        if _measure(word[:-3]) > 0:
+            word = word[:-1]
+    else:
+        for suffix in ("ed", "ing"):
+            if word.endswith(suffix) and _has_vowel(word[: -len(suffix)]):
+                word = word[: -len(suffix)]
+                if word.endswith(("at", "bl", "iz")):
+                    word += "e"
+                elif _double_consonant(word) and word[-1] not in "lsz":
+                    word = word[:-1]
+                elif _measure(word) == 1 and _cvc(word):
+                    word += "e"
+                break
+    # 1c: y -> i after a consonant that is not the first letter (Porter2: "retry" -> "retri"
+    # but "deploy" stays, so that it meets "deployment")
+    if len(word) > 2 and word.endswith("y") and _is_consonant(word, len(word) - 2):
+        word = word[:-1] + "i"
+    return word
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def stem(word: str) -> str:
+    """The stem of one folded word (Porter 1980, plus ``-ifi`` -> ``-if``).
+
+    >>> [stem(w) for w in ("deploys", "deploying", "deployment", "configuration", "rotated")]
+    ['deploy', 'deploy', 'deploy', 'configur', 'rotat']
+    """
+    if len(word) < 3 or _NOT_STEMMABLE.search(word):
+        return word
+    word = _step1(word)
+    word = _replace(word, _STEP2, 0)
+    word = _replace(word, _STEP3, 0)
+    # step 4, with "ion" only after s or t
+    best = max((s for s in _STEP4 if word.endswith(s)), key=len, default=None)
+    if best is not None:
+        base = word[: len(word) - len(best)]
+        if _measure(base) > 1 and (best != "ion" or base.endswith(("s", "t"))):
+            word = base
+    # 5a: final e
+    if word.endswith("e"):
+        m = _measure(word[:-1])
+        if m > 1 or (m == 1 and not _cvc(word[:-1])):
+            word = word[:-1]
+    # 5b: -ll
+    if word.endswith("ll") and _measure(word) > 1:
+        word = word[:-1]
+    if word.endswith("ifi") and len(word) > 4:
+        word = word[:-1]
+    return word
+
+
+def episode_terms(episode: Episode, fields: Sequence[str]) -> frozenset[str]:
+    """The terms of an episode's matched *fields*."""
     found: set[str] = set()
     for name in fields:
         value = getattr(episode, name)
@@ -279,12 +342,21 @@ def episode_terms(episode: Episode, fields: Sequence[str]) -> set[str]:
                 found |= terms(item)
         else:
             found |= terms(value)
-    return found
+    return frozenset(found)
+
+
+# --- scores -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Scored:
-    """A recalled episode with its score and the reasons for it."""
+    """A recalled episode with its score and the reasons for it (see :meth:`why`).
+
+    Example::
+
+        for hit in await memory.explain("refund a duplicate charge"):
+            print(f"{hit.score:.3f} {hit.episode.query!r}: {hit.why()}")
+    """
 
     episode: Episode
     score: float
@@ -295,99 +367,250 @@ class Scored:
     age_days: float | None
 
     def why(self) -> str:
+        """One line: the matched terms (stems), relevance, recency and outcome weight."""
         age = f"{self.age_days:.0f}d" if self.age_days is not None else "undated"
         return (
-            f"matched {', '.join(self.matched)}; jaccard={self.relevance:.2f} "
+            f"matched {', '.join(self.matched)}; relevance={self.relevance:.2f} "
             f"recency={self.recency:.2f} (age {age}) "
             f"outcome={self.episode.outcome} x{self.outcome_weight:g}"
         )
 
 
-class RecallIndex:
-    """An inverted index over cached episodes, updated incrementally."""
+def relevance(matched: int, query_size: int, episode_size: int, cap: int | None) -> float:
+    """Jaccard ``m / (|Q| + |E| - m)`` with the episode's size capped at *cap* terms."""
+    if matched <= 0:
+        return 0.0
+    size = episode_size if cap is None else max(matched, min(episode_size, cap))
+    return matched / (query_size + size - matched)
 
-    def __init__(self, fields: Sequence[str] = DEFAULT_FIELDS) -> None:
+
+@dataclass(slots=True)
+class _Entry:
+    episode: Episode
+    terms: frozenset[str]
+    size: int  # the length class: min(|E|, cap)
+    when: float  # the POSIX timestamp; -inf when undated (sorts oldest)
+
+
+class _Bucket:
+    """The episodes of one length class that hold one term, oldest first (ties by seq)."""
+
+    __slots__ = ("seqs", "whens")
+
+    def __init__(self) -> None:
+        self.whens: list[float] = []
+        self.seqs: list[int] = []
+
+    def add(self, when: float, seq: int) -> None:
+        whens = self.whens
+        if not whens or when > whens[-1] or (when == whens[-1] and seq > self.seqs[-1]):
+            whens.append(when)
+            self.seqs.append(seq)
+            return
+        lo, hi = bisect_left(whens, when), bisect_right(whens, when)
+        i = bisect_left(self.seqs, seq, lo, hi)
+        whens.insert(i, when)
+        self.seqs.insert(i, seq)
+
+    def remove(self, when: float, seq: int) -> None:
+        lo, hi = bisect_left(self.whens, when), bisect_right(self.whens, when)
+        i = bisect_left(self.seqs, seq, lo, hi)
+        if i < hi and self.seqs[i] == seq:
+            del self.whens[i]
+            del self.seqs[i]
+
+
+_NEVER = -math.inf
+
+
+class RecallIndex:
+    """An inverted index over the cached episodes, updated incrementally.
+
+    ``add`` and ``remove`` follow the log's cache; ``search`` returns the exact top k without
+    scoring every episode that shares a term with the query.
+    """
+
+    def __init__(
+        self,
+        fields: Sequence[str] = DEFAULT_FIELDS,
+        *,
+        length_cap: int | None = LENGTH_CAP,
+        recency_weight: float = RECENCY_WEIGHT,
+    ) -> None:
         unknown = [f for f in fields if f not in MATCHABLE_FIELDS]
-        if unknown or not fields:
+        if isinstance(fields, str) or unknown or not fields:
             raise ValueError(
                 f"recall fields must be a non-empty subset of {MATCHABLE_FIELDS}, got {fields!r}"
             )
+        if length_cap is not None and length_cap < 1:
+            raise ValueError(f"length_cap must be >= 1 or None, not {length_cap!r}")
+        if not 0.0 <= recency_weight < 1.0:
+            raise ValueError(f"recency_weight must be in [0, 1), not {recency_weight!r}")
         self.fields = tuple(fields)
-        self._postings: dict[str, set[int]] = {}
-        self._terms: dict[int, frozenset[str]] = {}
-        self._episodes: dict[int, Episode] = {}
-        self._times: dict[int, float | None] = {}
+        self.length_cap = length_cap
+        self.recency_weight = recency_weight
+        self._entries: dict[int, _Entry] = {}
+        # term -> length class -> bucket
+        self._postings: dict[str, dict[int, _Bucket]] = {}
+        self._df: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self._episodes)
+        return len(self._entries)
+
+    def __contains__(self, seq: object) -> bool:
+        return seq in self._entries
+
+    def episode(self, seq: int) -> Episode:
+        return self._entries[seq].episode
 
     def reset(self) -> None:
+        self._entries.clear()
         self._postings.clear()
-        self._terms.clear()
-        self._episodes.clear()
-        self._times.clear()
+        self._df.clear()
 
     def add(self, seq: int, episode: Episode) -> None:
-        if seq in self._episodes:
+        if seq in self._entries:
             self.remove(seq)
-        found = frozenset(episode_terms(episode, self.fields))
-        self._terms[seq] = found
-        self._episodes[seq] = episode
+        found = episode_terms(episode, self.fields)
         try:
-            self._times[seq] = episode.time()
+            when = episode.time()
         except ValueError:
-            self._times[seq] = None
+            when = None
+        size = len(found) if self.length_cap is None else min(len(found), self.length_cap)
+        entry = _Entry(episode, found, size, _NEVER if when is None else when)
+        self._entries[seq] = entry
         for term in found:
-            self._postings.setdefault(term, set()).add(seq)
+            buckets = self._postings.get(term)
+            if buckets is None:
+                buckets = self._postings[term] = {}
+            bucket = buckets.get(size)
+            if bucket is None:
+                bucket = buckets[size] = _Bucket()
+            bucket.add(entry.when, seq)
+            self._df[term] = self._df.get(term, 0) + 1
 
     def remove(self, seq: int) -> None:
-        for term in self._terms.pop(seq, ()):
-            bucket = self._postings.get(term)
-            if bucket is not None:
-                bucket.discard(seq)
-                if not bucket:
+        entry = self._entries.pop(seq, None)
+        if entry is None:
+            return
+        for term in entry.terms:
+            buckets = self._postings[term]
+            bucket = buckets[entry.size]
+            bucket.remove(entry.when, seq)
+            if not bucket.seqs:
+                del buckets[entry.size]
+                if not buckets:
                     del self._postings[term]
-        self._episodes.pop(seq, None)
-        self._times.pop(seq, None)
+            left = self._df[term] - 1
+            if left:
+                self._df[term] = left
+            else:
+                del self._df[term]
 
     def search(
         self,
         query: str,
+        k: int,
         *,
         now: float,
         intent: str = "any",
         half_life_days: float = HALF_LIFE_DAYS,
-        keep: Iterable[int] | None = None,
+        since: float | None = None,
+        accept: Callable[[int], bool] | None = None,
     ) -> list[tuple[int, Scored]]:
-        """Every episode sharing a term with *query*, best first (ties: newest first).
+        """The *k* best episodes sharing a term with *query*, best first (ties: newest first).
 
-        *keep*, when given, restricts the candidates to those sequence numbers.
+        *since* drops episodes older than that POSIX time (and undated ones); *accept*, when
+        given, is asked about a candidate only when it would enter the top *k*.
         """
-        weights = OUTCOME_WEIGHTS[intent]
-        q = terms(query)
-        if not q:
+        q_terms = terms(query)
+        if not q_terms or k <= 0:
             return []
-        hits: dict[int, list[str]] = {}
-        for term in q:
-            for seq in self._postings.get(term, ()):
-                hits.setdefault(seq, []).append(term)
-        allowed = set(keep) if keep is not None else None
-        ranked: list[tuple[float, int, Scored]] = []
-        for seq, matched in hits.items():
-            if allowed is not None and seq not in allowed:
-                continue
-            e_terms = self._terms[seq]
-            relevance = len(matched) / (len(q) + len(e_terms) - len(matched))
-            when = self._times[seq]
-            if when is None:
-                age, recency = None, 0.0
-            else:
-                age = max(0.0, (now - when) / 86400.0)
-                recency = math.pow(0.5, age / half_life_days)
-            episode = self._episodes[seq]
-            weight = weights.get(episode.outcome, 1.0)
-            score = relevance * (1 - RECENCY_WEIGHT + RECENCY_WEIGHT * recency) * weight
-            scored = Scored(episode, score, relevance, recency, weight, tuple(sorted(matched)), age)
-            ranked.append((score, seq, scored))
-        ranked.sort(key=lambda t: (t[0], t[1]), reverse=True)
-        return [(seq, s) for _, seq, s in ranked]
+        weights = OUTCOME_WEIGHTS[intent]
+        w_max = max(weights.values())
+        rw = self.recency_weight
+        floor = 1.0 - rw
+        decay = math.log(2.0) / (half_life_days * 86400.0)
+        cap = self.length_cap
+        q = len(q_terms)
+        cutoff = _NEVER if since is None else since
+
+        def recency_factor(when: float) -> float:
+            if when == _NEVER:
+                return floor
+            return floor + rw * math.exp(-decay * max(0.0, now - when))
+
+        def bound(size: int, most: int) -> float:
+            # the best relevance an episode of this length class can reach matching <= most
+            mm = most if cap is not None and size >= cap else min(most, size)
+            return mm / (q + max(mm, size) - mm)
+
+        # min-heap of (score, when, seq, matched); its root is the k-th best so far
+        top: list[tuple[float, float, int, frozenset[str]]] = []
+        seen: set[int] = set()
+        entries = self._entries
+        ordered = sorted((t for t in q_terms if t in self._postings), key=self._df.__getitem__)
+        for j, term in enumerate(ordered):
+            # An episode first met here holds none of the rarer terms already scanned in full
+            # (or scanned until nothing left there could beat the k-th best): it matches at
+            # most the terms from here on.
+            most = len(ordered) - j
+            theta = top[0][0] if len(top) >= k else 0.0
+            if most / q * w_max < theta:
+                break
+            buckets = self._postings[term]
+            for size in sorted(buckets, key=lambda s: -bound(s, most)):
+                rel_bound = bound(size, most) * w_max
+                if rel_bound < theta:
+                    break
+                bucket = buckets[size]
+                whens, seqs = bucket.whens, bucket.seqs
+                for i in range(len(seqs) - 1, -1, -1):
+                    when = whens[i]
+                    if when < cutoff:
+                        break
+                    f = recency_factor(when)
+                    if rel_bound * f < theta:
+                        break
+                    seq = seqs[i]
+                    if seq in seen:
+                        continue
+                    seen.add(seq)
+                    entry = entries[seq]
+                    hit = q_terms & entry.terms
+                    score = (
+                        relevance(len(hit), q, entry.size, cap)
+                        * f
+                        * weights.get(entry.episode.outcome, 1.0)
+                    )
+                    item = (score, when, seq, frozenset(hit))
+                    if len(top) >= k and item[:3] <= top[0][:3]:
+                        continue
+                    if accept is not None and not accept(seq):
+                        continue
+                    if len(top) >= k:
+                        heapq.heapreplace(top, item)
+                    else:
+                        heapq.heappush(top, item)
+                    theta = top[0][0] if len(top) >= k else 0.0
+        ranked = sorted(top, key=lambda t: t[:3], reverse=True)
+        out: list[tuple[int, Scored]] = []
+        for score, when, seq, matched in ranked:
+            entry = entries[seq]
+            age = None if when == _NEVER else max(0.0, now - when) / 86400.0
+            recency = 0.0 if age is None else math.pow(0.5, age / half_life_days)
+            out.append(
+                (
+                    seq,
+                    Scored(
+                        entry.episode,
+                        score,
+                        relevance(len(matched), q, entry.size, cap),
+                        recency,
+                        weights.get(entry.episode.outcome, 1.0),
+                        tuple(sorted(matched)),
+                        age,
+                    ),
+                )
+            )
+        return out
