@@ -406,11 +406,22 @@ class EpisodicMemory:
         )
         return [scored for _, scored in found]
 
-    def render(self, episodes: Sequence[Episode], *, max_chars: int | None = None) -> str:
-        """The ``## Relevant past experience`` block for *episodes* (best first), ``""`` for
-        none. With *max_chars*, lowest-ranked items are dropped whole until it fits."""
+    def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
+        """The ``## Relevant past experience`` block for *episodes* (best first, as
+        :meth:`recall` or :meth:`explain` return them), ``""`` for none.
+
+        Each item is one dated line (outcome, score, tools, the question and the lesson, or
+        the answer when there is no lesson); stored text is neutralised so that it cannot
+        open a heading, fake a system section or end the block. With *max_chars*, the
+        lowest-ranked items are dropped whole until the block fits; it never exceeds
+        *max_chars*. Expired episodes are never shown.
+
+        Example::
+
+            block = memory.render(await memory.recall(task), max_chars=1500)
+        """
         now = time.time()
-        shown = [Episode.coerce(e) for e in episodes]
+        shown = [Episode.coerce(e.episode if isinstance(e, Scored) else e) for e in episodes]
         shown = [e for e in shown if not self._expired_episode(e, now)]
         return render_block(shown, max_chars=max_chars)
 
