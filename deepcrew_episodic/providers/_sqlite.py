@@ -146,14 +146,7 @@ class SQLiteMemoryProvider(MemoryProvider):
 
         def run(conn: sqlite3.Connection) -> None:
             with _transaction(conn):
-                if pairs:
-                    conn.executemany(
-                        "INSERT INTO kv (key, value) VALUES (?, ?) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        pairs,
-                    )
-                if doomed:
-                    conn.executemany("DELETE FROM kv WHERE key = ?", doomed)
+                _apply(conn, pairs, doomed)
 
         await self._run("write", run)
 
@@ -187,13 +180,24 @@ class SQLiteMemoryProvider(MemoryProvider):
     async def increment(self, key: str, *, initial: int = 0) -> int:
         def run(conn: sqlite3.Connection) -> int:
             with _transaction(conn):
-                row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-                value = _parse_counter(key, row[0] if row else None, initial) + 1
-                conn.execute(
-                    "INSERT INTO kv (key, value) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (key, str(value)),
-                )
+                return _increment(conn, key, initial)
+
+        return await self._run("increment", run)
+
+    async def increment_and_write(
+        self,
+        key: str,
+        then: Callable[[int], tuple[Mapping[str, str], Collection[str]]],
+        *,
+        initial: int = 0,
+    ) -> int:
+        # One transaction: the counter and what it places commit together or not at all.
+        def run(conn: sqlite3.Connection) -> int:
+            with _transaction(conn):
+                value = _increment(conn, key, initial)
+                items, delete = then(value)
+                _check_strings(items, items.values())
+                _apply(conn, list(items.items()), [(k,) for k in delete if k not in items])
                 return value
 
         return await self._run("increment", run)
@@ -234,11 +238,12 @@ class SQLiteMemoryProvider(MemoryProvider):
             check_same_thread=False,  # worker threads vary; self._mutex serialises use
         )
         try:
-            # The first read of the header: a file that is not a database fails here,
-            # before anything could be written to it.
+            # Reading the header comes first: a file that is not a database, or a database
+            # that is not ours, is refused before anything is written to it (even the switch
+            # to WAL rewrites the header).
+            self._check_schema(conn)
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._fsync else 'NORMAL'}")
-            self._check_schema(conn)
         except BaseException:
             conn.close()
             raise
@@ -273,6 +278,26 @@ class SQLiteMemoryProvider(MemoryProvider):
                     f"{self._path} was written by a newer deepcrew-episodic (schema {version}, "
                     f"this version reads {_SCHEMA_VERSION}); upgrade deepcrew-episodic."
                 )
+
+
+_UPSERT = "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+
+
+def _increment(conn: sqlite3.Connection, key: str, initial: int) -> int:
+    """Add one to the counter *key*; the caller holds the write lock (BEGIN IMMEDIATE)."""
+    row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+    value = _parse_counter(key, row[0] if row else None, initial) + 1
+    conn.execute(_UPSERT, (key, str(value)))
+    return value
+
+
+def _apply(
+    conn: sqlite3.Connection, pairs: list[tuple[str, str]], doomed: list[tuple[str]]
+) -> None:
+    if pairs:
+        conn.executemany(_UPSERT, pairs)
+    if doomed:
+        conn.executemany("DELETE FROM kv WHERE key = ?", doomed)
 
 
 def _stamp(conn: sqlite3.Connection) -> tuple[int, int]:

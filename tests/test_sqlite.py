@@ -1,0 +1,247 @@
+"""What only the SQLite provider promises, beyond the conformance suite (which it passes whole):
+foreign and damaged files are refused and left untouched, a busy database is waited for in a
+worker thread without blocking the event loop, batches are single statements, and nothing
+assumes asyncio."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from deepcrew_episodic import (
+    ConfigurationError,
+    CorruptDataError,
+    Episode,
+    EpisodicMemory,
+    StorageError,
+)
+from deepcrew_episodic.providers import FileMemoryProvider, SQLiteMemoryProvider
+
+pytestmark = pytest.mark.anyio
+
+
+def ep(query: str) -> Episode:
+    return Episode(query=query, response="done", outcome="success")
+
+
+# --- files that are not ours ------------------------------------------------------------------
+
+
+async def test_a_file_that_is_not_a_database_is_refused_and_left_untouched(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "episodes.json"
+    async with FileMemoryProvider(path) as json_store:  # someone points us at their JSON log
+        await EpisodicMemory(json_store, namespace="ops").record(ep("rotate keys"))
+    before = path.read_bytes()
+    async with SQLiteMemoryProvider(path) as provider:
+        for attempt in (provider.keys(""), provider.store("k", "v"), provider.increment("n")):
+            with pytest.raises(CorruptDataError, match=str(path)) as info:
+                await attempt
+            assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
+    assert path.read_bytes() == before
+    assert json.loads(before)  # still the JSON log it was
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.json", "episodes.json.lock"]
+
+
+async def test_a_damaged_database_raises_corrupt_data_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.db"
+    async with SQLiteMemoryProvider(path) as provider:
+        await provider.write({f"k{i:05}": "v" * 200 for i in range(2000)})
+    raw = bytearray(path.read_bytes())
+    assert len(raw) > 8 * 4096
+    raw[4096:] = b"\x5a" * (len(raw) - 4096)  # every page after the header page is garbage
+    path.write_bytes(bytes(raw))
+    async with SQLiteMemoryProvider(path) as provider:
+        with pytest.raises(CorruptDataError, match=str(path)):
+            await provider.keys("k")
+    assert path.read_bytes() == bytes(raw)
+
+
+async def test_a_database_of_another_application_is_not_written_into(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+        conn.execute("INSERT INTO users VALUES ('ada')")
+    conn.close()
+    before = path.read_bytes()
+    async with SQLiteMemoryProvider(path) as provider:
+        with pytest.raises(ConfigurationError, match="another application"):
+            await provider.store("k", "v")
+    assert path.read_bytes() == before
+
+
+async def test_a_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.db"
+    async with SQLiteMemoryProvider(path) as provider:
+        await provider.store("k", "v")
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    async with SQLiteMemoryProvider(path) as provider:
+        with pytest.raises(ConfigurationError, match="newer"):
+            await provider.retrieve("k")
+
+
+async def test_non_string_values_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    async with SQLiteMemoryProvider(tmp_path / "e.db") as provider:
+        with pytest.raises(ConfigurationError, match="strings only"):
+            await provider.write({"a": "1", "b": 2})  # type: ignore[dict-item]
+        assert await provider.keys("") == []
+
+
+# --- atomicity --------------------------------------------------------------------------------
+
+
+async def test_increment_and_write_is_one_transaction(tmp_path: Path) -> None:
+    async with SQLiteMemoryProvider(tmp_path / "e.db") as provider:
+        await provider.store("seq", "not a number")
+        with pytest.raises(CorruptDataError, match="seq"):
+            await provider.increment_and_write("seq", lambda n: ({f"e:{n}": "body"}, ()))
+        assert await provider.keys("") == ["seq"]  # nothing of the failed step was written
+
+        def fail(n: int) -> tuple[dict[str, str], list[str]]:
+            raise RuntimeError("placing failed")
+
+        await provider.store("seq", "7")
+        with pytest.raises(RuntimeError):
+            await provider.increment_and_write("seq", fail)
+        assert await provider.retrieve("seq") == "7"  # the counter rolled back too
+        assert await provider.increment_and_write("seq", lambda n: ({f"e:{n}": "x"}, ["e:1"])) == 8
+        assert await provider.retrieve_many(["seq", "e:8"]) == ["8", "x"]
+
+
+async def test_increments_from_two_connections_never_collide(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    seen: list[int] = []
+    async with SQLiteMemoryProvider(path) as one, SQLiteMemoryProvider(path) as two:
+
+        async def bump(provider: SQLiteMemoryProvider) -> None:
+            for _ in range(100):
+                seen.append(await provider.increment("n"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bump, one)
+            tg.start_soon(bump, two)
+    assert sorted(seen) == list(range(1, 201))
+
+
+# --- the event loop is never blocked ----------------------------------------------------------
+
+
+async def test_a_busy_database_is_waited_for_off_the_event_loop(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    async with SQLiteMemoryProvider(path) as provider:
+        await provider.store("k", "old")
+        # Another process-like writer holds the write lock for a while.
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        ticks = 0
+        done = anyio.Event()
+
+        async def write() -> None:
+            await provider.store("k", "new")
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            for _ in range(20):  # the loop keeps running while the write waits for the lock
+                await anyio.sleep(0.01)
+                ticks += 1
+            assert not done.is_set()
+            holder.execute("COMMIT")
+            holder.close()
+        assert ticks == 20
+        assert await provider.retrieve("k") == "new"
+
+
+async def test_a_lock_held_past_the_timeout_is_a_storage_error(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    async with SQLiteMemoryProvider(path, timeout=0.2) as provider:
+        await provider.store("k", "old")
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StorageError, match=r"e\.db.*locked"):
+                await provider.store("k", "new")
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert await provider.retrieve("k") == "old"
+
+
+# --- batches are single statements -------------------------------------------------------------
+
+
+async def test_retrieve_many_beyond_sqlites_parameter_limit(tmp_path: Path) -> None:
+    async with SQLiteMemoryProvider(tmp_path / "e.db") as provider:
+        keys = [f"k{i}" for i in range(40_000)]  # more than SQLITE_MAX_VARIABLE_NUMBER
+        await provider.write({k: k.upper() for k in keys[::2]})
+        values = await provider.retrieve_many(keys)
+        assert values == [k.upper() if i % 2 == 0 else None for i, k in enumerate(keys)]
+
+
+async def test_keys_is_a_range_scan_with_exact_prefix_semantics(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    odd = ["a%b", "a_b", "a%", "ab", "é:1", "é:2", "éa", "\U0010ffff\U0010ffffx", "\U0010ffffy"]
+    async with SQLiteMemoryProvider(path) as provider:
+        await provider.write({k: "v" for k in odd})
+        assert await provider.keys("a%") == ["a%", "a%b"]  # no LIKE wildcards
+        assert await provider.keys("a_") == ["a_b"]
+        assert await provider.keys("é:") == ["é:1", "é:2"]
+        assert await provider.keys("\U0010ffff") == ["\U0010ffffy", "\U0010ffff\U0010ffffx"]
+        assert await provider.keys("\U0010ffff\U0010ffff") == ["\U0010ffff\U0010ffffx"]
+        assert await provider.keys("") == sorted(odd)
+    conn = sqlite3.connect(path)
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT key FROM kv WHERE key >= ? AND key < ? ORDER BY key",
+        ("episodic:a:", "episodic:a;"),
+    ).fetchall()
+    conn.close()
+    assert "SEARCH kv USING PRIMARY KEY (key>? AND key<?)" in plan[0][3]
+
+
+# --- any async backend ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_records_and_recalls_on_every_anyio_backend(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    async with SQLiteMemoryProvider(path) as provider:
+        memory = EpisodicMemory(provider, namespace="any", max_episodes=50)
+
+        async def one(i: int) -> None:
+            await memory.record(ep(f"refund order case{i:03}"))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(60):
+                tg.start_soon(one, i)
+        loaded = await memory.load()
+        assert len(loaded) == 50
+        assert len({e.id for e in loaded}) == 50
+        target = loaded[10].query  # not the newest: recency alone cannot pick it
+        assert [e.query for e in await memory.recall(target, top_k=1)] == [target]
+
+
+async def test_reopens_after_aclose_and_across_threads(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    provider = SQLiteMemoryProvider(path)
+    await provider.store("a", "1")
+    await provider.aclose()
+    await provider.aclose()  # idempotent
+    assert await provider.retrieve("a") == "1"  # reopened lazily
+    results: list[str | None] = []
+
+    def in_another_thread() -> None:
+        results.append(anyio.run(SQLiteMemoryProvider(path).retrieve, "a"))
+
+    thread = threading.Thread(target=in_another_thread)
+    thread.start()
+    thread.join()
+    assert results == ["1"]
+    await provider.aclose()
