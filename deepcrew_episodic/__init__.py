@@ -16,54 +16,101 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._agent import Agent, AgentResult
     from ._episode import Episode, Outcome
+    from ._events import EventType, StreamEvent, StreamPolicy
     from ._exceptions import (
+        AgentError,
         ConfigurationError,
         CorruptDataError,
         EpisodicMemoryError,
         InvalidEpisodeError,
+        MaxTurnsError,
         MissingDependencyError,
         StorageError,
+        ToolError,
+        VerifierError,
     )
+    from ._hook import EpisodicHook, Recalled, Recorded
     from ._log import Counters
+    from ._loop import LLMVerifier, LoopConfig, Verdict, Verifier
     from ._memory import EpisodicMemory, MemoryStats
     from ._recall import Scored
     from ._redact import Redactor
+    from ._runner import AgentStream, run_agent, stream_agent
 
 __version__ = "0.1.0"
 
 # public name -> the private module that defines it
 _EXPORTS: dict[str, str] = {
+    "Agent": "._agent",
+    "AgentError": "._exceptions",
+    "AgentResult": "._agent",
+    "AgentStream": "._runner",
     "ConfigurationError": "._exceptions",
     "CorruptDataError": "._exceptions",
     "Counters": "._log",
     "Episode": "._episode",
+    "EpisodicHook": "._hook",
     "EpisodicMemory": "._memory",
     "EpisodicMemoryError": "._exceptions",
+    "EventType": "._events",
     "InvalidEpisodeError": "._exceptions",
+    "LLMVerifier": "._loop",
+    "LoopConfig": "._loop",
+    "MaxTurnsError": "._exceptions",
     "MemoryStats": "._memory",
     "MissingDependencyError": "._exceptions",
     "Outcome": "._episode",
+    "Recalled": "._hook",
+    "Recorded": "._hook",
     "Redactor": "._redact",
     "Scored": "._recall",
     "StorageError": "._exceptions",
+    "StreamEvent": "._events",
+    "StreamPolicy": "._events",
+    "ToolError": "._exceptions",
+    "Verdict": "._loop",
+    "Verifier": "._loop",
+    "VerifierError": "._exceptions",
+    "run_agent": "._runner",
+    "stream_agent": "._runner",
 }
 
 __all__ = [
+    "Agent",
+    "AgentError",
+    "AgentResult",
+    "AgentStream",
     "ConfigurationError",
     "CorruptDataError",
     "Counters",
     "Episode",
+    "EpisodicHook",
     "EpisodicMemory",
     "EpisodicMemoryError",
+    "EventType",
     "InvalidEpisodeError",
+    "LLMVerifier",
+    "LoopConfig",
+    "MaxTurnsError",
     "MemoryStats",
     "MissingDependencyError",
     "Outcome",
+    "Recalled",
+    "Recorded",
     "Redactor",
     "Scored",
     "StorageError",
+    "StreamEvent",
+    "StreamPolicy",
+    "ToolError",
+    "Verdict",
+    "Verifier",
+    "VerifierError",
     "__version__",
+    "run_agent",
+    "stream_agent",
 ]
 
 

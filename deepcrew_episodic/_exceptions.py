@@ -5,20 +5,30 @@
      ├── InvalidEpisodeError  (also ValueError)  invalid episode; nothing is written
      ├── StorageError                            the backend failed (I/O, redis unreachable, ...)
      │    └── CorruptDataError                   undecodable data, left untouched
-     └── MissingDependencyError (also ImportError) an optional extra is not installed
+     ├── MissingDependencyError (also ImportError) an optional extra is not installed
+     └── AgentError                              a run of an agent failed (runner, loop)
+          ├── MaxTurnsError                      no final answer within ``max_turns``
+          ├── ToolError                          a tool crashed (``tool_errors="raise"``)
+          └── VerifierError                      a verifier failed or gave no usable score
 
 Backend errors are translated in one place per provider and keep the original as ``__cause__``.
+A model error (a ``litellm`` exception) reaches the caller unchanged. Before any error of a run
+leaves ``run_agent``, a ``failure`` episode naming it is recorded (when memory is set).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AgentError",
     "ConfigurationError",
     "CorruptDataError",
     "EpisodicMemoryError",
     "InvalidEpisodeError",
+    "MaxTurnsError",
     "MissingDependencyError",
     "StorageError",
+    "ToolError",
+    "VerifierError",
 ]
 
 
@@ -44,3 +54,24 @@ class CorruptDataError(StorageError):
 
 class MissingDependencyError(EpisodicMemoryError, ImportError):
     """An optional dependency is missing; the message gives the ``pip install`` command."""
+
+
+class AgentError(EpisodicMemoryError):
+    """A run of an agent failed. ``run_agent`` recorded a ``failure`` episode first."""
+
+
+class MaxTurnsError(AgentError):
+    """The model was still calling tools after ``max_turns`` turns (deepcrew-ai's name)."""
+
+
+class ToolError(AgentError):
+    """A tool crashed and the agent was built with ``tool_errors="raise"`` (by default the
+    error goes back to the model instead). The tool's own exception is the ``__cause__``."""
+
+    def __init__(self, message: str, *, tool: str = "") -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+class VerifierError(AgentError):
+    """A refinement-loop verifier raised, or answered without a usable score."""

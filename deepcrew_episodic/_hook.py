@@ -1,0 +1,279 @@
+"""``EpisodicHook``: episodic memory for any agent loop, in two calls.
+
+Before a run, :meth:`EpisodicHook.before_run` recalls relevant episodes and returns the
+messages with the ``## Relevant past experience`` block inserted as a system message. After
+the run, :meth:`EpisodicHook.after_run` records one episode (or :meth:`EpisodicHook.failed`
+records a ``failure`` episode naming the error). Memory never takes the agent down: a recall
+or record that fails is logged, counted in ``memory.counters`` and reported as an event, and
+the run goes on.
+
+``run_agent`` and the refinement loop use this hook; nothing else in the runner touches memory.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._episode import Episode, Outcome
+from ._events import EventType, StreamEvent
+from ._exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from ._memory import EpisodicMemory
+
+__all__ = ["EpisodicHook", "EventCallback", "Recalled", "Recorded", "message_text", "user_query"]
+
+log = logging.getLogger("deepcrew_episodic")
+
+EventCallback = Callable[[StreamEvent], Any]
+"""Receives each event; may be a plain function or a coroutine function."""
+
+# deepcrew-ai's rule for a score without an explicit outcome.
+SUCCESS_SCORE = 0.7
+ERROR_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What :meth:`EpisodicHook.before_run` found.
+
+    ``messages`` is the conversation to send to the model: the input with the block inserted
+    (or the input unchanged when nothing was recalled or recall failed).
+    """
+
+    messages: list[dict[str, Any]]
+    query: str
+    episodes: list[Episode] = field(default_factory=list)
+    block: str = ""
+    error: str | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.episodes)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What :meth:`EpisodicHook.after_run` stored: the episode, or why it could not."""
+
+    episode: Episode | None
+    error: str | None = None
+
+
+class EpisodicHook:
+    """Recall before a run, record after it; framework-agnostic.
+
+    Parameters
+    ----------
+    memory:
+        The :class:`~deepcrew_episodic.EpisodicMemory` to recall from and record into.
+    agent_id:
+        Stored on every episode and on every event.
+    on_event:
+        Called with each :class:`StreamEvent` (``EPISODE_RECALLED``, ``EPISODE_RECORDED``,
+        ``EPISODE_RECALL_FAILED``, ``EPISODE_RECORD_FAILED``). A plain or an async function.
+    top_k:
+        Episodes to recall (default: the memory's ``recall_k``).
+    max_block_chars:
+        Budget for the injected block; the lowest-ranked episodes are dropped to fit.
+    recall_timeout:
+        Seconds to wait for recall before going on without it (``None``: no limit).
+    tags:
+        Added to every recorded episode.
+
+    Example (a plain litellm loop)::
+
+        hook = EpisodicHook(memory, agent_id="support")
+        recalled = await hook.before_run(messages)
+        response = await litellm.acompletion(model=model, messages=recalled.messages)
+        answer = response.choices[0].message.content
+        await hook.after_run(recalled.query, answer, outcome="success")
+    """
+
+    def __init__(
+        self,
+        memory: EpisodicMemory,
+        *,
+        agent_id: str = "",
+        on_event: EventCallback | None = None,
+        top_k: int | None = None,
+        max_block_chars: int | None = None,
+        recall_timeout: float | None = 10.0,
+        tags: Sequence[str] = (),
+    ) -> None:
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ConfigurationError(f"top_k must be an integer >= 1, not {top_k!r}")
+        if recall_timeout is not None and not recall_timeout > 0:
+            raise ConfigurationError(f"recall_timeout must be > 0 or None, not {recall_timeout!r}")
+        self.memory = memory
+        self.agent_id = agent_id
+        self.on_event = on_event
+        self.top_k = top_k
+        self.max_block_chars = max_block_chars
+        self.recall_timeout = recall_timeout
+        self.tags = list(tags)
+
+    async def before_run(
+        self, messages: Sequence[dict[str, Any]], *, query: str | None = None
+    ) -> Recalled:
+        """Recall episodes relevant to *query* (default: the last user message) and return the
+        messages with the block inserted after the leading system messages.
+
+        Never raises for a memory failure: the run goes on without past experience, and the
+        failure is logged, counted (``memory.counters.recall_failures``) and emitted as
+        ``EPISODE_RECALL_FAILED``.
+        """
+        original = list(messages)
+        text = user_query(original) if query is None else query
+        if not text.strip():
+            return Recalled(original, text)
+        try:
+            with anyio.fail_after(self.recall_timeout):
+                episodes = await self.memory.recall(text, self.top_k)
+            block = self.memory.render(episodes, max_chars=self.max_block_chars)
+        except Exception as exc:
+            self.memory.counters.recall_failures += 1
+            error = describe(exc)
+            log.warning("episodic recall failed (%s); the run goes on without it", error)
+            await self._emit(EventType.EPISODE_RECALL_FAILED, _error_data(exc))
+            return Recalled(original, text, error=error)
+        if not block:
+            return Recalled(original, text)
+        # The block may hold fewer episodes than recalled (max_block_chars): report those shown.
+        shown = episodes[: sum(1 for line in block.splitlines() if line.startswith("- ["))]
+        await self._emit(
+            EventType.EPISODE_RECALLED,
+            {"count": len(shown), "ids": [e.id for e in shown], "query": text},
+        )
+        return Recalled(insert_system(original, block), text, shown, block)
+
+    async def after_run(
+        self,
+        query: str,
+        response: str,
+        *,
+        outcome: Outcome | None = None,
+        score: float | None = None,
+        tools_used: Collection[str] = (),
+        tags: Sequence[str] = (),
+    ) -> Recorded:
+        """Record one episode for a finished run.
+
+        Without *outcome*: ``success`` when ``score >= 0.7``, ``partial`` below, ``unknown``
+        without a score (deepcrew-ai's rule). Never raises for a memory failure: it is logged,
+        counted (``memory.counters.record_failures``), emitted as ``EPISODE_RECORD_FAILED`` and
+        returned in :attr:`Recorded.error`.
+        """
+        if outcome is None:
+            if score is None:
+                outcome = "unknown"
+            else:
+                outcome = "success" if score >= SUCCESS_SCORE else "partial"
+        return await self._record(query, response, outcome, score, tools_used, tags)
+
+    async def failed(
+        self,
+        query: str,
+        error: BaseException,
+        *,
+        partial_response: str = "",
+        tools_used: Collection[str] = (),
+        tags: Sequence[str] = (),
+    ) -> Recorded:
+        """Record a ``failure`` episode for a run that raised *error*; the response names the
+        error (and keeps any partial answer). The caller re-raises."""
+        response = f"Run failed with {describe(error)}"
+        if partial_response.strip():
+            response += f"\nPartial answer: {partial_response.strip()}"
+        return await self._record(query, response, "failure", None, tools_used, tags)
+
+    # --- internals ------------------------------------------------------------------------
+
+    async def _record(
+        self,
+        query: str,
+        response: str,
+        outcome: Outcome,
+        score: float | None,
+        tools_used: Collection[str],
+        tags: Sequence[str],
+    ) -> Recorded:
+        try:
+            episode = Episode(
+                query=query,
+                response=response,
+                outcome=outcome,
+                score=None if score is None else float(score),
+                tools_used=sorted(set(tools_used)),
+                tags=list(dict.fromkeys([*self.tags, *tags])),
+                agent_id=self.agent_id,
+            )
+            stored = await self.memory.record(episode)
+        except Exception as exc:
+            self.memory.counters.record_failures += 1
+            error = describe(exc)
+            log.warning("recording the %s episode failed (%s)", outcome, error)
+            await self._emit(
+                EventType.EPISODE_RECORD_FAILED, {"outcome": outcome, **_error_data(exc)}
+            )
+            return Recorded(None, error)
+        await self._emit(
+            EventType.EPISODE_RECORDED,
+            {"outcome": stored.outcome, "score": stored.score, "id": stored.id},
+        )
+        return Recorded(stored)
+
+    async def _emit(self, event: EventType, data: dict[str, Any]) -> None:
+        if self.on_event is None:
+            return
+        result = self.on_event(StreamEvent(event, data, self.agent_id))
+        if inspect.isawaitable(result):
+            await result
+
+
+def describe(error: BaseException) -> str:
+    """``"TypeName: message"``, cut to a readable length."""
+    text = str(error).strip()
+    named = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return named if len(named) <= ERROR_CHARS else named[: ERROR_CHARS - 1] + "…"
+
+
+def _error_data(error: BaseException) -> dict[str, Any]:
+    return {"error": describe(error), "error_type": type(error).__name__}
+
+
+def message_text(content: Any) -> str:
+    """The text of a message ``content``: a string, or the text parts of a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        ]
+        return "\n".join(p for p in parts if p)
+    return ""
+
+
+def user_query(messages: Sequence[dict[str, Any]]) -> str:
+    """The text of the last user message ("" when there is none)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return message_text(message.get("content"))
+    return ""
+
+
+def insert_system(messages: list[dict[str, Any]], content: str) -> list[dict[str, Any]]:
+    """*messages* with a system message holding *content* after the leading system messages,
+    so the agent's own system prompt stays first."""
+    at = 0
+    while at < len(messages) and messages[at].get("role") == "system":
+        at += 1
+    return [*messages[:at], {"role": "system", "content": content}, *messages[at:]]

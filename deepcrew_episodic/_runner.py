@@ -1,0 +1,430 @@
+"""``run_agent`` and ``stream_agent``: the agent loop on litellm, with episodic memory.
+
+One run: recall (through :class:`EpisodicHook`), then up to ``max_turns`` streamed model calls,
+running the Python tools the model asks for and sending their results back, then record one
+episode. A run that raises records a ``failure`` episode naming the error, then re-raises.
+
+The run is an async generator of :class:`StreamEvent`; ``run_agent`` drains it and returns
+the :class:`AgentResult`, ``stream_agent`` hands the events to the caller. No background task,
+so no event is lost and nothing outlives the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+
+from ._agent import Agent, AgentResult, Tool, ToolArgumentsError
+from ._events import EventType, StreamEvent, StreamPolicy
+from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
+from ._hook import EpisodicHook, Recorded, describe, user_query
+from ._loop import LoopRecord, refine
+
+__all__ = ["AgentStream", "run_agent", "stream_agent"]
+
+log = logging.getLogger("deepcrew_episodic")
+
+
+async def run_agent(
+    agent: Agent,
+    messages: Sequence[dict[str, Any]],
+    *,
+    agent_id: str | None = None,
+) -> AgentResult:
+    """Run *agent* on *messages* (OpenAI format, without the system prompt) to completion.
+
+    With ``agent.episodic_memory``, relevant past episodes are injected before the first
+    model call and the run is recorded after it; ``agent.loop_config`` runs the refinement
+    loop. Raises the model's own error (a ``litellm`` exception), ``MaxTurnsError``,
+    ``ToolError`` or ``VerifierError``, each after recording a ``failure`` episode.
+
+    Example::
+
+        result = await run_agent(agent, [{"role": "user", "content": "Rotate the API key"}])
+        print(result.text, result.episodes_recalled, result.recorded[0].outcome)
+    """
+    run = _Run(agent, messages, agent_id)
+    async with aclosing(run.events()) as events:
+        async for _ in events:
+            pass
+    assert run.result is not None
+    return run.result
+
+
+def stream_agent(
+    agent: Agent,
+    messages: Sequence[dict[str, Any]],
+    *,
+    policy: StreamPolicy | None = None,
+    agent_id: str | None = None,
+) -> AgentStream:
+    """Run *agent* like :func:`run_agent`, yielding its :class:`StreamEvent` as they happen.
+
+    The stream ends with ``DONE`` (the final text and token counts); the result is then on
+    ``stream.result``. A failing run yields ``ERROR`` and then raises the error. ``policy``
+    filters what is yielded (the episode events are in ``StreamPolicy.verbose()`` only).
+
+    Example::
+
+        stream = stream_agent(agent, messages, policy=StreamPolicy.verbose())
+        async for event in stream:
+            print(event.to_sse(), end="")
+        print(stream.result.episodes_recalled)
+    """
+    return AgentStream(_Run(agent, messages, agent_id), policy or StreamPolicy.verbose())
+
+
+class AgentStream:
+    """The events of one run (iterate once); :attr:`result` is set when the run completed."""
+
+    def __init__(self, run: _Run, policy: StreamPolicy) -> None:
+        self._run = run
+        self._policy = policy
+        self._started = False
+
+    @property
+    def result(self) -> AgentResult | None:
+        return self._run.result
+
+    def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        if self._started:
+            raise RuntimeError("an agent stream can be iterated only once")
+        self._started = True
+        return self._events()
+
+    async def _events(self) -> AsyncGenerator[StreamEvent, None]:
+        aid = self._run.agent_id
+        async with aclosing(self._run.events()) as events:
+            try:
+                async for event in events:
+                    if self._policy.allows(event.event):
+                        yield event
+            except Exception as exc:
+                if self._policy.allows(EventType.ERROR):
+                    yield StreamEvent(
+                        EventType.ERROR,
+                        {"message": describe(exc), "error_type": type(exc).__name__},
+                        aid,
+                    )
+                raise
+        result = self._run.result
+        assert result is not None
+        if self._policy.allows(EventType.DONE):
+            yield StreamEvent(
+                EventType.DONE,
+                {
+                    "text": result.text,
+                    "input_tokens": result.input_tokens,
+                    "output_tokens": result.output_tokens,
+                    "episodes_recalled": result.episodes_recalled,
+                    "loop_iterations": result.loop_iterations,
+                },
+                aid,
+            )
+
+
+class _Run:
+    """One call of ``run_agent``: memory through the hook, turns through :class:`_Attempt`."""
+
+    def __init__(
+        self, agent: Agent, messages: Sequence[dict[str, Any]], agent_id: str | None
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise ConfigurationError(f"run_agent takes an Agent, not {type(agent).__name__}")
+        if isinstance(messages, str | bytes) or not all(isinstance(m, dict) for m in messages):
+            raise ConfigurationError(
+                "messages must be a list of {'role': ..., 'content': ...} dicts"
+            )
+        self.agent = agent
+        self.messages = list(messages)
+        self.agent_id = agent_id or agent.name
+        self.result: AgentResult | None = None
+        self._pending: list[StreamEvent] = []
+
+    def _drain(self) -> list[StreamEvent]:
+        events = list(self._pending)
+        self._pending.clear()  # in place: the hooks hold this list's append
+        return events
+
+    def _hook(self, memory: Any) -> EpisodicHook | None:
+        if memory is None:
+            return None
+        return EpisodicHook(memory, agent_id=self.agent_id, on_event=self._pending.append)
+
+    async def events(self) -> AsyncGenerator[StreamEvent, None]:
+        agent, aid = self.agent, self.agent_id
+        tools = agent.tool_specs()
+        query = user_query(self.messages)
+        history: list[dict[str, Any]] = []
+        if agent.system_prompt:
+            history.append({"role": "system", "content": agent.system_prompt})
+        history.extend(self.messages)
+
+        recall_hook = self._hook(agent.episodic_memory)
+        recalled = None
+        if recall_hook is not None:
+            recalled = await recall_hook.before_run(history, query=query)
+            history = recalled.messages
+            for event in self._drain():
+                yield event
+
+        yield StreamEvent(EventType.AGENT_START, {"model": agent.model}, aid)
+        cfg = agent.loop_config
+        recorded: list[Recorded] = []
+        if cfg is None:
+            record_hook = recall_hook
+            attempt = _Attempt(agent, tools, history, aid)
+            try:
+                async for event in attempt.events():
+                    yield event
+            except Exception as exc:
+                if record_hook is not None:
+                    failure = await record_hook.failed(
+                        query, exc, partial_response=attempt.text, tools_used=attempt.tools_used
+                    )
+                    for event in self._drain():
+                        yield event
+                    if failure.episode is not None:
+                        exc.add_note(f"failure episode {failure.episode.id} recorded")
+                raise
+            result = attempt.result()
+        else:
+            record_hook = self._hook(cfg.episodic_memory or agent.episodic_memory)
+            loop = LoopRecord()
+            async for event in refine(
+                cfg,
+                query=query,
+                messages=history,
+                attempt=lambda msgs: _Attempt(agent, tools, msgs, aid),
+                hook=record_hook,
+                drain=self._drain,
+                agent_id=aid,
+                record=loop,
+            ):
+                yield event
+            result = _loop_result(loop)
+            recorded.extend(loop.recorded)
+
+        if recalled is not None:
+            result.recalled = list(recalled.episodes)
+            result.episodes_recalled = recalled.count
+            result.recall_error = recalled.error
+        yield StreamEvent(
+            EventType.AGENT_DONE,
+            {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
+            aid,
+        )
+        if cfg is None and record_hook is not None:
+            recorded.append(
+                await record_hook.after_run(
+                    query, result.text, score=result.confidence, tools_used=result.tools_used
+                )
+            )
+            for event in self._drain():
+                yield event
+        result.recorded = [r.episode for r in recorded if r.episode is not None]
+        result.record_errors = [r.error for r in recorded if r.error is not None]
+        self.result = result
+
+
+def _loop_result(loop: LoopRecord) -> AgentResult:
+    """The last iteration's answer, with every iteration's tokens and tool calls."""
+    last = loop.results[-1]
+    last.tool_calls = [call for r in loop.results for call in r.tool_calls]
+    last.input_tokens = sum(r.input_tokens for r in loop.results)
+    last.output_tokens = sum(r.output_tokens for r in loop.results)
+    last.loop_iterations = len(loop.results)
+    last.confidence = loop.verdicts[-1].score
+    return last
+
+
+class _Attempt:
+    """The model/tool turns of one run (one loop iteration)."""
+
+    def __init__(
+        self, agent: Agent, tools: dict[str, Tool], history: list[dict[str, Any]], agent_id: str
+    ) -> None:
+        self.agent = agent
+        self.tools = tools
+        self.history = list(history)
+        self.agent_id = agent_id
+        self.text = ""
+        self.tool_calls: list[dict[str, Any]] = []
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    @property
+    def tools_used(self) -> list[str]:
+        return sorted({str(c["tool"]) for c in self.tool_calls})
+
+    def result(self) -> AgentResult:
+        return AgentResult(
+            agent_id=self.agent_id,
+            text=self.text,
+            tool_calls=list(self.tool_calls),
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            model=self.agent.model,
+        )
+
+    def _request(self) -> dict[str, Any]:
+        agent = self.agent
+        kwargs: dict[str, Any] = {
+            "model": agent.model,
+            "messages": self.history,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.tools:
+            kwargs["tools"] = [tool.spec() for tool in self.tools.values()]
+            kwargs["tool_choice"] = "auto"
+        if agent.temperature is not None:
+            kwargs["temperature"] = agent.temperature
+        if agent.max_tokens is not None:
+            kwargs["max_tokens"] = agent.max_tokens
+        kwargs.update(agent.extra_params)
+        return kwargs
+
+    async def events(self) -> AsyncGenerator[StreamEvent, None]:
+        import litellm  # only when a model is called: importing the package stays cheap
+
+        aid = self.agent_id
+        for _turn in range(self.agent.max_turns):
+            response = await litellm.acompletion(**self._request())
+            parts: list[str] = []
+            calls: dict[int, dict[str, str]] = {}
+            usage: Any = None
+            async for chunk in response:
+                if getattr(chunk, "usage", None):
+                    usage = chunk.usage  # sent once, in the last chunk
+                if not chunk.choices:
+                    continue
+                delta = chunk.choices[0].delta
+                if delta.content:
+                    parts.append(delta.content)
+                    yield StreamEvent(EventType.TEXT_DELTA, {"chunk": delta.content}, aid)
+                reasoning = getattr(delta, "reasoning_content", None)
+                if reasoning:
+                    yield StreamEvent(EventType.THINKING_DELTA, {"chunk": reasoning}, aid)
+                for tc in delta.tool_calls or []:
+                    buf = calls.setdefault(tc.index or 0, {"id": "", "name": "", "args": ""})
+                    if tc.id:
+                        buf["id"] = tc.id
+                    if tc.function is not None and tc.function.name:
+                        buf["name"] = tc.function.name
+                    if tc.function is not None and tc.function.arguments:
+                        buf["args"] += tc.function.arguments
+            if usage is not None:
+                self.input_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
+                self.output_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
+            self.text = "".join(parts)
+            if not calls:
+                return
+            async for event in self._run_tools([calls[i] for i in sorted(calls)]):
+                yield event
+        raise MaxTurnsError(
+            f"agent {aid!r} was still calling tools after max_turns={self.agent.max_turns}"
+        )
+
+    async def _run_tools(self, calls: list[dict[str, str]]) -> AsyncGenerator[StreamEvent, None]:
+        aid = self.agent_id
+        parsed: list[tuple[dict[str, str], dict[str, Any] | None, str | None]] = []
+        for call in calls:
+            args, problem = _parse_args(call["args"])
+            parsed.append((call, args, problem))
+            yield StreamEvent(
+                EventType.TOOL_CALL,
+                {
+                    "tool": call["name"],
+                    "args": args if args is not None else call["args"],
+                    "id": call["id"],
+                },
+                aid,
+            )
+        self.history.append(
+            {
+                "role": "assistant",
+                "content": self.text or None,
+                "tool_calls": [
+                    {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["name"], "arguments": json.dumps(args or {})},
+                    }
+                    for call, args, _ in parsed
+                ],
+            }
+        )
+        outcomes: list[tuple[str, BaseException | None]] = [("", None)] * len(parsed)
+
+        async def run_one(index: int, name: str, args: dict[str, Any]) -> None:
+            try:
+                outcomes[index] = (await self._call(name, args), None)
+            except Exception as exc:
+                outcomes[index] = ("", exc)
+
+        # The model asked for these together: run them concurrently, as deepcrew-ai does.
+        async with anyio.create_task_group() as tg:
+            for index, (call, args, problem) in enumerate(parsed):
+                if problem is not None:
+                    outcomes[index] = (
+                        "",
+                        ToolArgumentsError(f"invalid call to {call['name']!r}: {problem}"),
+                    )
+                else:
+                    tg.start_soon(run_one, index, call["name"], args or {})
+
+        for (call, args, _), (text, error) in zip(parsed, outcomes, strict=True):
+            record: dict[str, Any] = {
+                "tool": call["name"],
+                "args": args if args is not None else {},
+                "agent_id": aid,
+                "id": call["id"],
+                "error": None,
+            }
+            self.tool_calls.append(record)
+            if error is not None:
+                record["error"] = describe(error)
+                if self.agent.tool_errors == "raise" and not isinstance(error, ToolArgumentsError):
+                    raise ToolError(
+                        f"tool {call['name']!r} raised {describe(error)}", tool=call["name"]
+                    ) from error
+                log.warning("tool %s failed: %s", call["name"], describe(error))
+                text = f"Error executing tool '{call['name']}': {describe(error)}"
+            yield StreamEvent(
+                EventType.TOOL_RESULT,
+                {
+                    "tool": call["name"],
+                    "result": text,
+                    "id": call["id"],
+                    "error": error is not None,
+                },
+                aid,
+            )
+            self.history.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+
+    async def _call(self, name: str, args: dict[str, Any]) -> str:
+        tool = self.tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            raise ToolArgumentsError(f"unknown tool {name!r} (tools: {known})")
+        return await tool.call(args)
+
+
+def _parse_args(raw: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The model's arguments as a dict, or why they are not one (sent back to the model;
+    deepcrew-ai silently called the tool with no arguments)."""
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return None, f"arguments are not valid JSON ({exc.msg}): {raw[:200]!r}"
+    if not isinstance(value, dict):
+        return None, f"arguments must be a JSON object, not {type(value).__name__}"
+    return value, None
