@@ -15,9 +15,9 @@ URLs without a password, words such as "sk-learn".
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._exceptions import ConfigurationError
@@ -25,7 +25,7 @@ from ._exceptions import ConfigurationError
 if TYPE_CHECKING:
     from ._episode import Episode
 
-__all__ = ["DEFAULT_RULES", "Redactor", "marker"]
+__all__ = ["Redactor", "default_rules", "marker"]
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 # Characters that continue a token: a key must not start or end inside a longer word.
@@ -37,13 +37,15 @@ def marker(kind: str) -> str:
     return f"[REDACTED:{kind}]"
 
 
-@dataclass(frozen=True)
 class Rule:
     """A named pattern. When the pattern has a group named ``secret``, only that group is
     replaced (``password=[REDACTED:...]`` keeps ``password=``); otherwise the whole match."""
 
-    name: str
-    pattern: re.Pattern[str]
+    __slots__ = ("name", "pattern")
+
+    def __init__(self, name: str, pattern: re.Pattern[str]) -> None:
+        self.name = name
+        self.pattern = pattern
 
     def apply(self, text: str) -> str:
         replacement = marker(self.name)
@@ -61,13 +63,14 @@ class Rule:
         return self.pattern.sub(keep_context, text)
 
 
-def _rule(name: str, pattern: str, flags: int = 0) -> Rule:
-    return Rule(name, re.compile(pattern, flags))
+def _rule(name: str, pattern: str, flags: int = 0) -> tuple[str, str, int]:
+    return (name, pattern, flags)
 
 
 # Order matters: a specific rule runs before a generic one that would also match (an Anthropic
 # key before the "sk-" rule, a JWT before "Bearer <token>"), and a marker never matches a rule.
-DEFAULT_RULES: tuple[Rule, ...] = (
+# Compiled on first use (default_rules), not at import: reading a memory never pays for it.
+_DEFAULT_PATTERNS: tuple[tuple[str, str, int], ...] = (
     _rule(
         "private-key",
         r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
@@ -143,6 +146,12 @@ DEFAULT_RULES: tuple[Rule, ...] = (
 )
 
 
+@functools.cache
+def default_rules() -> tuple[Rule, ...]:
+    """The built-in rules, compiled once."""
+    return tuple(Rule(name, re.compile(p, flags)) for name, p, flags in _DEFAULT_PATTERNS)
+
+
 class Redactor:
     """Replaces secrets in text with ``[REDACTED:<kind>]``.
 
@@ -152,7 +161,7 @@ class Redactor:
         More rules, as ``{kind: regex}``. A regex with a group named ``secret`` has only that
         group replaced. Kinds are lower-case letters, digits and ``-``.
     defaults:
-        Apply the built-in rules (:data:`DEFAULT_RULES`) before the extra ones.
+        Apply the built-in rules (:func:`default_rules`) before the extra ones.
 
     Example::
 
@@ -165,7 +174,8 @@ class Redactor:
     def __init__(
         self, extra: Mapping[str, str | re.Pattern[str]] | None = None, *, defaults: bool = True
     ) -> None:
-        rules = list(DEFAULT_RULES) if defaults else []
+        self._defaults = defaults
+        rules: list[Rule] = []
         for name, pattern in (extra or {}).items():
             if not isinstance(name, str) or not _NAME.fullmatch(name):
                 raise ConfigurationError(
@@ -181,16 +191,20 @@ class Redactor:
                     f"position of every text"
                 )
             rules.append(Rule(name, compiled))
-        self._rules = tuple(rules)
+        self._extra = tuple(rules)
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return (default_rules() if self._defaults else ()) + self._extra
 
     @property
     def kinds(self) -> tuple[str, ...]:
         """The kinds of secret this redactor replaces, in the order its rules run."""
-        return tuple(rule.name for rule in self._rules)
+        return tuple(rule.name for rule in self.rules)
 
     def redact(self, text: str) -> str:
         """*text* with every secret replaced by its marker (unchanged when there is none)."""
-        for rule in self._rules:
+        for rule in self.rules:
             text = rule.apply(text)
         return text
 
