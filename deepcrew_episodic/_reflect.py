@@ -3,6 +3,7 @@ reusable lesson. litellm is imported here, on the first call, never at package i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anyio
@@ -16,6 +17,9 @@ SYSTEM_PROMPT = (
 )
 RESPONSE_CHARS = 1500
 LESSON_CHARS = 300
+_DECLINED = {"NONE", "N/A", "NO LESSON", "NOTHING"}
+_LABEL = re.compile(r"^(?:lesson|answer)\s*:\s*", re.IGNORECASE)
+_NONE_FIRST = re.compile(r"NONE\b(?![-'])")
 
 
 def reflection_prompt(episode: Episode) -> list[dict[str, str]]:
@@ -31,13 +35,23 @@ def reflection_prompt(episode: Episode) -> list[dict[str, str]]:
 
 
 def parse_lesson(text: str | None) -> str | None:
-    """The lesson in a model's answer, or ``None`` when it declined (``NONE``) or said nothing."""
+    """The lesson in a model's answer, or ``None`` when it declined or said nothing.
+
+    Declining is ``NONE`` alone (any case, with or without a full stop or quotes) or an answer
+    that starts with the upper-case word ``NONE`` ("NONE - nothing new here"). "None of the
+    retries helped; ..." is a lesson, not a refusal.
+    """
     if not text:
         return None
-    lesson = " ".join(text.split()).strip().strip('"').strip()
-    if not lesson or lesson.rstrip(".").upper() in {"NONE", "N/A", "NO LESSON"}:
+    lesson = " ".join(text.split()).strip().strip("\"'`").strip()
+    lesson = _LABEL.sub("", lesson).strip().strip("\"'`").strip()
+    if not lesson or lesson.rstrip(".!").strip().upper() in _DECLINED:
         return None
-    return lesson[:LESSON_CHARS]
+    if _NONE_FIRST.match(lesson):
+        return None
+    if len(lesson) > LESSON_CHARS:
+        lesson = lesson[: LESSON_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+    return lesson
 
 
 async def ask_for_lesson(
@@ -47,15 +61,14 @@ async def ask_for_lesson(
     timeout_s: float,
     params: dict[str, Any],
 ) -> str | None:
-    """Call *model* once; raises on any failure (the caller decides what to tolerate)."""
+    """Call *model* once, for at most *timeout_s* seconds in all (litellm's own retries
+    included); raises on any failure (the caller decides what to tolerate)."""
     import litellm
 
+    # ours last: a caller's params cannot turn the call into a stream or drop the timeout
+    kwargs = {**params, "stream": False, "timeout": timeout_s}
     with anyio.fail_after(timeout_s):
         response = await litellm.acompletion(
-            model=model,
-            messages=reflection_prompt(episode),
-            stream=False,
-            timeout=timeout_s,
-            **params,
+            model=model, messages=reflection_prompt(episode), **kwargs
         )
     return parse_lesson(response.choices[0].message.content)
