@@ -12,6 +12,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from llm_server import ScriptedLLM, scripted_llm
+from redis_cluster import redis_cluster
 from redis_server import redis_server
 from stores import KINDS, Store
 
@@ -38,6 +39,25 @@ def clean_redis(redis_url: str) -> str:
     client.flushall()
     client.close()
     return redis_url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_ports() -> Iterator[list[int]]:
+    """A real three-master Redis Cluster on free loopback ports, for the whole session."""
+    with redis_cluster() as ports:
+        yield ports
+
+
+@pytest.fixture
+def cluster_target(redis_cluster_ports: list[int]) -> str:
+    """The cluster, emptied: the URL of one of its nodes."""
+    import redis
+
+    for port in redis_cluster_ports:
+        client = redis.Redis(host="127.0.0.1", port=port)
+        client.flushall()
+        client.close()
+    return f"redis://127.0.0.1:{redis_cluster_ports[0]}"
 
 
 @pytest.fixture(params=KINDS)

@@ -33,6 +33,12 @@ def _open_redis(url: str) -> MemoryProvider:
     return RedisMemoryProvider(url)
 
 
+def _open_cluster(url: str) -> MemoryProvider:
+    from deepcrew_episodic.providers import RedisMemoryProvider
+
+    return RedisMemoryProvider(url, cluster=True)
+
+
 def _open_sqlite(path: str) -> MemoryProvider:
     from deepcrew_episodic.providers import SQLiteMemoryProvider
 
@@ -44,6 +50,7 @@ OPENERS: dict[str, Callable[[str], MemoryProvider]] = {
     "file": lambda target: FileMemoryProvider(target),
     "redis": _open_redis,
     "sqlite": _open_sqlite,
+    "cluster": _open_cluster,
 }
 
-KINDS: list[str] = ["dict", "file", "redis", "sqlite"]
+KINDS: list[str] = ["dict", "file", "redis", "sqlite", "cluster"]

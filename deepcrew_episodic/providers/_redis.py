@@ -1,14 +1,23 @@
-"""A Redis provider on redis-py's asyncio client.
+"""A Redis provider on redis-py's asyncio client, for a single server or a Redis Cluster.
 
 Every redis error is translated to :class:`StorageError` in :func:`_translated`, with the
 original kept as ``__cause__``. redis-py's client is asyncio-only, so this provider is too.
+
+Redis Cluster (``cluster=True``): a batch read (MGET) and a transaction (MULTI/EXEC) must touch
+keys of one hash slot. So in cluster mode each key carries a hash tag made of its first two
+``:``-separated segments (cut before any ``}``): ``episodic:ns:e:5`` is stored as
+``<prefix>{episodic:ns}:e:5``. Every key of one episodic namespace therefore lives in one slot,
+and the episode log's reads and writes stay single batches and atomic transactions; different
+namespaces spread over the cluster. A ``write`` that spans several slots (keys of several
+namespaces) is one transaction per slot. ``keys(prefix)`` scans every master.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from .._exceptions import ConfigurationError, CorruptDataError, MissingDependencyError, StorageError
@@ -17,6 +26,7 @@ from ._base import MemoryProvider, substring_search
 try:
     import redis.asyncio as redis_asyncio
     from redis import exceptions as redis_exceptions
+    from redis.asyncio.cluster import RedisCluster
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError(
         "RedisMemoryProvider needs redis-py: pip install 'deepcrew-episodic[redis]'"
@@ -43,14 +53,22 @@ class RedisMemoryProvider(MemoryProvider):
     prefix:
         Prepended to every key; deepcrew-ai's default, so its logs are read in place.
     client:
-        An existing ``redis.asyncio.Redis`` to use instead of connecting to *url*. It is not
-        closed by :meth:`aclose`.
+        An existing ``redis.asyncio.Redis`` (or ``redis.asyncio.cluster.RedisCluster``) to use
+        instead of connecting to *url*. It is not closed by :meth:`aclose`.
     max_connections:
-        Size of the connection pool; more concurrent calls wait for a free connection.
+        Size of the connection pool; more concurrent calls wait for a free connection. On a
+        cluster, at most this many commands are in flight at once.
+    cluster:
+        Connect to a Redis Cluster through any of its nodes (*url*), with redis-py's cluster
+        client, and tag every key so that each namespace lives in one hash slot (see the
+        module docstring). Implied when *client* is a ``RedisCluster``.
 
     Example::
 
         async with RedisMemoryProvider("redis://localhost:6379/0") as backend:
+            memory = EpisodicMemory(backend, namespace="support")
+
+        async with RedisMemoryProvider("redis://10.0.0.5:7000", cluster=True) as backend:
             memory = EpisodicMemory(backend, namespace="support")
     """
 
@@ -63,12 +81,36 @@ class RedisMemoryProvider(MemoryProvider):
         prefix: str = "deepcrew:",
         client: Any | None = None,
         max_connections: int = 32,
+        cluster: bool = False,
     ) -> None:
         self._prefix = prefix
         self._pattern_prefix = _GLOB.sub(r"\\\1", prefix)
+        self._cluster = cluster or isinstance(client, RedisCluster)
+        # A cluster client fails a command when a node's pool is full instead of waiting,
+        # so in-flight commands are capped here; the single-node pool blocks by itself.
+        self._gate: AbstractAsyncContextManager[Any] = (
+            asyncio.Semaphore(max_connections) if self._cluster else nullcontext()
+        )
+        if self._cluster and ("{" in prefix or "}" in prefix):
+            raise ConfigurationError(
+                f"prefix {prefix!r} contains a brace; in cluster mode braces would change "
+                f"the hash tag that keeps a namespace in one slot"
+            )
         if client is not None:
             self._client = client
             self._owns_client = False
+        elif self._cluster:
+            if not url.startswith(("redis://", "rediss://")):
+                raise ConfigurationError(
+                    f"not a redis cluster URL: {url!r} (expected redis://host:port of any node)"
+                )
+            try:
+                self._client = RedisCluster.from_url(
+                    url, decode_responses=True, max_connections=max_connections
+                )
+            except (ValueError, redis_exceptions.RedisClusterException) as exc:
+                raise ConfigurationError(f"invalid redis cluster URL {url!r}: {exc}") from exc
+            self._owns_client = True
         else:
             if not url.startswith(("redis://", "rediss://", "unix://")):
                 raise ConfigurationError(
@@ -92,16 +134,42 @@ class RedisMemoryProvider(MemoryProvider):
         return self._client
 
     def _key(self, key: str) -> str:
+        if self._cluster:
+            tag, rest = _split_tag(key)
+            return f"{self._prefix}{{{tag}}}{rest}"
         return self._prefix + key
+
+    def _unkey(self, full: str) -> str | None:
+        """The key a stored key stands for; ``None`` for a key this provider did not write."""
+        rest = full[len(self._prefix) :]
+        if not self._cluster:
+            return rest
+        close = rest.find("}")
+        if not rest.startswith("{") or close < 0:
+            return None
+        return rest[1:close] + rest[close + 1 :]
+
+    def _scan_pattern(self, prefix: str) -> str:
+        if not self._cluster:
+            return self._pattern_prefix + _GLOB.sub(r"\\\1", prefix) + "*"
+        tag, rest = _split_tag(prefix)
+        if rest:  # the prefix fixes the whole tag
+            return f"{self._pattern_prefix}{{{_glob(tag)}}}{_glob(rest)}*"
+        # The tag of a matching key starts with the prefix (a prefix without a second ':'
+        # or a '}' cannot end the tag early); the filter in keys() settles the rest.
+        return f"{self._pattern_prefix}{{{_glob(prefix)}*"
+
+    def _call(self, op: str, key: str) -> AbstractAsyncContextManager[None]:
+        return _guarded(self._gate, op, key)
 
     # --- deepcrew-ai's contract -------------------------------------------------------
 
     async def store(self, key: str, value: str) -> None:
-        async with _translated("SET", key):
+        async with self._call("SET", key):
             await self._client.set(self._key(key), value)
 
     async def retrieve(self, key: str) -> str | None:
-        async with _translated("GET", key):
+        async with self._call("GET", key):
             return _text(await self._client.get(self._key(key)))
 
     async def search(self, query: str, top_k: int = 5) -> list[tuple[str, str]]:
@@ -118,8 +186,13 @@ class RedisMemoryProvider(MemoryProvider):
     async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
         if not keys:
             return []
-        async with _translated("MGET", keys[0]):
-            values = await self._client.mget([self._key(k) for k in keys])
+        full = [self._key(k) for k in keys]
+        async with self._call("MGET", keys[0]):
+            if self._cluster:
+                # One MGET per slot touched: a namespace's keys are one slot, one MGET.
+                values = await self._client.mget_nonatomic(full)
+            else:
+                values = await self._client.mget(full)
         return [_text(v) for v in values]
 
     async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
@@ -127,13 +200,36 @@ class RedisMemoryProvider(MemoryProvider):
         if not items and not doomed:
             return
         first = next(iter(items), None) or next(iter(delete))
+        stored = {self._key(k): v for k, v in items.items()}
+        if not self._cluster:
+            await self._transaction(first, stored, doomed)
+            return
+        # A cluster transaction is confined to one slot: one per slot touched (a single one
+        # for the keys of one namespace, which share their hash tag).
+        by_slot: dict[int, tuple[dict[str, str], list[str]]] = {}
+        for key, value in stored.items():
+            by_slot.setdefault(self._client.keyslot(key), ({}, []))[0][key] = value
+        for key in doomed:
+            by_slot.setdefault(self._client.keyslot(key), ({}, []))[1].append(key)
+        for slot_items, slot_doomed in by_slot.values():
+            await self._transaction(first, slot_items, slot_doomed)
+
+    async def _transaction(self, first: str, stored: dict[str, str], doomed: list[str]) -> None:
         async with (
-            _translated("MULTI/EXEC", first),
+            self._call("MULTI/EXEC", first),
             self._client.pipeline(transaction=True) as pipe,
         ):
-            if items:
-                pipe.mset({self._key(k): v for k, v in items.items()})
-            if doomed:
+            if self._cluster:
+                # redis-py refuses MSET in a cluster pipeline; SETs in MULTI are as atomic.
+                for key, value in stored.items():
+                    pipe.set(key, value)
+            elif stored:
+                pipe.mset(stored)
+            if self._cluster and doomed:
+                # The cluster pipeline's unlink() splits keys by slot outside the transaction;
+                # the raw command is queued in it (all of doomed share one slot here).
+                pipe.execute_command("UNLINK", *doomed)
+            elif doomed:
                 pipe.unlink(*doomed)
             await pipe.execute()
 
@@ -141,22 +237,24 @@ class RedisMemoryProvider(MemoryProvider):
         full = [self._key(k) for k in keys]
         for start in range(0, len(full), _SCAN_BATCH):
             batch = full[start : start + _SCAN_BATCH]
-            async with _translated("UNLINK", batch[0]):
+            async with self._call("UNLINK", batch[0]):
                 await self._client.unlink(*batch)
 
     async def keys(self, prefix: str) -> list[str]:
-        pattern = self._pattern_prefix + _GLOB.sub(r"\\\1", prefix) + "*"
-        cut = len(self._prefix)
+        pattern = self._scan_pattern(prefix)
         found: list[str] = []
-        async with _translated("SCAN", prefix):
-            async for key in self._client.scan_iter(match=pattern, count=_SCAN_BATCH):
-                found.append(_text(key)[cut:])  # type: ignore[index]
+        async with self._call("SCAN", prefix):
+            # On a cluster, scan_iter walks every master in turn.
+            async for full in self._client.scan_iter(match=pattern, count=_SCAN_BATCH):
+                key = self._unkey(_text(full))  # type: ignore[arg-type]
+                if key is not None and key.startswith(prefix):
+                    found.append(key)
         found.sort()
         return found
 
     async def increment(self, key: str, *, initial: int = 0) -> int:
         try:
-            async with _translated("INCR", key):
+            async with self._call("INCR", key):
                 return int(await self._increment(keys=[self._key(key)], args=[initial]))
         except StorageError as exc:
             if "not an integer" in str(exc.__cause__):
@@ -167,7 +265,8 @@ class RedisMemoryProvider(MemoryProvider):
         if self._owns_client:
             async with _translated("CLOSE", ""):
                 await self._client.aclose()
-                await self._client.connection_pool.disconnect()
+                if not self._cluster:
+                    await self._client.connection_pool.disconnect()
 
 
 def _text(value: Any) -> str | None:
@@ -176,11 +275,33 @@ def _text(value: Any) -> str | None:
     return value  # type: ignore[no-any-return]
 
 
+def _split_tag(key: str) -> tuple[str, str]:
+    """Split *key* into its cluster hash tag and the rest: the tag ends before the second
+    ':' or before the first '}' (which would end a Redis hash tag), whichever comes first."""
+    first = key.find(":")
+    second = key.find(":", first + 1) if first >= 0 else -1
+    cut = min(i for i in (second, key.find("}"), len(key)) if i >= 0)
+    return key[:cut], key[cut:]
+
+
+def _glob(text: str) -> str:
+    return _GLOB.sub(r"\\\1", text)
+
+
+@asynccontextmanager
+async def _guarded(
+    gate: AbstractAsyncContextManager[Any], op: str, key: str
+) -> AsyncIterator[None]:
+    async with gate, _translated(op, key):
+        yield
+
+
 @asynccontextmanager
 async def _translated(op: str, key: str) -> AsyncIterator[None]:
+    """The one place where redis-py's errors become ours."""
     try:
         yield
-    except redis_exceptions.RedisError as exc:
+    except (redis_exceptions.RedisError, redis_exceptions.RedisClusterException) as exc:
         raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
     except OSError as exc:
         raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
