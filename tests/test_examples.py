@@ -42,3 +42,57 @@ def test_every_example_has_a_test(path: str) -> None:
         p.read_text() for p in Path(__file__).parent.glob("test_*.py")
     )
     assert f'"{path}"' in tested, f"examples/{path} is not run by any test"
+
+
+def test_agent_quickstart_recalls_the_first_run_in_the_second() -> None:
+    out = run_example("agent_quickstart.py")
+    assert "(offline mock)" in out
+    assert "run 1: episodes_recalled=0" in out
+    recalled = int(out.split("run 2: episodes_recalled=")[1].split()[0])
+    assert recalled >= 1
+    block = out.split("Injected before run 2:")[1]
+    assert "## Relevant past experience" in block
+    assert 'asked: "How do I rotate an API key?"' in block
+    assert "2 episodes in episodes.json" in out
+
+
+def test_refinement_loop_records_one_episode_per_iteration() -> None:
+    out = run_example("refinement_loop.py")
+    scored = [line for line in out.splitlines() if line.startswith("iteration ")]
+    recorded = [line for line in out.splitlines() if line.strip().startswith("recorded episode")]
+    assert len(scored) == len(recorded) >= 2
+    assert "-> failure" in scored[0]
+    assert "-> success" in scored[-1]
+    assert "Add the timeline." in scored[0]
+    assert f"loop_iterations={len(scored)}" in out
+    episodes = out.split("Episodes recorded")[1].strip().splitlines()[1:]
+    assert len(episodes) == len(scored)
+    assert len({line.split("query=")[1] for line in episodes}) == 1  # the original query
+
+
+def test_streaming_prints_episode_events_only_when_verbose() -> None:
+    out = run_example("streaming.py")
+    verbose, standard, sse = (
+        out.split("== verbose ==")[1].split("== standard")[0],
+        out.split("== standard")[1].split("== one event")[0],
+        out.split("== one event as Server-Sent Events ==")[1],
+    )
+    kinds = [line.split()[0] for line in verbose.splitlines() if line and "{" in line]
+    assert kinds[:2] == ["episode_recalled", "agent_start"]
+    assert kinds[-2:] == ["episode_recorded", "done"]
+    assert "'count': 1" in verbose
+    assert "result: episodes_recalled=1" in verbose
+    assert "episode_" not in standard
+    assert "text_delta" in standard
+    assert sse.strip().startswith("event: done\ndata: {")
+
+
+def test_bare_litellm_hook_recalls_and_records() -> None:
+    out = run_example("bare_litellm.py")
+    run1, run2 = out.split("run 2:")[0], out.split("run 2:")[1].split("The block")[0]
+    assert "0 episode(s) recalled" in run1
+    assert "episode_recorded {'outcome': 'success', 'score': 0.9" in run1
+    assert "episode_recalled {'count': 1" in run2
+    assert "sending 3 messages, 1 episode(s) recalled" in run2
+    block = out.split("The block a third run would get:")[1]
+    assert block.count("asked:") == 2
