@@ -17,11 +17,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from llm_server import Reply, ScriptedLLM
 from stores import Store
 
-from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory
+from deepcrew_episodic import Agent, ConfigurationError, Episode, EpisodicMemory, run_agent
 from deepcrew_episodic._cli import main
-from deepcrew_episodic.providers import FileMemoryProvider, MemoryProvider
+from deepcrew_episodic.providers import FileMemoryProvider, InMemoryProvider, MemoryProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -310,3 +311,43 @@ async def test_clear_then_stats(provider: MemoryProvider) -> None:
     stats = await memory.stats()
     assert (stats.total, stats.expired, stats.corrupt) == (0, 0, 0)
     assert SECRET_WORD not in await raw_text(provider)
+
+
+# --- the runner hook ----------------------------------------------------------------------------
+
+
+async def test_run_agent_never_injects_an_expired_episode(llm: ScriptedLLM) -> None:
+    """The whole run, over litellm's real HTTP path: the block sent to the model holds the live
+    episode and none of the expired ones, and the run's result does not list them."""
+    provider = InMemoryProvider()
+    seeded = await seed(policy(provider))
+    llm.script(Reply.text("Deployed it the same way as last time."))
+    agent = Agent(
+        name="ops",
+        model="openai/scripted",
+        extra_params={**llm.params, "max_retries": 0},
+        episodic_memory=policy(provider),
+    )
+    result = await run_agent(agent, [{"role": "user", "content": "deploy zanzibar again"}])
+    [request] = llm.requests
+    sent = json.dumps(request.body)
+    assert "deploy the billing service" in request.system_text
+    assert SECRET_WORD not in sent.replace("deploy zanzibar again", "")
+    assert [e.id for e in result.recalled] == [seeded["live"].id]
+    assert result.episodes_recalled == 1
+
+
+async def test_the_hook_records_through_redaction(llm: ScriptedLLM) -> None:
+    provider = InMemoryProvider()
+    key = "ghp_" + "aB3" * 12
+    llm.script(Reply.text(f"Use the token {key} next time."))
+    agent = Agent(
+        name="ops",
+        model="openai/scripted",
+        extra_params={**llm.params, "max_retries": 0},
+        episodic_memory=EpisodicMemory(provider, namespace="hook"),
+    )
+    await run_agent(agent, [{"role": "user", "content": f"why does {key} fail?"}])
+    raw = await raw_text(provider)
+    assert key not in raw
+    assert "[REDACTED:github-token]" in raw
