@@ -60,7 +60,7 @@ INTENTS: tuple[str, ...] = ("any", "what_failed", "what_worked")
 RECENCY_WEIGHT = 0.2
 HALF_LIFE_DAYS = 30.0
 # An episode's side of the Jaccard union counts at most this many terms (see the module doc).
-LENGTH_CAP = 12
+LENGTH_CAP = 6
 DEFAULT_FIELDS: tuple[str, ...] = ("query", "tags", "reflection")
 MATCHABLE_FIELDS: tuple[str, ...] = ("query", "response", "tags", "reflection", "tools_used")
 
@@ -86,6 +86,7 @@ while who whom whose why will with within without would yet you your yours yours
 don doesn didn isn aren wasn weren hasn haven hadn won wouldn shouldn couldn cannot ll ve re
 hi hello hey thanks thank please pls ok okay yes yeah anyone anything someone something
 somebody everyone everything thing things stuff lot lots really quite maybe perhaps
+many far little several various
 get gets got getting make makes made let lets need needs want wants wanted tell told know
 knew like see saw seen say said go goes going went come came try tried one two
 aber als am an auch auf aus bei bis bitte da dann das dass dem den der des die doch du durch
@@ -444,8 +445,8 @@ class RecallIndex:
             )
         if length_cap is not None and length_cap < 1:
             raise ValueError(f"length_cap must be >= 1 or None, not {length_cap!r}")
-        if not 0.0 <= recency_weight < 1.0:
-            raise ValueError(f"recency_weight must be in [0, 1), not {recency_weight!r}")
+        if not 0.0 <= recency_weight <= 1.0:
+            raise ValueError(f"recency_weight must be in [0, 1], not {recency_weight!r}")
         self.fields = tuple(fields)
         self.length_cap = length_cap
         self.recency_weight = recency_weight

@@ -398,7 +398,7 @@ def test_bad_index_options_are_rejected() -> None:
     with pytest.raises(ValueError, match="length_cap"):
         RecallIndex(length_cap=0)
     with pytest.raises(ValueError, match="recency_weight"):
-        RecallIndex(recency_weight=1.0)
+        RecallIndex(recency_weight=1.5)
 
 
 # --- the pruned search returns exactly the brute-force top k ------------------------------------
