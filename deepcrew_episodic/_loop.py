@@ -12,7 +12,8 @@ import contextlib
 import json
 import math
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -145,7 +146,7 @@ class Attempt(Protocol):
     @property
     def tools_used(self) -> list[str]: ...
 
-    def events(self) -> AsyncIterator[StreamEvent]: ...
+    def events(self) -> AsyncGenerator[StreamEvent, None]: ...
 
     def result(self) -> AgentResult: ...
 
@@ -169,7 +170,7 @@ async def refine(
     drain: Callable[[], list[StreamEvent]],
     agent_id: str,
     record: LoopRecord,
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     """Run the loop, yielding its events. A failing iteration (model error, tool crash, max
     turns, verifier error) records a ``failure`` episode and re-raises."""
     history = list(messages)
@@ -177,8 +178,9 @@ async def refine(
         yield StreamEvent(EventType.LOOP_ITERATION, {"iteration": i, "converged": False}, agent_id)
         run = attempt(history)
         try:
-            async for event in run.events():
-                yield event
+            async with aclosing(run.events()) as events:
+                async for event in events:
+                    yield event
             result = run.result()
             verdict = await judge(config, query, result)
         except Exception as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -91,7 +91,7 @@ class AgentStream:
     def result(self) -> AgentResult | None:
         return self._run.result
 
-    def __aiter__(self) -> AsyncIterator[StreamEvent]:
+    def __aiter__(self) -> AsyncGenerator[StreamEvent, None]:
         if self._started:
             raise RuntimeError("an agent stream can be iterated only once")
         self._started = True
@@ -180,8 +180,9 @@ class _Run:
             record_hook = recall_hook
             attempt = _Attempt(agent, tools, history, aid)
             try:
-                async for event in attempt.events():
-                    yield event
+                async with aclosing(attempt.events()) as events:
+                    async for event in events:
+                        yield event
             except Exception as exc:
                 if record_hook is not None:
                     failure = await record_hook.failed(
@@ -196,7 +197,7 @@ class _Run:
         else:
             record_hook = self._hook(cfg.episodic_memory or agent.episodic_memory)
             loop = LoopRecord()
-            async for event in refine(
+            loop_events = refine(
                 cfg,
                 query=query,
                 messages=history,
@@ -205,8 +206,10 @@ class _Run:
                 drain=self._drain,
                 agent_id=aid,
                 record=loop,
-            ):
-                yield event
+            )
+            async with aclosing(loop_events) as events:
+                async for event in events:
+                    yield event
             result = _loop_result(loop)
             recorded.extend(loop.recorded)
 
@@ -325,8 +328,9 @@ class _Attempt:
             self.text = "".join(parts)
             if not calls:
                 return
-            async for event in self._run_tools([calls[i] for i in sorted(calls)]):
-                yield event
+            async with aclosing(self._run_tools([calls[i] for i in sorted(calls)])) as events:
+                async for event in events:
+                    yield event
         raise MaxTurnsError(
             f"agent {aid!r} was still calling tools after max_turns={self.agent.max_turns}"
         )

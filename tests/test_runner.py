@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
 import litellm
@@ -340,7 +341,7 @@ def test_tool_schemas_come_from_type_hints() -> None:
         items: list[str],
         note: str | None = None,
         weight: Annotated[float, Field(description="Kilograms.")] = 1.0,
-        untyped="x",  # type: ignore[no-untyped-def]
+        untyped="x",  # no annotation: a string, as in deepcrew-ai
     ) -> str:
         return ""
 
@@ -532,3 +533,18 @@ def test_invalid_run_arguments() -> None:
         stream_agent(agent, "hello")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="Agent"):
         stream_agent("agent", [])  # type: ignore[arg-type]
+
+
+async def test_leaving_a_stream_early_ends_the_run_without_an_episode(llm: ScriptedLLM) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("a long answer that the consumer stops reading"))
+    stream = stream_agent(make_agent(llm, episodic_memory=memory), ASK)
+    events = aiter(stream)
+    async with aclosing(events):
+        async for event in events:
+            if event.event == EventType.TEXT_DELTA:
+                break
+    assert stream.result is None
+    assert await memory.load() == []  # cancelled, not failed: no outcome to record
+    with pytest.raises(RuntimeError, match="once"):
+        aiter(stream)
