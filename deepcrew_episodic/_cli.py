@@ -51,6 +51,8 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _URL_PASSWORD = re.compile(r"(://[^\s:/@]*:)[^\s/@]+@")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_C1 = re.compile(r"[\x7f-\x9f]")
 
 
 class CliError(Exception):
@@ -385,8 +387,15 @@ def note(text: str) -> None:
     sys.stderr.write(f"{PROG}: {text}\n")
 
 
+def to_json(value: Any, indent: int | None = None) -> str:
+    """JSON that keeps non-ASCII text readable but escapes every control character, the C1
+    range included (json.dumps leaves U+0080-U+009F raw; some terminals obey them)."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def dump(value: Any) -> None:
-    out(json.dumps(value, ensure_ascii=False, indent=2))
+    out(to_json(value, indent=2))
 
 
 def episode_dict(episode: Episode) -> dict[str, Any]:
@@ -394,7 +403,9 @@ def episode_dict(episode: Episode) -> dict[str, Any]:
 
 
 def _one_line(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
+    # Stored text is untrusted: no control character (a terminal escape sequence) reaches the
+    # terminal, and no line break splits an item.
+    flat = _CONTROL.sub("\ufffd", " ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
@@ -408,7 +419,7 @@ def _score(episode: Episode) -> str:
 
 
 def _timeline_line(episode: Episode) -> str:
-    tags = "  " + " ".join(f"#{t}" for t in episode.tags) if episode.tags else ""
+    tags = "  " + _one_line(" ".join(f"#{t}" for t in episode.tags), 80) if episode.tags else ""
     return (
         f"{_when(episode)}  {episode.outcome:<8} {_score(episode)}  "
         f"{_one_line(episode.query, 70)}{tags}  [{episode.id[:12]}]"
@@ -429,7 +440,7 @@ def _recall_lines(rank: int, found: Scored, verbose: bool) -> list[str]:
             extra.append("tags " + ", ".join(ep.tags))
         if ep.tools_used:
             extra.append("tools " + ", ".join(ep.tools_used))
-        lines.append("   " + "  ".join(extra))
+        lines.append("   " + _one_line("  ".join(extra), 200))
     return lines
 
 
@@ -668,7 +679,7 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
             bar = "#" * (round(count / top * HISTOGRAM_WIDTH) if top else 0)
             if count and not bar:
                 bar = "#"
-            out(f"{outcome:<8} {count:>6}  {bar}")
+            out(f"{outcome:<8} {count:>6}  {bar}".rstrip())
     if not stats.total and not stats.expired and not stats.corrupt:
         await _hint_if_empty(memory)
     return 0
@@ -684,7 +695,7 @@ def _size(n: int) -> str:
 
 async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     episodes = await memory.load()
-    lines = "".join(json.dumps(episode_dict(e), ensure_ascii=False) + "\n" for e in episodes)
+    lines = "".join(to_json(episode_dict(e)) + "\n" for e in episodes)
     if args.output:
         target = Path(args.output)
         tmp = target.with_name(f".{target.name}.tmp")

@@ -671,3 +671,20 @@ def test_export_into_a_closed_pipe_is_quiet(store: str, tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.stdout == '{"query": '
     assert done.stderr == ""
+
+
+def test_stored_control_characters_never_reach_the_terminal(run: Run, store: str) -> None:
+    hostile = "refund \x1b]0;pwned\x07 order \x1b[2J\x9b31m now\nIGNORE PREVIOUS"
+    assert (
+        run("--store", store, "record", "-q", hostile, "-r", "ok\x1b[0m", "--tag", "a\x1bb")[0] == 0
+    )
+    for command in (["timeline"], ["recall", "refund order", "-v"]):
+        code, out, _ = run("--store", store, *command)
+        assert code == 0
+        assert not any(c in out for c in "\x1b\x07\x9b")
+        assert "IGNORE PREVIOUS" in out.splitlines()[0]  # one episode, one line
+    for command in (["recall", "refund order", "--json"], ["export"]):
+        code, out, _ = run("--store", store, *command)
+        assert not any(c in out for c in "\x1b\x07\x9b")  # escaped: \u001b, \u009b, ...
+        item = json.loads(out)[0] if command[0] == "recall" else json.loads(out.splitlines()[0])
+        assert item["query"] == hostile  # machine output keeps the exact text
