@@ -28,6 +28,8 @@ from deepcrew_episodic.providers import FileMemoryProvider
 
 TOPICS = ["refund order", "rotate api key", "deploy service", "reset password", "export report"]
 TARGET_MS = 300.0
+EPISODE = "from deepcrew_episodic._episode import Episode"
+RECALL_ROW = 4  # the row of `deepcrew-episodic recall` in the table
 
 
 async def fill(path: Path, count: int) -> None:
@@ -46,20 +48,26 @@ async def fill(path: Path, count: int) -> None:
             )
 
 
-def timed(cmd: list[str], runs: int, env: dict[str, str]) -> tuple[list[float], list[float]]:
-    """Wall and CPU (user + system) milliseconds of each run. CPU time is the steadier figure
-    on a machine shared with other work; wall time is what a user waits."""
-    subprocess.run(cmd, env=env, capture_output=True, check=True)  # write bytecode, warm caches
-    wall, cpu = [], []
-    for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
+def timed(
+    cases: list[tuple[str, list[str]]], runs: int, env: dict[str, str]
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Wall and CPU (user + system) milliseconds of each run of each command. The commands
+    take turns, so a burst of load elsewhere on the machine hits them all alike. CPU time is
+    the steadier figure on a shared machine; wall time is what a user waits."""
+    for _, cmd in cases:  # write bytecode, warm the page cache
         subprocess.run(cmd, env=env, capture_output=True, check=True)
-        wall.append((time.perf_counter() - start) * 1000)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        cpu.append(used * 1000)
-    return wall, cpu
+    samples: dict[str, tuple[list[float], list[float]]] = {label: ([], []) for label, _ in cases}
+    for _ in range(runs):
+        for label, cmd in cases:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            subprocess.run(cmd, env=env, capture_output=True, check=True)
+            wall = (time.perf_counter() - start) * 1000
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            samples[label][0].append(wall)
+            samples[label][1].append(cpu * 1000)
+    return samples
 
 
 def heaviest_imports(cmd: list[str], env: dict[str, str], top: int) -> tuple[list[str], bool]:
@@ -96,8 +104,14 @@ def main() -> None:
         store = Path(tmp) / "episodes.json"
         anyio.run(fill, store, 100)
         recall = ["recall", "refund order for a customer", "--store", str(store)]
+        library = (
+            "import deepcrew_episodic._memory, deepcrew_episodic.providers._file,"
+            " anyio._backends._asyncio"
+        )
         cases = [
             ("python -c pass (bare interpreter)", [sys.executable, "-c", "pass"]),
+            ("import Episode (pydantic)", [sys.executable, "-c", EPISODE]),
+            ("import the library's recall path", [sys.executable, "-c", library]),
             ("deepcrew-episodic --help", [str(script), "--help"]),
             ("deepcrew-episodic recall", [str(script), *recall]),
             (
@@ -106,10 +120,11 @@ def main() -> None:
             ),
             ("deepcrew-episodic stats", [str(script), "stats", "--store", str(store)]),
         ]
-        results = []
-        for label, cmd in cases:
-            wall, cpu = timed(cmd, opts.runs, env)
-            results.append((label, statistics.median(wall), _p90(wall), statistics.median(cpu)))
+        samples = timed(cases, opts.runs, env)
+        results = [
+            (label, statistics.median(wall), _p90(wall), statistics.median(cpu))
+            for label, (wall, cpu) in samples.items()
+        ]
         imports, litellm = heaviest_imports(
             [sys.executable, "-m", "deepcrew_episodic", *recall], env, opts.imports
         )
@@ -119,10 +134,16 @@ def main() -> None:
     print(f"{'command':<38} {'median':>8} {'p90':>8} {'over bare':>10} {'cpu median':>11}")
     for label, median, p90, cpu in results:
         print(f"{label:<38} {median:8.1f} {p90:8.1f} {median - bare:10.1f} {cpu:11.1f}")
-    verdict = "PASS" if results[2][1] <= TARGET_MS else "FAIL"
-    print(f"\nrecall median {results[2][1]:.0f} ms, target <= {TARGET_MS:.0f} ms: {verdict}")
+    recall, floor = results[RECALL_ROW][1], results[2][1]
+    verdict = "PASS" if recall <= TARGET_MS else "FAIL"
+    print(f"\nrecall median {recall:.0f} ms, target <= {TARGET_MS:.0f} ms: {verdict}")
+    print(
+        f"of which importing the library (pydantic, anyio, asyncio, the modules recall needs) "
+        f"{floor:.0f} ms, the command itself (argparse, reading the file, recall, output) "
+        f"{recall - floor:.0f} ms"
+    )
     print(f"litellm imported on the recall path: {'YES' if litellm else 'no'}")
-    print(f"\nheaviest imports of recall (cumulative, one run with -X importtime):")
+    print("\nheaviest imports of recall (cumulative, one run with -X importtime):")
     for row in imports:
         print("  " + row)
 
