@@ -97,7 +97,13 @@ class EpisodicMemory:
             raise ConfigurationError(str(exc)) from None
         self._recall_k = recall_k
         self._reflect_model = reflect_model
-        self._reflect_timeout = reflect_timeout
+        if isinstance(reflect_timeout, bool) or not (
+            isinstance(reflect_timeout, int | float) and reflect_timeout > 0
+        ):
+            raise ConfigurationError(
+                f"reflect_timeout must be > 0 seconds, not {reflect_timeout!r}"
+            )
+        self._reflect_timeout = float(reflect_timeout)
         self._reflect_params = dict(reflect_params or {})
         self._max_age = max_age
         self._half_life = half_life_days

@@ -12,7 +12,7 @@ import litellm
 import pytest
 from llm_server import Reply, ScriptedLLM
 
-from deepcrew_episodic import Agent, Episode, EpisodicMemory, run_agent
+from deepcrew_episodic import Agent, ConfigurationError, Episode, EpisodicMemory, run_agent
 from deepcrew_episodic._reflect import LESSON_CHARS, SYSTEM_PROMPT, parse_lesson
 from deepcrew_episodic.providers import InMemoryProvider
 
@@ -156,3 +156,9 @@ def test_parse_lesson() -> None:
     assert long is not None
     assert len(long) <= LESSON_CHARS
     assert long.endswith("…")
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), "10"])
+def test_reflect_timeout_must_be_positive(timeout: object) -> None:
+    with pytest.raises(ConfigurationError, match="reflect_timeout"):
+        EpisodicMemory(InMemoryProvider(), reflect_model="m", reflect_timeout=timeout)  # type: ignore[arg-type]
