@@ -907,7 +907,11 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _explain(exc: BaseException, settings: Settings | None) -> str:
-    """One line for a failure the user can act on."""
+    """One line for a failure the user can act on (a password in a URL never printed)."""
+    return safe_label(_describe(exc, settings))
+
+
+def _describe(exc: BaseException, settings: Settings | None) -> str:
     message = " ".join(str(exc).split()) or type(exc).__name__
     cause = exc.__cause__
     is_redis = settings is not None and settings.label.lower().startswith(("redis://", "rediss://"))

@@ -285,6 +285,7 @@ def test_redis_store(clean_redis: str) -> None:
         ("redis://127.0.0.1:1/0", "cannot reach redis at redis://127.0.0.1:1/0"),
         ("redis://:hunter22@127.0.0.1:1/0", "cannot reach redis at redis://:***@127.0.0.1:1/0"),
         ("redis://127.0.0.1:notaport/0", "redis"),
+        ("redis://:hunter22@127.0.0.1:notaport/0", "redis://:***@127.0.0.1:notaport/0"),
     ],
 )
 def test_unreachable_or_bad_redis_is_one_line(url: str, message: str) -> None:
