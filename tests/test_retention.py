@@ -243,6 +243,20 @@ async def test_forget_by_id_deletes_the_payload(store: Store, provider: MemoryPr
         assert SECRET_WORD not in Path(store.target).read_text()
 
 
+async def test_forget_and_sweep_are_seen_by_a_reader_with_a_warm_cache(
+    provider: MemoryProvider,
+) -> None:
+    writer = policy(provider)
+    reader = EpisodicMemory(provider, namespace="ret")  # no max_age: sees the old one
+    seeded = await seed(writer)
+    assert len(await reader.recall("deploy zanzibar", 10)) == 2  # cached and indexed
+    await writer.sweep()
+    assert [e.id for e in await reader.recall("deploy zanzibar", 10)] == [seeded["live"].id]
+    await writer.forget([seeded["live"].id])
+    assert await reader.recall("deploy zanzibar", 10) == []
+    assert await reader.load() == []
+
+
 async def test_forget_by_filter(provider: MemoryProvider) -> None:
     memory = EpisodicMemory(provider, namespace="flt")
     a = await memory.record(
