@@ -88,10 +88,12 @@ async def test_a_database_from_a_newer_version_is_refused(tmp_path: Path) -> Non
             await provider.retrieve("k")
 
 
-async def test_non_string_values_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+async def test_values_that_are_not_text_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
     async with SQLiteMemoryProvider(tmp_path / "e.db") as provider:
         with pytest.raises(ConfigurationError, match="strings only"):
             await provider.write({"a": "1", "b": 2})  # type: ignore[dict-item]
+        with pytest.raises(ConfigurationError, match="valid Unicode"):
+            await provider.write({"a": "1", "b": "half a pair \ud800"})
         assert await provider.keys("") == []
 
 

@@ -335,6 +335,10 @@ def _translated(path: Path, op: str) -> Iterator[None]:
         raise StorageError(f"sqlite {op} on {path} failed: {exc}") from exc
     except sqlite3.Error as exc:
         raise StorageError(f"sqlite {op} on {path} failed: {exc}") from exc
+    except UnicodeEncodeError as exc:  # a lone surrogate: not text SQLite can store
+        raise ConfigurationError(
+            f"sqlite {op} on {path}: keys and values must be valid Unicode text ({exc})"
+        ) from exc
     except OSError as exc:
         raise StorageError(f"sqlite {op} on {path} failed: {exc}") from exc
 
