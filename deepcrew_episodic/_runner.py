@@ -217,22 +217,24 @@ class _Run:
             result.recalled = list(recalled.episodes)
             result.episodes_recalled = recalled.count
             result.recall_error = recalled.error
-        yield StreamEvent(
-            EventType.AGENT_DONE,
-            {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
-            aid,
-        )
         if cfg is None and record_hook is not None:
+            # Recorded before AGENT_DONE is yielded: a consumer that stops reading at
+            # AGENT_DONE must not cost the episode. Its event still follows AGENT_DONE.
             recorded.append(
                 await record_hook.after_run(
                     query, result.text, score=result.confidence, tools_used=result.tools_used
                 )
             )
-            for event in self._drain():
-                yield event
         result.recorded = [r.episode for r in recorded if r.episode is not None]
         result.record_errors = [r.error for r in recorded if r.error is not None]
         self.result = result
+        yield StreamEvent(
+            EventType.AGENT_DONE,
+            {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
+            aid,
+        )
+        for event in self._drain():
+            yield event
 
 
 def _loop_result(loop: LoopRecord) -> AgentResult:

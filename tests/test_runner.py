@@ -548,3 +548,18 @@ async def test_leaving_a_stream_early_ends_the_run_without_an_episode(llm: Scrip
     assert await memory.load() == []  # cancelled, not failed: no outcome to record
     with pytest.raises(RuntimeError, match="once"):
         aiter(stream)
+
+
+async def test_a_consumer_stopping_at_agent_done_keeps_the_episode(llm: ScriptedLLM) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("answer"))
+    stream = stream_agent(make_agent(llm, episodic_memory=memory), ASK)
+    events = aiter(stream)
+    async with aclosing(events):
+        async for event in events:
+            if event.event == EventType.AGENT_DONE:
+                break
+    [episode] = await memory.load()
+    assert episode.response == "answer"
+    assert stream.result is not None
+    assert stream.result.recorded == [episode]
