@@ -114,6 +114,7 @@ class EpisodeLog:
         self._holes: dict[int, float] = {}  # seq -> when first seen missing
         self._bad: set[int] = set()  # seqs whose record cannot be decoded (reported once)
         self._synced_last = 0
+        self._live_start = 0  # every cached seq lies in [_live_start, _synced_last]
         self._gen: str | None = None
         self._legacy: Legacy | None = None
         self._keys: dict[int, str] = {}
@@ -189,12 +190,19 @@ class EpisodeLog:
             self._holes.clear()
             self._bad.clear()
             self._synced_last = 0
+            self._live_start = 0
         live = self.live_range(head.last)
-        for seq in [s for s in self._cache if s not in live]:
+        # Only what fell out of the ring since the last sync is looked at, not the whole cache,
+        # so a sync costs the same at 100 or 100,000 episodes.
+        if head.last >= self._synced_last and live.start - self._live_start <= len(self._cache):
+            stale = [s for s in range(self._live_start, live.start) if s in self._cache]
+        else:
+            stale = [s for s in self._cache if s not in live]
+        for seq in stale:
             del self._cache[seq]
             changes.removed.append(seq)
         self._holes = {s: t for s, t in self._holes.items() if s in live}
-        wanted = [s for s in live if s > self._synced_last] + list(self._holes)
+        wanted = [*range(max(live.start, self._synced_last + 1), live.stop), *self._holes]
         if wanted:
             keys = [self.entry_key(s, head.legacy) for s in wanted]
             values = await self.provider.retrieve_many(keys)
@@ -213,6 +221,7 @@ class EpisodeLog:
                     self._cache[seq] = episode
                     changes.added.append((seq, episode))
         self._synced_last = max(self._synced_last, head.last)
+        self._live_start = live.start
         self._gen, self._legacy, self._synced = head.gen, head.legacy, True
         return changes
 
