@@ -46,8 +46,10 @@ import math
 import re
 import unicodedata
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Literal
 
 from ._episode import Episode
@@ -141,7 +143,17 @@ def terms(text: str) -> set[str]:
     >>> sorted(terms("Deploying the new deployments (Zürich)"))
     ['deploy', 'new', 'zurich']
     """
-    return {stem(w) for w in words(text) if len(w) > 1 and w not in _STOPWORDS}
+    found = set(map(_term, words(text)))
+    found.discard("")
+    return found
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _term(word: str) -> str:
+    # "" for a stopword or a one-character word (a single Han character is a word, though)
+    if word in _STOPWORDS or (len(word) < 2 and word.isascii()):
+        return ""
+    return stem(word)
 
 
 # --- the stemmer ----------------------------------------------------------------------------
@@ -391,6 +403,7 @@ class _Entry:
     terms: frozenset[str]
     size: int  # the length class: min(|E|, cap)
     when: float  # the POSIX timestamp; -inf when undated (sorts oldest)
+    outcome: str
 
 
 class _Bucket:
@@ -422,6 +435,11 @@ class _Bucket:
 
 
 _NEVER = -math.inf
+# A search switches to counted bounds (see ``search``) after this many visits, or after as
+# many as would cost the same as counting every posting of the query's terms (counting one
+# posting is about this many times cheaper than visiting one).
+_LONG_SCAN = 64
+_COUNT_RATIO = 12
 
 
 class RecallIndex:
@@ -478,17 +496,23 @@ class RecallIndex:
         except ValueError:
             when = None
         size = len(found) if self.length_cap is None else min(len(found), self.length_cap)
-        entry = _Entry(episode, found, size, _NEVER if when is None else when)
+        entry = _Entry(episode, found, size, _NEVER if when is None else when, episode.outcome)
         self._entries[seq] = entry
+        postings, df, when_ = self._postings, self._df, entry.when
         for term in found:
-            buckets = self._postings.get(term)
+            buckets = postings.get(term)
             if buckets is None:
-                buckets = self._postings[term] = {}
+                buckets = postings[term] = {}
             bucket = buckets.get(size)
             if bucket is None:
                 bucket = buckets[size] = _Bucket()
-            bucket.add(entry.when, seq)
-            self._df[term] = self._df.get(term, 0) + 1
+            whens = bucket.whens
+            if not whens or when_ > whens[-1]:  # the usual case: the newest episode so far
+                whens.append(when_)
+                bucket.seqs.append(seq)
+            else:
+                bucket.add(when_, seq)
+            df[term] = df.get(term, 0) + 1
 
     def remove(self, seq: int) -> None:
         entry = self._entries.pop(seq, None)
@@ -536,11 +560,6 @@ class RecallIndex:
         q = len(q_terms)
         cutoff = _NEVER if since is None else since
 
-        def recency_factor(when: float) -> float:
-            if when == _NEVER:
-                return floor
-            return floor + rw * math.exp(-decay * max(0.0, now - when))
-
         def bound(size: int, most: int) -> float:
             # the best relevance an episode of this length class can reach matching <= most
             mm = most if cap is not None and size >= cap else min(most, size)
@@ -550,50 +569,81 @@ class RecallIndex:
         top: list[tuple[float, float, int, frozenset[str]]] = []
         seen: set[int] = set()
         entries = self._entries
-        ordered = sorted((t for t in q_terms if t in self._postings), key=self._df.__getitem__)
+        postings = self._postings
+        exp = math.exp
+        ordered = sorted((t for t in q_terms if t in postings), key=self._df.__getitem__)
+        # How many query terms each candidate matches, counted at C speed over the postings,
+        # but only once a scan turns out long: the bounds above assume an unseen episode
+        # matches every remaining term, which is loose for long questions and for runs of
+        # episodes that all match the same few terms.
+        counts: Counter[int] | None = None
+        most_matched = len(ordered)
+        count_after = max(_LONG_SCAN, sum(map(self._df.__getitem__, ordered)) // _COUNT_RATIO)
+        visited = 0
+        theta = 0.0
         for j, term in enumerate(ordered):
             # An episode first met here holds none of the rarer terms already scanned in full
             # (or scanned until nothing left there could beat the k-th best): it matches at
             # most the terms from here on.
-            most = len(ordered) - j
-            theta = top[0][0] if len(top) >= k else 0.0
+            most = min(len(ordered) - j, most_matched)
             if most / q * w_max < theta:
                 break
-            buckets = self._postings[term]
+            buckets = postings[term]
             for size in sorted(buckets, key=lambda s: -bound(s, most)):
                 rel_bound = bound(size, most) * w_max
                 if rel_bound < theta:
                     break
                 bucket = buckets[size]
                 whens, seqs = bucket.whens, bucket.seqs
-                for i in range(len(seqs) - 1, -1, -1):
+                i = len(seqs) - 1
+                if counts is not None and i >= _LONG_SCAN:
+                    rel_bound = bound(size, min(most, max(map(counts.__getitem__, seqs)))) * w_max
+                while i >= 0:
                     when = whens[i]
                     if when < cutoff:
                         break
-                    f = recency_factor(when)
+                    # recency factor; exp(-inf) = 0 puts an undated episode at the floor
+                    f = floor + rw * exp(decay * (min(when, now) - now))
                     if rel_bound * f < theta:
                         break
                     seq = seqs[i]
+                    i -= 1
+                    visited += 1
+                    if counts is None:
+                        # Ski rental: count once the visits so far cost as much as counting.
+                        if visited >= count_after:
+                            counts = Counter()
+                            for t in ordered:
+                                counts.update(
+                                    chain.from_iterable(b.seqs for b in postings[t].values())
+                                )
+                            most_matched = max(counts.values())
+                            most = min(most, most_matched)
+                            rest = max(map(counts.__getitem__, seqs[: i + 1]), default=0)
+                            rel_bound = bound(size, min(most, rest)) * w_max
+                    elif theta:
+                        m = counts[seq]
+                        if m / (q + max(m, size) - m) * f * w_max < theta:
+                            continue
                     if seq in seen:
                         continue
                     seen.add(seq)
                     entry = entries[seq]
                     hit = q_terms & entry.terms
-                    score = (
-                        relevance(len(hit), q, entry.size, cap)
-                        * f
-                        * weights.get(entry.episode.outcome, 1.0)
-                    )
-                    item = (score, when, seq, frozenset(hit))
-                    if len(top) >= k and item[:3] <= top[0][:3]:
+                    m = len(hit)
+                    score = m / (q + max(m, size) - m) * f * weights[entry.outcome]
+                    if len(top) >= k and (score, when, seq) <= top[0][:3]:
                         continue
                     if accept is not None and not accept(seq):
                         continue
+                    item = (score, when, seq, frozenset(hit))
                     if len(top) >= k:
                         heapq.heapreplace(top, item)
+                        theta = top[0][0]
                     else:
                         heapq.heappush(top, item)
-                    theta = top[0][0] if len(top) >= k else 0.0
+                        if len(top) >= k:
+                            theta = top[0][0]
         ranked = sorted(top, key=lambda t: t[:3], reverse=True)
         out: list[tuple[int, Scored]] = []
         for score, when, seq, matched in ranked:

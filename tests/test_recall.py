@@ -168,6 +168,7 @@ def test_terms_split_line_separators_and_other_unicode_whitespace() -> None:
 def test_cjk_is_matched_by_bigrams() -> None:
     assert terms("部署服务失败") == {"部署", "署服", "服务", "务失", "失败"}
     assert terms("服务失败") <= terms("部署服务失败")
+    assert terms("退款 钱") == {"退款", "钱"}  # a single Han character is a word
     assert terms("デプロイ") & terms("デプロイが失敗")
 
 
