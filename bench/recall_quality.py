@@ -73,10 +73,12 @@ def variant(**options: Any) -> RecallFn:
 def unstemmed() -> RecallFn:
     real = recall_module.stem
     recall_module.stem = lambda word: word  # type: ignore[assignment]  # bench-only ablation
+    recall_module._term.cache_clear()  # it remembers stems
     try:
         return variant()
     finally:
         recall_module.stem = real
+        recall_module._term.cache_clear()
 
 
 async def ancestor() -> RecallFn:

@@ -58,9 +58,36 @@ TARGETS_MS = {
     ("dict", 100_000): 10.0,
     ("redis", 100_000): 20.0,
 }
-SYLLABLES = (
-    ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "be", "da", "fe", "gi", "ho", "ju", "ky", "la", "ma", "no", "pe", "qu", "ri", "so", "tu", "ve", "wi", "xa", "yo", "ze"]
-)
+SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "ti",
+    "vo",
+    "be",
+    "da",
+    "fe",
+    "gi",
+    "ho",
+    "ju",
+    "ky",
+    "la",
+    "ma",
+    "no",
+    "pe",
+    "qu",
+    "ri",
+    "so",
+    "tu",
+    "ve",
+    "wi",
+    "xa",
+    "yo",
+    "ze",
+]
 NAMES = [
     "Acme",
     "Globex",
