@@ -34,8 +34,11 @@ Index
     class and sorted by time. A search visits the query's terms rarest first and, within a
     term, the length classes and episodes in decreasing order of the best score they could
     still reach; it stops as soon as that bound falls below the k-th best score found
-    (max-score pruning). The result is exactly the brute-force top k, but a common term
-    matching tens of thousands of episodes costs a few dozen visits, not a full scan.
+    (max-score pruning). When a scan runs long anyway (long questions, or thousands of
+    episodes matching the same few terms), it counts how many query terms each candidate
+    matches at C speed and continues with exact bounds. The result is exactly the
+    brute-force top k, but a common term matching tens of thousands of episodes costs a few
+    dozen visits, not a full scan. See docs/recall.md for the figures.
 """
 
 from __future__ import annotations
