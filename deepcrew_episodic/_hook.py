@@ -2,10 +2,10 @@
 
 Before a run, :meth:`EpisodicHook.before_run` recalls relevant episodes and returns the
 messages with the ``## Relevant past experience`` block inserted as a system message. After
-the run, :meth:`EpisodicHook.after_run` records one episode (or :meth:`EpisodicHook.failed`
-records a ``failure`` episode naming the error). Memory never takes the agent down: a recall
-or record that fails is logged, counted in ``memory.counters`` and reported as an event, and
-the run goes on.
+the run, :meth:`EpisodicHook.after_run` records one episode (:meth:`EpisodicHook.failed` a
+``failure`` episode naming the error, :meth:`EpisodicHook.unverified` an answer whose grading
+failed). Memory never takes the agent down: a recall or record that fails is logged, counted
+in ``memory.counters`` and reported as an event, and the run goes on.
 
 ``run_agent`` and the refinement loop use this hook; nothing else in the runner touches memory.
 """
@@ -23,6 +23,7 @@ import anyio
 from ._episode import Episode, Outcome
 from ._events import EventType, StreamEvent
 from ._exceptions import ConfigurationError
+from ._render import fit_block
 
 if TYPE_CHECKING:
     from ._memory import EpisodicMemory
@@ -36,6 +37,7 @@ EventCallback = Callable[[StreamEvent], Any]
 
 # deepcrew-ai's rule for a score without an explicit outcome.
 SUCCESS_SCORE = 0.7
+UNVERIFIED_TAG = "unverified"
 ERROR_CHARS = 500
 
 
@@ -111,6 +113,14 @@ class EpisodicHook:
             raise ConfigurationError(f"top_k must be an integer >= 1, not {top_k!r}")
         if recall_timeout is not None and not recall_timeout > 0:
             raise ConfigurationError(f"recall_timeout must be > 0 or None, not {recall_timeout!r}")
+        if max_block_chars is not None and (
+            not isinstance(max_block_chars, int)
+            or isinstance(max_block_chars, bool)
+            or max_block_chars < 0
+        ):
+            raise ConfigurationError(
+                f"max_block_chars must be an integer >= 0 or None, not {max_block_chars!r}"
+            )
         self.memory = memory
         self.agent_id = agent_id
         self.on_event = on_event
@@ -136,7 +146,10 @@ class EpisodicHook:
         try:
             with anyio.fail_after(self.recall_timeout):
                 episodes = await self.memory.recall(text, self.top_k)
-            block = self.memory.render(episodes, max_chars=self.max_block_chars)
+            # The renderer says which episodes it kept (the lowest ranked are dropped whole
+            # under max_block_chars), so the event names exactly what the model sees. recall
+            # has already left out expired episodes, which memory.render would filter.
+            block, shown = fit_block(episodes, max_chars=self.max_block_chars)
         except Exception as exc:
             self.memory.counters.recall_failures += 1
             error = describe(exc)
@@ -145,8 +158,6 @@ class EpisodicHook:
             return Recalled(original, text, error=error)
         if not block:
             return Recalled(original, text)
-        # The block may hold fewer episodes than recalled (max_block_chars): report those shown.
-        shown = episodes[: sum(1 for line in block.splitlines() if line.startswith("- ["))]
         await self._emit(
             EventType.EPISODE_RECALLED,
             {"count": len(shown), "ids": [e.id for e in shown], "query": text},
@@ -192,6 +203,23 @@ class EpisodicHook:
         if partial_response.strip():
             response += f"\nPartial answer: {partial_response.strip()}"
         return await self._record(query, response, "failure", None, tools_used, tags)
+
+    async def unverified(
+        self,
+        query: str,
+        response: str,
+        error: BaseException,
+        *,
+        tools_used: Collection[str] = (),
+        tags: Sequence[str] = (),
+    ) -> Recorded:
+        """Record a finished run whose grading failed (*error*, e.g. a ``VerifierError``):
+        outcome ``unknown``, no score, tag ``unverified``, the answer followed by a line naming
+        the error. A verifier outage says nothing about the agent, so it is never recorded as
+        the agent's ``failure``. The caller re-raises."""
+        note = f"Not graded: the verifier failed with {describe(error)}"
+        text = f"{response.rstrip()}\n{note}" if response.strip() else note
+        return await self._record(query, text, "unknown", None, tools_used, [UNVERIFIED_TAG, *tags])
 
     # --- internals ------------------------------------------------------------------------
 

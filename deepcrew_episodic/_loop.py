@@ -2,7 +2,8 @@
 
 Each iteration is graded by a verifier and recorded as exactly one episode whose query is the
 original user query: ``success`` when the score reaches ``target_score`` (the loop stops),
-``failure`` below ``failure_score``, ``partial`` in between. The verifier's feedback goes into
+``failure`` below ``failure_score``, ``partial`` in between. A verifier that fails grades
+nothing: the answer is recorded as ``unknown`` and the ``VerifierError`` is raised. The verifier's feedback goes into
 the next iteration's prompt. litellm is imported only when :class:`LLMVerifier` calls a model.
 """
 
@@ -28,7 +29,7 @@ from ._hook import EpisodicHook, Recorded, describe
 if TYPE_CHECKING:
     from ._memory import EpisodicMemory
 
-__all__ = ["LLMVerifier", "LoopConfig", "Verdict", "Verifier", "parse_verdict"]
+__all__ = ["LLMVerifier", "LoopConfig", "Verdict", "Verifier", "parse_verdict", "recorded_attempt"]
 
 REFINE_PROMPT = (
     "Your previous answer was not yet complete or sufficiently accurate. "
@@ -171,42 +172,39 @@ async def refine(
     agent_id: str,
     record: LoopRecord,
 ) -> AsyncGenerator[StreamEvent, None]:
-    """Run the loop, yielding its events. A failing iteration (model error, tool crash, max
-    turns, verifier error) records a ``failure`` episode and re-raises."""
+    """Run the loop, yielding its events. An iteration whose run fails (model error, tool
+    crash, max turns) records a ``failure`` episode and re-raises; one whose verifier fails
+    records the answer ungraded (``unknown``, tag ``unverified``) and raises ``VerifierError``.
+
+    Each iteration's episode is recorded before ``VERIFIER_SCORED`` is yielded, so a consumer
+    that stops reading there keeps it; its ``EPISODE_RECORDED`` event follows."""
     history = list(messages)
     for i in range(config.max_iterations):
         yield StreamEvent(EventType.LOOP_ITERATION, {"iteration": i, "converged": False}, agent_id)
         run = attempt(history)
+        async with aclosing(
+            recorded_attempt(run, query=query, hook=hook, drain=drain, recorded=record.recorded)
+        ) as events:
+            async for event in events:
+                yield event
+        result = run.result()
         try:
-            async with aclosing(run.events()) as events:
-                async for event in events:
-                    yield event
-            result = run.result()
             verdict = await judge(config, query, result)
-        except Exception as exc:
+        except VerifierError as exc:
+            # Not graded is not failed: the answer is kept as unknown, the outage is raised.
             if hook is not None:
-                recorded = await hook.failed(
-                    query, exc, partial_response=run.text, tools_used=run.tools_used
+                ungraded = await hook.unverified(
+                    query, result.text, exc, tools_used=result.tools_used
                 )
-                record.recorded.append(recorded)
+                record.recorded.append(ungraded)
                 for event in drain():
                     yield event
-                if recorded.episode is not None:
-                    exc.add_note(f"failure episode {recorded.episode.id} recorded")
+                if ungraded.episode is not None:
+                    exc.add_note(f"unverified episode {ungraded.episode.id} recorded")
             raise
         record.results.append(result)
         record.verdicts.append(verdict)
         outcome = config.outcome(verdict.score)
-        yield StreamEvent(
-            EventType.VERIFIER_SCORED,
-            {
-                "iteration": i,
-                "score": verdict.score,
-                "outcome": outcome,
-                "feedback": verdict.feedback,
-            },
-            agent_id,
-        )
         if hook is not None:
             record.recorded.append(
                 await hook.after_run(
@@ -217,8 +215,18 @@ async def refine(
                     tools_used=result.tools_used,
                 )
             )
-            for event in drain():
-                yield event
+        yield StreamEvent(
+            EventType.VERIFIER_SCORED,
+            {
+                "iteration": i,
+                "score": verdict.score,
+                "outcome": outcome,
+                "feedback": verdict.feedback,
+            },
+            agent_id,
+        )
+        for event in drain():
+            yield event
         if outcome == "success":
             yield StreamEvent(
                 EventType.LOOP_ITERATION, {"iteration": i, "converged": True}, agent_id
@@ -229,6 +237,35 @@ async def refine(
             {"role": "assistant", "content": result.text},
             {"role": "user", "content": config.refine_message(verdict)},
         ]
+
+
+async def recorded_attempt(
+    run: Attempt,
+    *,
+    query: str,
+    hook: EpisodicHook | None,
+    drain: Callable[[], list[StreamEvent]],
+    recorded: list[Recorded],
+) -> AsyncGenerator[StreamEvent, None]:
+    """The events of *run* (a plain run or one loop iteration). If it raises, a ``failure``
+    episode naming the error is recorded (appended to *recorded*, its events yielded) and the
+    error is re-raised with a note naming the episode. Closing the generator early (the
+    consumer left) is a cancellation, not a failure: nothing is recorded."""
+    try:
+        async with aclosing(run.events()) as events:
+            async for event in events:
+                yield event
+    except Exception as exc:
+        if hook is not None:
+            failure = await hook.failed(
+                query, exc, partial_response=run.text, tools_used=run.tools_used
+            )
+            recorded.append(failure)
+            for event in drain():
+                yield event
+            if failure.episode is not None:
+                exc.add_note(f"failure episode {failure.episode.id} recorded")
+        raise
 
 
 async def judge(config: LoopConfig, query: str, result: AgentResult) -> Verdict:

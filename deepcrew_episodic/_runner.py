@@ -23,7 +23,7 @@ from ._agent import Agent, AgentResult, Tool, ToolArgumentsError
 from ._events import EventType, StreamEvent, StreamPolicy
 from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
 from ._hook import EpisodicHook, Recorded, describe, user_query
-from ._loop import LoopRecord, refine
+from ._loop import LoopRecord, recorded_attempt, refine
 
 __all__ = ["AgentStream", "run_agent", "stream_agent"]
 
@@ -40,8 +40,9 @@ async def run_agent(
 
     With ``agent.episodic_memory``, relevant past episodes are injected before the first
     model call and the run is recorded after it; ``agent.loop_config`` runs the refinement
-    loop. Raises the model's own error (a ``litellm`` exception), ``MaxTurnsError``,
-    ``ToolError`` or ``VerifierError``, each after recording a ``failure`` episode.
+    loop. Raises the model's own error (a ``litellm`` exception), ``MaxTurnsError`` or
+    ``ToolError``, each after recording a ``failure`` episode, or ``VerifierError`` after
+    recording the ungraded answer (outcome ``unknown``, tag ``unverified``).
 
     Example::
 
@@ -179,20 +180,12 @@ class _Run:
         if cfg is None:
             record_hook = recall_hook
             attempt = _Attempt(agent, tools, history, aid)
-            try:
-                async with aclosing(attempt.events()) as events:
-                    async for event in events:
-                        yield event
-            except Exception as exc:
-                if record_hook is not None:
-                    failure = await record_hook.failed(
-                        query, exc, partial_response=attempt.text, tools_used=attempt.tools_used
-                    )
-                    for event in self._drain():
-                        yield event
-                    if failure.episode is not None:
-                        exc.add_note(f"failure episode {failure.episode.id} recorded")
-                raise
+            run = recorded_attempt(
+                attempt, query=query, hook=record_hook, drain=self._drain, recorded=recorded
+            )
+            async with aclosing(run) as events:
+                async for event in events:
+                    yield event
             result = attempt.result()
         else:
             record_hook = self._hook(cfg.episodic_memory or agent.episodic_memory)

@@ -21,6 +21,7 @@ from deepcrew_episodic import (
     StreamEvent,
     StreamPolicy,
 )
+from deepcrew_episodic._render import fit_block, render_block
 from deepcrew_episodic.providers import InMemoryProvider
 
 pytestmark = pytest.mark.anyio
@@ -124,6 +125,37 @@ async def test_the_block_budget_reports_only_the_episodes_shown() -> None:
     assert events[0].data["count"] == 1
 
 
+async def test_the_reported_episodes_are_those_the_renderer_kept() -> None:
+    memory, _ = await memory_with_history()
+    recalled_all = await memory.recall("rotate API key")
+    assert len(recalled_all) == 3
+    full = len(memory.render(recalled_all))
+    # every budget from "nothing fits" to "all fit", including each item boundary
+    for budget in range(0, full + 2):
+        events: list[StreamEvent] = []
+        hook = EpisodicHook(memory, on_event=events.append, max_block_chars=budget)
+        recalled = await hook.before_run([{"role": "user", "content": "rotate API key"}])
+        block, kept = fit_block(recalled_all, max_chars=budget)
+        assert recalled.block == block == memory.render(recalled_all, max_chars=budget)
+        assert [e.id for e in recalled.episodes] == [e.id for e in kept]
+        assert events == ([] if not kept else events[:1])
+        if kept:
+            assert events[0].data["ids"] == [e.id for e in kept]
+            for episode in kept:  # each reported episode is in the block, in rank order
+                assert f'"{episode.query}"' in block
+
+
+def test_fit_block_reports_the_prefix_it_kept() -> None:
+    episodes = [Episode(query=f"question {n}", response="answer", id=f"e{n}") for n in range(3)]
+    block, kept = fit_block(episodes)
+    assert block == render_block(episodes)
+    assert kept == episodes
+    one = len(render_block(episodes[:1]))
+    assert fit_block(episodes, max_chars=one) == (render_block(episodes[:1]), episodes[:1])
+    assert fit_block(episodes, max_chars=one - 1) == ("", [])
+    assert fit_block([]) == ("", [])
+
+
 class HangingProvider(InMemoryProvider):
     async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
         await anyio.sleep(30)
@@ -181,6 +213,27 @@ def test_hook_settings_are_checked() -> None:
         EpisodicHook(memory, top_k=0)
     with pytest.raises(ConfigurationError, match="recall_timeout"):
         EpisodicHook(memory, recall_timeout=0)
+    for bad in (-1, 1.5, True, "100"):
+        with pytest.raises(ConfigurationError, match="max_block_chars"):
+            EpisodicHook(memory, max_block_chars=bad)  # type: ignore[arg-type]
+
+
+async def test_unverified_keeps_the_answer_and_names_the_error() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    events: list[StreamEvent] = []
+    hook = EpisodicHook(memory, on_event=events.append, tags=["ops"])
+    recorded = await hook.unverified(
+        "q", "the answer ", TimeoutError("judge timed out"), tools_used=["kubectl"]
+    )
+    assert recorded.episode is not None
+    episode = recorded.episode
+    assert (episode.outcome, episode.score) == ("unknown", None)
+    assert episode.response == (
+        "the answer\nNot graded: the verifier failed with TimeoutError: judge timed out"
+    )
+    assert episode.tags == ["ops", "unverified"]
+    assert episode.tools_used == ["kubectl"]
+    assert events[0].data == {"outcome": "unknown", "score": None, "id": episode.id}
 
 
 # --- events ---------------------------------------------------------------------------------

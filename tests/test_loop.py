@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import Any
 
 import litellm
@@ -16,6 +17,7 @@ from deepcrew_episodic import (
     EventType,
     LLMVerifier,
     LoopConfig,
+    StreamEvent,
     StreamPolicy,
     Verdict,
     VerifierError,
@@ -173,16 +175,17 @@ async def test_a_failing_iteration_records_failure_and_reraises(llm: ScriptedLLM
     memory = EpisodicMemory(InMemoryProvider())
     llm.script(Reply.text("first try"), Reply.error(500, "overloaded"))
     config = LoopConfig(max_iterations=3, verifier=ScriptedVerifier(Verdict(0.4, "again")))
-    with pytest.raises(litellm.InternalServerError, match="overloaded"):
+    with pytest.raises(litellm.InternalServerError, match="overloaded") as caught:
         await run_agent(make_agent(llm, config, episodic_memory=memory), ASK)
     first, second = await memory.load()
     assert (first.outcome, first.score) == ("partial", 0.4)
     assert second.outcome == "failure"
     assert "overloaded" in second.response
     assert second.query == QUERY
+    assert f"failure episode {second.id} recorded" in caught.value.__notes__
 
 
-async def test_a_verifier_that_raises_is_a_verifier_error(llm: ScriptedLLM) -> None:
+async def test_a_verifier_that_raises_records_the_answer_ungraded(llm: ScriptedLLM) -> None:
     memory = EpisodicMemory(InMemoryProvider())
 
     async def broken(query: str, result: AgentResult) -> Verdict:
@@ -194,9 +197,64 @@ async def test_a_verifier_that_raises_is_a_verifier_error(llm: ScriptedLLM) -> N
         await run_agent(make_agent(llm, config, episodic_memory=memory), ASK)
     assert isinstance(caught.value.__cause__, KeyError)
     [episode] = await memory.load()
-    assert episode.outcome == "failure"
-    assert "VerifierError" in episode.response
-    assert "Partial answer: answer" in episode.response
+    # the agent answered; nobody graded it: not the agent's failure
+    assert (episode.outcome, episode.score) == ("unknown", None)
+    assert episode.tags == ["unverified"]
+    assert episode.response.startswith("answer\nNot graded: the verifier failed with")
+    assert "KeyError" in episode.response
+    assert f"unverified episode {episode.id} recorded" in caught.value.__notes__
+
+
+async def test_a_verifier_outage_mid_loop_keeps_the_graded_iterations(llm: ScriptedLLM) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(
+        Reply.text("draft one"),
+        Reply.json({"score": 0.5, "issues": ["no timeline"]}, when=is_judge),
+        Reply.text("draft two"),
+        Reply.error(503, "judge overloaded", when=is_judge),
+    )
+    verifier = LLMVerifier("openai/judge", params={**llm.params, "max_retries": 0})
+    stream = stream_agent(
+        make_agent(llm, LoopConfig(verifier=verifier), episodic_memory=memory), ASK
+    )
+    events: list[StreamEvent] = []
+
+    async def consume() -> None:
+        async for event in stream:
+            events.append(event)
+
+    with pytest.raises(VerifierError, match="judge overloaded"):
+        await consume()
+    first, second = await memory.load()
+    assert (first.outcome, first.score, first.response) == ("partial", 0.5, "draft one")
+    assert (second.outcome, second.score) == ("unknown", None)
+    assert second.response.startswith("draft two\n")
+    recorded = [e.data for e in events if e.event == EventType.EPISODE_RECORDED]
+    assert recorded == [
+        {"outcome": "partial", "score": 0.5, "id": first.id},
+        {"outcome": "unknown", "score": None, "id": second.id},
+    ]
+    scored = [e.data["iteration"] for e in events if e.event == EventType.VERIFIER_SCORED]
+    assert scored == [0]  # the ungraded iteration has no score to report
+    assert events[-1].event == EventType.ERROR
+    assert events[-1].data["error_type"] == "VerifierError"
+
+
+async def test_a_consumer_stopping_at_verifier_scored_keeps_the_episode(
+    llm: ScriptedLLM,
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.fallback = Reply.text("draft")
+    config = LoopConfig(max_iterations=3, verifier=ScriptedVerifier(Verdict(0.5, "more")))
+    stream = stream_agent(make_agent(llm, config, episodic_memory=memory), ASK)
+    events = aiter(stream)
+    async with aclosing(events):
+        async for event in events:
+            if event.event == EventType.VERIFIER_SCORED:
+                break
+    [episode] = await memory.load()
+    assert (episode.outcome, episode.score, episode.response) == ("partial", 0.5, "draft")
+    assert len(llm.requests) == 1  # the loop went no further
 
 
 # --- the LLM verifier ---------------------------------------------------------------------

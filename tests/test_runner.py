@@ -69,9 +69,10 @@ class FlakyProvider(InMemoryProvider):
         self._check(self.fail_writes)
         await super().write(items, delete)
 
-    async def increment(self, key: str, *, initial: int = 0) -> int:
+    async def increment(self, key: str, **options: Any) -> int:
+        # forwards whatever keywords the provider API takes (initial=, repair=, ...)
         self._check(self.fail_writes)
-        return await super().increment(key, initial=initial)
+        return await super().increment(key, **options)
 
 
 async def collect(agent: Agent, policy: StreamPolicy | None = None) -> list[StreamEvent]:
