@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import uuid
 from datetime import UTC, datetime
@@ -17,6 +18,10 @@ __all__ = ["Episode", "Outcome"]
 
 Outcome = Literal["success", "failure", "partial", "unknown"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
+# Decoding never falls back to a default for these: the text of the run, its identity, and
+# its retention deadline (a garbled deadline must hide the record, not keep it forever).
+_STRICT_FIELDS = frozenset({"query", "id", "forget_after"})
+log = logging.getLogger("deepcrew_episodic")
 
 
 class Episode(BaseModel):
@@ -79,7 +84,25 @@ class Episode(BaseModel):
         if not isinstance(data, dict):
             raise ValueError(f"episode record is a JSON {type(data).__name__}, not an object")
         known = {k: v for k, v in data.items() if k in cls.model_fields}
-        return cls.model_validate(known)
+        try:
+            return cls.model_validate(known)
+        except ValidationError as exc:
+            # One bad field (an outcome from a newer writer, a hand-edited score) should not
+            # hide the whole run: fall back to that field's default. The fields that decide
+            # what the record is, or whether it may be shown at all, stay strict.
+            bad = {str(err["loc"][0]) for err in exc.errors() if err["loc"]}
+            if not bad or bad & _STRICT_FIELDS:
+                raise
+            for name in bad:
+                known.pop(name, None)
+            episode = cls.model_validate(known)
+            log.warning(
+                "episode %s: unreadable %s replaced by the default (%s)",
+                episode.id or "(no id)",
+                ", ".join(sorted(bad)),
+                str(exc).splitlines()[0],
+            )
+            return episode
 
     @classmethod
     def coerce(cls, episode: Any) -> Episode:

@@ -29,7 +29,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 import anyio
@@ -74,6 +74,7 @@ class Head:
     last: int
     gen: str | None
     legacy: Legacy | None
+    ring: int | None = None  # the max_episodes of the newest writer, when it recorded one
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Counters:
     reflection_failures: int = 0
     recall_failures: int = 0
     record_failures: int = 0  # a run's episode could not be stored (the run went on)
+    missing_records: int = 0  # a writer took a sequence number and never wrote it (it died)
 
 
 @dataclass
@@ -109,15 +111,16 @@ class EpisodeLog:
         self.seq_key = self.prefix + "__seq__"
         self.gen_key = self.prefix + "__gen__"
         self.meta_key = self.prefix + "__meta__"
+        self.ring_key = self.prefix + "__max__"
         self.counters = Counters()
         self._cache: dict[int, Episode] = {}
-        self._holes: dict[int, float] = {}  # seq -> when first seen missing
+        # seq -> (when first seen missing, whether it counts as lost once the grace is over)
+        self._holes: dict[int, tuple[float, bool]] = {}
         self._bad: set[int] = set()  # seqs whose record cannot be decoded (reported once)
         self._synced_last = 0
         self._live_start = 0  # every cached seq lies in [_live_start, _synced_last]
         self._gen: str | None = None
         self._legacy: Legacy | None = None
-        self._keys: dict[int, str] = {}
         self._synced = False
         self._append_legacy: tuple[Legacy | None] | None = None
         self._lock: anyio.Lock | None = None
@@ -129,21 +132,28 @@ class EpisodeLog:
             return f"{self.prefix}{legacy.slot(seq)}"
         return f"{self.prefix}e:{seq}"
 
-    def live_range(self, last: int) -> range:
-        return range(max(1, last - self.max + 1), last + 1)
+    def ring(self, head: Head) -> int:
+        """The ring size in force: ours, or the newest writer's when that is smaller (its
+        appends delete what falls out of *its* ring)."""
+        return min(self.max, head.ring) if head.ring else self.max
+
+    def live_range(self, head: Head) -> range:
+        return range(max(1, head.last - self.ring(head) + 1), head.last + 1)
 
     # --- reading --------------------------------------------------------------------------
 
     async def read_head(self) -> Head:
-        raw_seq, gen, raw_meta = await self.provider.retrieve_many(
-            [self.seq_key, self.gen_key, self.meta_key]
+        raw_seq, gen, raw_meta, raw_ring = await self.provider.retrieve_many(
+            [self.seq_key, self.gen_key, self.meta_key, self.ring_key]
         )
+        ring = int(raw_ring) if raw_ring and raw_ring.isdigit() and int(raw_ring) > 0 else None
         try:
             legacy = _parse_legacy(raw_meta)
             last = _parse_seq(raw_seq, legacy)
         except CorruptDataError as exc:
-            return await self._recover_head(exc, raw_seq, gen or None)
-        return Head(last, gen or None, legacy)
+            head = await self._recover_head(exc, raw_seq, gen or None)
+            return Head(head.last, head.gen, head.legacy, ring)
+        return Head(last, gen or None, legacy, ring)
 
     async def _recover_head(
         self, exc: CorruptDataError, raw_seq: str | None, gen: str | None
@@ -182,45 +192,60 @@ class EpisodeLog:
             return changes
 
     async def _sync(self) -> Changes:
+        # Every await happens before the cache is touched: a sync cancelled part-way (a recall
+        # timeout) leaves the cache and its followers exactly as they were.
         head = await self.read_head()
-        changes = Changes()
-        if not self._synced or head.gen != self._gen or head.legacy != self._legacy:
-            changes.reset = True
+        reset = (
+            not self._synced
+            or head.gen != self._gen
+            or head.legacy != self._legacy
+            or head.last < self._synced_last  # the log was re-created under us
+        )
+        live = self.live_range(head)
+        synced_last = 0 if reset else self._synced_last
+        holes = {} if reset else {s: h for s, h in self._holes.items() if s in live}
+        wanted = [*range(max(live.start, synced_last + 1), live.stop), *holes]
+        keys = [self.entry_key(s, head.legacy) for s in wanted]
+        values = await self.provider.retrieve_many(keys) if wanted else []
+
+        changes = Changes(reset=reset)
+        if reset:
             self._cache.clear()
-            self._holes.clear()
-            self._bad.clear()
-            self._synced_last = 0
             self._live_start = 0
-        live = self.live_range(head.last)
         # Only what fell out of the ring since the last sync is looked at, not the whole cache,
         # so a sync costs the same at 100 or 100,000 episodes.
-        if head.last >= self._synced_last and live.start - self._live_start <= len(self._cache):
+        if live.start - self._live_start <= len(self._cache):
             stale = [s for s in range(self._live_start, live.start) if s in self._cache]
         else:
-            stale = [s for s in self._cache if s not in live]
+            stale = [s for s in self._cache if s < live.start]
         for seq in stale:
             del self._cache[seq]
             changes.removed.append(seq)
-        self._holes = {s: t for s, t in self._holes.items() if s in live}
-        wanted = [*range(max(live.start, self._synced_last + 1), live.stop), *self._holes]
-        if wanted:
-            keys = [self.entry_key(s, head.legacy) for s in wanted]
-            values = await self.provider.retrieve_many(keys)
-            now = time.monotonic()
-            for seq, key, raw in zip(wanted, keys, values, strict=True):
-                if not raw:
-                    first = self._holes.get(seq, now)
-                    if now - first < HOLE_GRACE_SECONDS:
-                        self._holes[seq] = first
-                    else:
-                        self._holes.pop(seq, None)
+        self._bad = {s for s in self._bad if s in live}
+        now = time.monotonic()
+        for seq, key, raw in zip(wanted, keys, values, strict=True):
+            if raw is None or raw == "":
+                first, counts = holes.get(seq, (now, not reset))
+                if now - first < HOLE_GRACE_SECONDS:
+                    holes[seq] = (first, counts)
                     continue
-                self._holes.pop(seq, None)
-                episode = self._decode(seq, key, raw)
-                if episode is not None:
-                    self._cache[seq] = episode
-                    changes.added.append((seq, episode))
-        self._synced_last = max(self._synced_last, head.last)
+                holes.pop(seq, None)
+                if counts:
+                    self.counters.missing_records += 1
+                    log.warning(
+                        "episodic log %r: sequence %d was taken by a writer that never wrote "
+                        "it (it probably died); that episode is lost",
+                        self.namespace,
+                        seq,
+                    )
+                continue
+            holes.pop(seq, None)
+            episode = self._decode(seq, key, raw)
+            if episode is not None:
+                self._cache[seq] = episode
+                changes.added.append((seq, episode))
+        self._holes = holes
+        self._synced_last = max(synced_last, head.last)
         self._live_start = live.start
         self._gen, self._legacy, self._synced = head.gen, head.legacy, True
         return changes
@@ -239,6 +264,7 @@ class EpisodeLog:
                     str(exc).splitlines()[0],
                 )
             return None
+        self._bad.discard(seq)  # repaired by hand since
         if not episode.id:
             # Written by deepcrew-ai, which has no ids: derive a stable one from the content.
             digest = hashlib.blake2b(raw.encode(), digest_size=12).hexdigest()
@@ -253,8 +279,7 @@ class EpisodeLog:
     @property
     def corrupt(self) -> int:
         """Undecodable records in the live range as of the last sync (skipped, left in place)."""
-        live = self.live_range(self._synced_last)
-        return sum(1 for seq in self._bad if seq in live)
+        return len(self._bad)
 
     # --- writing --------------------------------------------------------------------------
 
@@ -271,23 +296,32 @@ class EpisodeLog:
         body = episode.to_json()
 
         def place(seq: int, legacy: Legacy | None = legacy) -> tuple[dict[str, str], list[str]]:
+            items = {self.entry_key(seq, legacy): body, self.ring_key: str(self.max)}
+            if seq == initial + 1:
+                # A new counter: a new log (perhaps re-created after a wipe). A new change
+                # token makes every reader that cached an older log start over.
+                items[self.gen_key] = uuid.uuid4().hex
             evicted = seq - self.max
-            delete = [self.entry_key(evicted, legacy)] if evicted >= 1 else []
-            return {self.entry_key(seq, legacy): body}, delete
+            return items, [self.entry_key(evicted, legacy)] if evicted >= 1 else []
 
         try:
             return await self.provider.increment_and_write(self.seq_key, place, initial=initial)
         except CorruptDataError as exc:
-            # The counter is unreadable: rebuild it from the keys that exist, then retry once.
+            # The counter is unreadable: rebuild its value from the keys that exist. The
+            # provider applies the repair inside its atomic step, so when several writers
+            # repair at once only the first repair counts and no sequence number is reused.
             head = await self._recover_head(exc, None, None)
-            await self.provider.store(self.seq_key, str(head.last))
             return await self.provider.increment_and_write(
-                self.seq_key, lambda seq: place(seq, head.legacy), initial=head.last
+                self.seq_key,
+                lambda seq: place(seq, head.legacy),
+                initial=head.last,
+                repair=head.last,
             )
 
-    async def delete_seqs(self, seqs: list[int]) -> None:
-        """Delete episodes by sequence number and tell every reader to reload."""
-        keys = [self.entry_key(s, self._legacy) for s in seqs]
+    async def delete_seqs(self, seqs: list[int], also: Collection[str] = ()) -> None:
+        """Delete episodes by sequence number (and the keys *also*) and tell every reader to
+        reload."""
+        keys = [*(self.entry_key(s, self._legacy) for s in seqs), *also]
         await self.provider.write({self.gen_key: uuid.uuid4().hex}, keys)
         self._synced = False
 
@@ -299,18 +333,26 @@ class EpisodeLog:
         self._synced = False
         self._append_legacy = None
 
-    async def stray_keys(self, head: Head) -> list[str]:
-        """Episode keys outside the live range (left by a larger ``max_episodes`` or a dead
-        writer) that no read path shows any more."""
-        live = {self.entry_key(s, head.legacy) for s in self.live_range(head.last)}
-        index = {self.seq_key, self.gen_key, self.meta_key}
-        return [
-            k
-            for k in await self.provider.keys(self.prefix)
-            if k not in live
-            and k not in index
-            and (_ENTRY.fullmatch(k[len(self.prefix) :]) or _SLOT.fullmatch(k[len(self.prefix) :]))
-        ]
+    async def stray_keys(self) -> list[str]:
+        """Episode keys below the live range (left by a larger ``max_episodes``, a smaller
+        ring of another writer, or a writer that died before its eviction) that no read path
+        shows any more."""
+        keys = await self.provider.keys(self.prefix)
+        # The head is read after the listing: an episode written in between is inside this
+        # head's live range, so it can never be mistaken for a stray.
+        head = await self.read_head()
+        live = self.live_range(head)
+        live_slots = {self.entry_key(s, head.legacy) for s in live} if head.legacy else set()
+        strays = []
+        for key in keys:
+            rest = key[len(self.prefix) :]
+            entry = _ENTRY.fullmatch(rest)
+            if entry is not None:
+                if int(entry.group(1)) < live.start:
+                    strays.append(key)
+            elif _SLOT.fullmatch(rest) and key not in live_slots:
+                strays.append(key)
+        return strays
 
 
 def _parse_legacy(raw: str | None) -> Legacy | None:

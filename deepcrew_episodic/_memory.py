@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._episode import OUTCOMES, Episode, new_id, now_iso, parse_time
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, InvalidEpisodeError
 from ._log import Changes, Counters, EpisodeLog
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, RecallIndex, Scored
 from ._redact import Redactor, as_redactor
@@ -108,6 +108,9 @@ class EpisodicMemory:
         self._max_age = max_age
         self._half_life = half_life_days
         self._redactor = as_redactor(redact)
+        # episode id <-> seq for the cached episodes (record() refuses an id already stored)
+        self._ids: dict[str, int] = {}
+        self._id_of: dict[int, str] = {}
         # seq -> (forget_at, recorded_at) for the retention check on every read path.
         self._retention: dict[int, tuple[float | None, float | None]] = {}
 
@@ -165,6 +168,13 @@ class EpisodicMemory:
         updates: dict[str, Any] = {}
         if not stored.id:
             updates["id"] = new_id()
+        else:
+            await self._sync()
+            if stored.id in self._ids:
+                raise InvalidEpisodeError(
+                    f"an episode with id {stored.id!r} is already stored in namespace "
+                    f"{self.namespace!r}; record a copy without the id to store it again"
+                )
         if not stored.timestamp:
             updates["timestamp"] = now_iso()
         if updates:
@@ -239,7 +249,10 @@ class EpisodicMemory:
             ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
         )
         if selected:
-            await self._log.delete_seqs([seq for seq, _ in selected])
+            # Payloads that fell out of the ring (or of a smaller one) go too: "forget" must
+            # not leave a copy behind that a reader with a larger ring could still show.
+            strays = await self._log.stray_keys()
+            await self._log.delete_seqs([seq for seq, _ in selected], also=strays)
         return len(selected)
 
     async def _select(
@@ -286,12 +299,9 @@ class EpisodicMemory:
         await self._sync()
         now = time.time()
         expired = [seq for seq, _ in self._log.cached() if self._expired(seq, now)]
-        head = await self._log.read_head()
-        strays = await self._log.stray_keys(head)
+        strays = await self._log.stray_keys()
         if expired or strays:
-            await self._log.delete_seqs(expired)
-            if strays:
-                await self._provider.delete(strays)
+            await self._log.delete_seqs(expired, also=strays)
         return len(expired) + len(strays)
 
     # --- reading --------------------------------------------------------------------------
@@ -443,11 +453,18 @@ class EpisodicMemory:
         if changes.reset:
             self._index.reset()
             self._retention.clear()
+            self._ids.clear()
+            self._id_of.clear()
         for seq in changes.removed:
             self._index.remove(seq)
             self._retention.pop(seq, None)
+            gone = self._id_of.pop(seq, None)
+            if gone is not None and self._ids.get(gone) == seq:
+                del self._ids[gone]
         for seq, episode in changes.added:
             self._index.add(seq, episode)
+            self._ids[episode.id] = seq
+            self._id_of[seq] = episode.id
             self._retention[seq] = (
                 _time_or_none(episode.forget_after),
                 _time_or_none(episode.timestamp),

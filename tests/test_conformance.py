@@ -104,6 +104,16 @@ async def test_concurrent_records_in_one_process(
     assert len({e.query for e in episodes}) == len(episodes)
     if max_episodes >= 500:
         assert {e.query for e in episodes} == {f"task {i}" for i in range(500)}
+    await _assert_the_newest_are_kept(provider, "conc", written=500, kept=min(500, max_episodes))
+
+
+async def _assert_the_newest_are_kept(
+    provider: MemoryProvider, namespace: str, written: int, kept: int
+) -> None:
+    """Exactly the last *kept* sequence numbers hold an episode: the newest ones, no others."""
+    prefix = f"episodic:{namespace}:e:"
+    stored = {int(k[len(prefix) :]) for k in await provider.keys(prefix)}
+    assert stored == set(range(written - kept + 1, written + 1))
 
 
 async def _run_workers(
@@ -140,6 +150,7 @@ async def test_concurrent_records_from_many_processes(store: Store, max_episodes
         episodes = await EpisodicMemory(
             provider, namespace="procs", max_episodes=max_episodes
         ).load()
+        await _assert_the_newest_are_kept(provider, "procs", 1600, min(1600, max_episodes))
     assert len(episodes) == min(1600, max_episodes)
     assert len({e.id for e in episodes}) == len(episodes)
     if max_episodes >= 1600:

@@ -63,7 +63,7 @@ async def test_a_namespace_lives_in_one_slot_under_its_hash_tag(
         await memory.record(ep(f"refund order case{i}"))
     stored = [k for per_node in keys_per_node(nodes) for k in per_node]
     assert sorted(stored) == sorted(
-        ["deepcrew:{episodic:support}:__seq__"]
+        [f"deepcrew:{{episodic:support}}:{index}" for index in ("__seq__", "__gen__", "__max__")]
         + [f"deepcrew:{{episodic:support}}:e:{seq}" for seq in range(4, 9)]
     )
     assert len({nodes[0].cluster("keyslot", k) for k in stored}) == 1
@@ -77,12 +77,13 @@ async def test_namespaces_spread_over_the_masters_and_keys_scans_them_all(
     for name in names:
         await EpisodicMemory(cluster, namespace=name).record(ep(f"deploy {name}"))
     assert all(keys_per_node(nodes))  # every master holds some namespace
+    per_namespace = ("__gen__", "__max__", "__seq__", "e:1")
     found = await cluster.keys("episodic:")
-    assert found == sorted(f"episodic:{n}:{k}" for n in names for k in ("__seq__", "e:1"))
+    assert found == sorted(f"episodic:{n}:{k}" for n in names for k in per_namespace)
     assert await cluster.keys("episodic:team1") == sorted(
-        f"episodic:{n}:{k}" for n in names if n.startswith("team1") for k in ("__seq__", "e:1")
+        f"episodic:{n}:{k}" for n in names if n.startswith("team1") for k in per_namespace
     )
-    assert await cluster.keys("episodic:team1:") == ["episodic:team1:__seq__", "episodic:team1:e:1"]
+    assert await cluster.keys("episodic:team1:") == [f"episodic:team1:{k}" for k in per_namespace]
 
 
 async def test_a_cold_load_is_two_mgets_and_a_record_one_transaction(

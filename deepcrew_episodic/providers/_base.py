@@ -85,15 +85,17 @@ class MemoryProvider(ABC):
         found = await self.search(prefix, top_k=sys.maxsize)
         return sorted(k for k, _ in found if k.startswith(prefix))
 
-    async def increment(self, key: str, *, initial: int = 0) -> int:
+    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
         """Add one to the integer stored under *key* (taken as *initial* when absent) and
-        return the new value.
+        return the new value. A value that is not an integer raises :class:`CorruptDataError`,
+        or is taken as *repair* when given (the repair happens inside the atomic step, so two
+        repairers cannot both apply theirs).
 
         The default is atomic between the tasks of one process only.
         """
         async with _process_lock(self):
             raw = await self.retrieve(key)
-            value = _parse_counter(key, raw, initial)
+            value = _parse_counter(key, raw, initial, repair)
             value += 1
             await self.store(key, str(value))
             return value
@@ -104,15 +106,16 @@ class MemoryProvider(ABC):
         then: Callable[[int], tuple[Mapping[str, str], Collection[str]]],
         *,
         initial: int = 0,
+        repair: int | None = None,
     ) -> int:
-        """Increment the counter *key*, then apply ``then(new_value)`` (items to store, keys to
+        """Increment the counter *key* (see :meth:`increment`), then apply ``then(new_value)`` (items to store, keys to
         delete); return the new value.
 
         The default takes two steps (``increment`` then ``write``): a writer that dies between
         them leaves the counter advanced and nothing written, never a partial write. Providers
         that can do both in one atomic step (one file replace, one transaction) override it.
         """
-        value = await self.increment(key, initial=initial)
+        value = await self.increment(key, initial=initial, repair=repair)
         items, delete = then(value)
         await self.write(items, delete)
         return value
@@ -132,12 +135,14 @@ class MemoryProvider(ABC):
         await self.aclose()
 
 
-def _parse_counter(key: str, raw: str | None, initial: int) -> int:
+def _parse_counter(key: str, raw: str | None, initial: int, repair: int | None = None) -> int:
     if raw is None or raw == "":
         return initial
     try:
         return int(raw)
     except ValueError:
+        if repair is not None:
+            return repair
         raise CorruptDataError(f"counter {key!r} holds {raw[:40]!r}, not an integer") from None
 
 
@@ -171,10 +176,10 @@ class _ForeignProvider(MemoryProvider):
     async def clear(self) -> None:
         await self._inner.clear()
 
-    async def increment(self, key: str, *, initial: int = 0) -> int:
+    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
         # Lock on the wrapped object: every wrapper of one backend shares the lock.
         async with _process_lock(self._inner):
-            value = _parse_counter(key, await self.retrieve(key), initial) + 1
+            value = _parse_counter(key, await self.retrieve(key), initial, repair) + 1
             await self.store(key, str(value))
             return value
 

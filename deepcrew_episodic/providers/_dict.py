@@ -47,7 +47,7 @@ class InMemoryProvider(MemoryProvider):
     async def keys(self, prefix: str) -> list[str]:
         return sorted(k for k in self._data if k.startswith(prefix))
 
-    async def increment(self, key: str, *, initial: int = 0) -> int:
-        value = _parse_counter(key, self._data.get(key), initial) + 1
+    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
+        value = _parse_counter(key, self._data.get(key), initial, repair) + 1
         self._data[key] = str(value)
         return value

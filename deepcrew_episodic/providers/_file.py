@@ -59,7 +59,9 @@ class FileMemoryProvider(MemoryProvider):
     shared_across_processes = True
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
-        self._path = Path(path)
+        # Through a symlink, replace the target, not the link (os.replace would swap the link
+        # for a regular file and the target would never see a write again).
+        self._path = Path(path).resolve()
         self._lock_path = self._path.with_name(self._path.name + ".lock")
         self._fsync = fsync
         self._mutex = threading.Lock()
@@ -72,6 +74,7 @@ class FileMemoryProvider(MemoryProvider):
         self._loaded = False
         self._lock_fd: int | None = None
         self._swept = False
+        self._pid = os.getpid()
 
     @property
     def path(self) -> Path:
@@ -111,11 +114,11 @@ class FileMemoryProvider(MemoryProvider):
         doomed = list(keys)
         await self._modify({}, lambda data: (doomed, None))
 
-    async def increment(self, key: str, *, initial: int = 0) -> int:
+    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
         result: list[int] = []
 
         def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]]:
-            value = _parse_counter(key, data.get(key), initial) + 1
+            value = _parse_counter(key, data.get(key), initial, repair) + 1
             result.append(value)
             return (), {key: str(value)}
 
@@ -128,12 +131,13 @@ class FileMemoryProvider(MemoryProvider):
         then: Callable[[int], tuple[Mapping[str, str], Collection[str]]],
         *,
         initial: int = 0,
+        repair: int | None = None,
     ) -> int:
         # One locked replace for both steps: half the I/O of increment + write.
         result: list[int] = []
 
         def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]]:
-            value = _parse_counter(key, data.get(key), initial) + 1
+            value = _parse_counter(key, data.get(key), initial, repair) + 1
             result.append(value)
             items, delete = then(value)
             _check_values(items)
@@ -143,16 +147,20 @@ class FileMemoryProvider(MemoryProvider):
         return result[0]
 
     async def aclose(self) -> None:
-        with self._mutex:
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+        def run() -> None:
+            with self._guard():
+                if self._lock_fd is not None:
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
+
+        # The mutex may be held by a worker waiting on another process's lock: wait off-loop.
+        await anyio.to_thread.run_sync(run)
 
     # --- machinery ------------------------------------------------------------------------
 
     async def _read(self, fn: Callable[[dict[str, str]], T]) -> T:
         def run() -> T:
-            with self._mutex, self._flock(fcntl.LOCK_SH):
+            with self._guard(), self._flock(fcntl.LOCK_SH):
                 self._refresh()
                 return fn(self._data)
 
@@ -166,7 +174,7 @@ class FileMemoryProvider(MemoryProvider):
         """Apply *items*, then what *change* computes from the current data, in one replace."""
 
         def run() -> None:
-            with self._mutex, self._flock(fcntl.LOCK_EX):
+            with self._guard(), self._flock(fcntl.LOCK_EX):
                 self._refresh()
                 self._sweep_orphans()
                 doomed, more = change(self._data)
@@ -182,6 +190,23 @@ class FileMemoryProvider(MemoryProvider):
                 self._commit()
 
         await anyio.to_thread.run_sync(run)
+
+    def _guard(self) -> threading.Lock:
+        """The in-process mutex, made anew in a forked child.
+
+        A child inherits the parent's lock file descriptor, and ``flock`` belongs to the open
+        file, so parent and child would not exclude each other: the child opens its own (it
+        closes the inherited one, which leaves the parent's lock in place) and reloads.
+        """
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._mutex = threading.Lock()
+            if self._lock_fd is not None:
+                with _suppress_oserror():
+                    os.close(self._lock_fd)
+                self._lock_fd = None
+            self._loaded = False
+        return self._mutex
 
     def _flock(self, mode: int) -> _Flock:
         if self._lock_fd is None:

@@ -34,9 +34,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 __all__ = ["RedisMemoryProvider"]
 
-# Create the counter at `initial` when absent, then INCR it: one atomic step on the server.
+# Create the counter at `initial` when absent (or set it to `repair` when it is not an integer
+# and a repair value is given), then INCR it: one atomic step on the server.
 _INCREMENT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SET', KEYS[1], ARGV[1]) end
+local current = redis.call('GET', KEYS[1])
+if not current then
+  redis.call('SET', KEYS[1], ARGV[1])
+elseif ARGV[2] ~= '' and not string.match(current, '^%-?%d+$') then
+  redis.call('SET', KEYS[1], ARGV[2])
+end
 return redis.call('INCR', KEYS[1])
 """
 _SCAN_BATCH = 1000
@@ -252,10 +258,11 @@ class RedisMemoryProvider(MemoryProvider):
         found.sort()
         return found
 
-    async def increment(self, key: str, *, initial: int = 0) -> int:
+    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
+        args = [initial, "" if repair is None else repair]
         try:
             async with self._call("INCR", key):
-                return int(await self._increment(keys=[self._key(key)], args=[initial]))
+                return int(await self._increment(keys=[self._key(key)], args=args))
         except StorageError as exc:
             if "not an integer" in str(exc.__cause__):
                 raise CorruptDataError(f"counter {key!r} does not hold an integer") from exc

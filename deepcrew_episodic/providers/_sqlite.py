@@ -177,10 +177,10 @@ class SQLiteMemoryProvider(MemoryProvider):
 
         return await self._run("keys", run)
 
-    async def increment(self, key: str, *, initial: int = 0) -> int:
+    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
         def run(conn: sqlite3.Connection) -> int:
             with _transaction(conn):
-                return _increment(conn, key, initial)
+                return _increment(conn, key, initial, repair)
 
         return await self._run("increment", run)
 
@@ -190,11 +190,12 @@ class SQLiteMemoryProvider(MemoryProvider):
         then: Callable[[int], tuple[Mapping[str, str], Collection[str]]],
         *,
         initial: int = 0,
+        repair: int | None = None,
     ) -> int:
         # One transaction: the counter and what it places commit together or not at all.
         def run(conn: sqlite3.Connection) -> int:
             with _transaction(conn):
-                value = _increment(conn, key, initial)
+                value = _increment(conn, key, initial, repair)
                 items, delete = then(value)
                 _check_strings(items, items.values())
                 _apply(conn, list(items.items()), [(k,) for k in delete if k not in items])
@@ -283,10 +284,10 @@ class SQLiteMemoryProvider(MemoryProvider):
 _UPSERT = "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 
-def _increment(conn: sqlite3.Connection, key: str, initial: int) -> int:
+def _increment(conn: sqlite3.Connection, key: str, initial: int, repair: int | None) -> int:
     """Add one to the counter *key*; the caller holds the write lock (BEGIN IMMEDIATE)."""
     row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-    value = _parse_counter(key, row[0] if row else None, initial) + 1
+    value = _parse_counter(key, row[0] if row else None, initial, repair) + 1
     conn.execute(_UPSERT, (key, str(value)))
     return value
 
