@@ -35,6 +35,7 @@ import gc
 import json
 import os
 import random
+import resource
 import shutil
 import socket
 import statistics
@@ -437,8 +438,9 @@ async def worker(spec: str) -> None:
     print(json.dumps({"failed": len(failed), "causes": causes}), flush=True)
 
 
-def import_times(runs: int) -> dict[str, list[float]]:
-    """Wall milliseconds of fresh interpreters running each statement, interleaved."""
+def import_times(runs: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Wall and CPU (user + system) milliseconds of fresh interpreters running each statement,
+    interleaved. CPU time is the steadier figure on a machine shared with other work."""
     statements = {
         "python -c pass (bare interpreter)": "pass",
         "import deepcrew_episodic": "import deepcrew_episodic",
@@ -448,14 +450,19 @@ def import_times(runs: int) -> dict[str, list[float]]:
         "import deepcrew (deepcrew-ai 0.6.1)": "import deepcrew",
     }
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    times: dict[str, list[float]] = {name: [] for name in statements}
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in statements}
     for code in statements.values():  # write bytecode, warm the page cache
         subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
     for _ in range(runs):
         for name, code in statements.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
-            times[name].append((time.perf_counter() - start) * 1000)
+            wall = (time.perf_counter() - start) * 1000
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+            times[name][0].append(wall)
+            times[name][1].append(cpu)
     return times
 
 
@@ -691,25 +698,31 @@ async def concurrency_table(libs: list[Library], env: Env, args: argparse.Namesp
     return "\n".join(lines) + "\n"
 
 
-def imports_table(times: dict[str, list[float]], runs: int) -> str:
-    bare = statistics.median(times["python -c pass (bare interpreter)"])
-    ours = statistics.median(times["import deepcrew_episodic"]) - bare
+def imports_table(times: dict[str, tuple[list[float], list[float]]], runs: int) -> str:
+    bare_wall, bare_cpu = (statistics.median(m) for m in times["python -c pass (bare interpreter)"])
     lines = [
-        f"### Import time: median wall ms of {runs} fresh interpreters",
+        f"### Import time: medians of {runs} fresh interpreters, in ms",
         "",
-        "| statement | median | over a bare interpreter |",
-        "|---|---|---|",
+        "| statement | wall | wall over a bare interpreter | CPU | CPU over a bare interpreter |",
+        "|---|---|---|---|---|",
     ]
-    for name, ms in times.items():
-        median = statistics.median(ms)
-        over = "" if name.startswith("python") else fmt(median - bare)
-        lines.append(f"| `{name}` | {fmt(median)} | {over} |")
-    ancestor = times.get("import deepcrew (deepcrew-ai 0.6.1)")
+    over: dict[str, float] = {}
+    for name, (wall, cpu) in times.items():
+        w, c = statistics.median(wall), statistics.median(cpu)
+        if name.startswith("python"):
+            lines.append(f"| `{name}` | {fmt(w)} | | {fmt(c)} | |")
+            continue
+        over[name] = c - bare_cpu
+        lines.append(
+            f"| `{name}` | {fmt(w)} | {fmt(w - bare_wall)} | {fmt(c)} | {fmt(c - bare_cpu)} |"
+        )
+    ours = over.get("import deepcrew_episodic", 0.0)
+    ancestor = over.get("import deepcrew (deepcrew-ai 0.6.1)")
     if ancestor and ours > 0:
         lines += [
             "",
-            f"`import deepcrew` costs x{(statistics.median(ancestor) - bare) / ours:,.0f} "
-            f"what `import deepcrew_episodic` costs over a bare interpreter.",
+            f"`import deepcrew` costs x{ancestor / ours:,.0f} the CPU time of "
+            f"`import deepcrew_episodic` over a bare interpreter.",
         ]
     return "\n".join(lines) + "\n"
 
