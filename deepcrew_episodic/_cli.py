@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=argparse.SUPPRESS,
         metavar="N",
-        help=f"ring size; use your application's value (default: ${MAX_EPISODES_ENV}, "
-        f"else {DEFAULT_MAX_EPISODES})",
+        help=f"ring size (default: ${MAX_EPISODES_ENV}, else the size the log was last "
+        f"written with, else {DEFAULT_MAX_EPISODES})",
     )
     where.add_argument(
         "--max-age",
@@ -304,7 +304,8 @@ class Settings:
         max_episodes = getattr(args, "max_episodes", None)
         if max_episodes is None and env.get(MAX_EPISODES_ENV):
             max_episodes = _from_env(MAX_EPISODES_ENV, positive_int)
-        self.max_episodes: int = max_episodes or DEFAULT_MAX_EPISODES
+        # None: the ring size the log was last written with (see stored_ring)
+        self.max_episodes: int | None = max_episodes
         max_age = getattr(args, "max_age", None)
         if max_age is None and env.get(MAX_AGE_ENV):
             max_age = _from_env(MAX_AGE_ENV, parse_duration)
@@ -365,15 +366,29 @@ def _check_file(spec: str, create: bool, kind: str) -> None:
         )
 
 
-def make_memory(provider: MemoryProvider, settings: Settings) -> EpisodicMemory:
+async def make_memory(provider: MemoryProvider, settings: Settings) -> EpisodicMemory:
     from ._memory import EpisodicMemory
 
     return EpisodicMemory(
         provider,
         namespace=settings.namespace,
-        max_episodes=settings.max_episodes,
+        max_episodes=settings.max_episodes or await stored_ring(provider, settings.namespace),
         max_age=settings.max_age,
     )
+
+
+async def stored_ring(provider: MemoryProvider, namespace: str) -> int:
+    """The ring size the log was last written with (deepcrew-ai's slot count for its logs),
+    else the library's default. A command with a smaller ring than the application's would
+    show too little, and a ``record`` with it would delete what falls out of *its* ring."""
+    from ._log import EpisodeLog
+
+    head = await EpisodeLog(provider, namespace, DEFAULT_MAX_EPISODES).read_head()
+    if head.ring:
+        return head.ring
+    if head.legacy is not None:
+        return max(head.legacy.count, DEFAULT_MAX_EPISODES)
+    return DEFAULT_MAX_EPISODES
 
 
 # --- output helpers ---------------------------------------------------------------------------
@@ -507,6 +522,8 @@ async def cmd_record(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         if args.forget_after is not None:
             fields["forget_after"] = args.forget_after
         episodes = [_validated(Episode, fields, "the episode")]
+    if args.file is not None:
+        _refuse_stored_ids(episodes, {ep.id for _, ep in await _stored(memory)})
     stored = [await memory.record(episode) for episode in episodes]
     _report_redactions(episodes, stored)
     if args.json:
@@ -515,6 +532,18 @@ async def cmd_record(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         for episode in stored:
             out(f"recorded {episode.id} ({episode.outcome})")
     return 0
+
+
+def _refuse_stored_ids(episodes: Sequence[Episode], present: set[str]) -> None:
+    """All or nothing: an id already stored (or given twice) is refused before any write."""
+    seen: set[str] = set()
+    for episode in episodes:
+        if episode.id and (episode.id in present or episode.id in seen):
+            raise CliError(
+                f"an episode with id {episode.id!r} is already stored (or given twice): nothing "
+                f"was recorded; 'import' skips episodes that are already present"
+            )
+        seen.add(episode.id)
 
 
 def _validated(cls: type[Episode], item: Any, where: str) -> Episode:
@@ -891,7 +920,7 @@ _CREATES = {"record", "import"}
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     provider = open_store(settings.store, create=args.command in _CREATES)
     async with provider:
-        memory = make_memory(provider, settings)
+        memory = await make_memory(provider, settings)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {
             "record": lambda: cmd_record(args, memory),
             "recall": lambda: cmd_recall(args, memory),

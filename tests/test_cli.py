@@ -15,11 +15,13 @@ import textwrap
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
-from deepcrew_episodic import Episode
+from deepcrew_episodic import Episode, EpisodicMemory
 from deepcrew_episodic._cli import OUTCOMES, main
 from deepcrew_episodic._episode import OUTCOMES as EPISODE_OUTCOMES
+from deepcrew_episodic.providers import FileMemoryProvider
 
 SCRIPT = Path(sys.executable).with_name("deepcrew-episodic")
 ENV_VARS = (
@@ -689,3 +691,38 @@ def test_stored_control_characters_never_reach_the_terminal(run: Run, store: str
         assert not any(c in out for c in "\x1b\x07\x9b")  # escaped: \u001b, \u009b, ...
         item = json.loads(out)[0] if command[0] == "recall" else json.loads(out.splitlines()[0])
         assert item["query"] == hostile  # machine output keeps the exact text
+
+
+def test_the_ring_size_of_the_application_is_adopted(run: Run, store: str) -> None:
+    async def fill() -> None:
+        async with FileMemoryProvider(store) as provider:
+            memory = EpisodicMemory(provider, namespace="app", max_episodes=150)
+            for i in range(120):
+                await memory.record(Episode(query=f"ticket {i}"))
+
+    anyio.run(fill)
+    code, out, _ = run("--store", store, "-n", "app", "timeline", "--json")
+    assert len(json.loads(out)) == 120  # not the default 100
+    assert run("--store", store, "-n", "app", "record", "-q", "ticket 120")[0] == 0
+    code, out, _ = run("--store", store, "-n", "app", "stats", "--json")
+    stats = json.loads(out)
+    assert (stats["total"], stats["capacity"]) == (121, 150)  # the CLI's record deleted nothing
+    _code, out, _ = run("--store", store, "-n", "app", "--max-episodes", "10", "timeline", "--json")
+    assert [e["query"] for e in json.loads(out)] == [f"ticket {i}" for i in range(111, 121)]
+
+
+def test_record_file_with_a_stored_id_writes_nothing(run: Run, store: str, tmp_path: Path) -> None:
+    code, out, _ = run("--store", store, "record", "-q", "first", "--json")
+    first = json.loads(out)[0]
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text(json.dumps({"query": "new one"}) + "\n" + json.dumps(first) + "\n")
+    code, _, err = run("--store", store, "record", "--file", str(batch))
+    assert code == 1
+    assert_one_clean_line(err)
+    assert "already stored" in err
+    batch.write_text(
+        json.dumps({"query": "a", "id": "x1"}) + "\n" + json.dumps({"query": "b", "id": "x1"})
+    )
+    assert run("--store", store, "record", "--file", str(batch))[0] == 1
+    code, out, _ = run("--store", store, "timeline", "--json")
+    assert [e["query"] for e in json.loads(out)] == ["first"]
