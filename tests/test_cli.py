@@ -704,7 +704,7 @@ def test_the_ring_size_of_the_application_is_adopted(run: Run, store: str) -> No
     code, out, _ = run("--store", store, "-n", "app", "timeline", "--json")
     assert len(json.loads(out)) == 120  # not the default 100
     assert run("--store", store, "-n", "app", "record", "-q", "ticket 120")[0] == 0
-    code, out, _ = run("--store", store, "-n", "app", "stats", "--json")
+    _, out, _ = run("--store", store, "-n", "app", "stats", "--json")
     stats = json.loads(out)
     assert (stats["total"], stats["capacity"]) == (121, 150)  # the CLI's record deleted nothing
     _code, out, _ = run("--store", store, "-n", "app", "--max-episodes", "10", "timeline", "--json")
