@@ -702,6 +702,7 @@ def test_the_ring_size_of_the_application_is_adopted(run: Run, store: str) -> No
 
     anyio.run(fill)
     code, out, _ = run("--store", store, "-n", "app", "timeline", "--json")
+    assert code == 0
     assert len(json.loads(out)) == 120  # not the default 100
     assert run("--store", store, "-n", "app", "record", "-q", "ticket 120")[0] == 0
     _, out, _ = run("--store", store, "-n", "app", "stats", "--json")
