@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -832,8 +833,11 @@ async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         containing=args.containing,
     )
     if args.dry_run:
-        for _, ep in selected:
-            out(_timeline_line(ep))
+        now = time.time()
+        for seq, ep in selected:
+            # An expired episode is listed by id only: its text must not reach any output.
+            expired = memory._expired(seq, now)
+            out(f"{ep.id}  (expired)" if expired else _timeline_line(ep))
         note(f"{len(selected)} episodes would be forgotten (dry run: nothing was deleted)")
         return 0
     if not selected:
