@@ -96,3 +96,17 @@ def test_bare_litellm_hook_recalls_and_records() -> None:
     assert "sending 3 messages, 1 episode(s) recalled" in run2
     block = out.split("The block a third run would get:")[1]
     assert block.count("asked:") == 2
+
+
+def test_privacy_example_redacts_hides_and_deletes() -> None:
+    out = run_example("privacy.py")
+    assert "[REDACTED:url-password]" in out
+    assert "[REDACTED:customer-id]" in out
+    assert "[REDACTED:aws-access-key]" in out
+    assert "hunter2" not in out.split("secret ever written")[0]
+    assert "recall 'billing': 1 episode(s)" in out
+    assert "in the file before sweep: True" in out
+    assert "sweep deleted 2 expired episode(s)" in out
+    assert "in the file after sweep:  False" in out
+    assert "episodes left: 0" in out
+    assert "secret ever written to disk: False" in out
