@@ -247,3 +247,17 @@ async def test_reopens_after_aclose_and_across_threads(tmp_path: Path) -> None:
     thread.join()
     assert results == ["1"]
     await provider.aclose()
+
+
+# --- the example --------------------------------------------------------------------------------
+
+
+def test_the_sqlite_example_keeps_every_episode_from_four_processes() -> None:
+    from test_examples import run_example
+
+    out = run_example("sqlite_store.py")
+    assert "200 episodes from 4 processes (200 recorded)" in out
+    block = out.split("## Relevant past experience", 1)[1]
+    recalled = [line for line in block.splitlines() if line.startswith("- ")]
+    assert len(recalled) == 2
+    assert all("Refund a double charge" in line for line in recalled)
