@@ -30,15 +30,10 @@ import argparse
 import os
 import random
 import re
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +42,7 @@ import anyio
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _redis import redis_server
 from recall_probes import load_episodes, load_probes
 
 from deepcrew_episodic import Episode, EpisodicMemory
@@ -140,51 +136,6 @@ def corpus(n: int, seed: int = 7) -> list[Episode]:
     return out
 
 
-@contextmanager
-def redis_server() -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed; pass --redis-url or --providers dict")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="bench-redis-")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
-                    conn.sendall(b"PING\r\n")
-                    if conn.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
 def percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
@@ -273,7 +224,7 @@ async def main() -> None:
     if "redis" in args.providers:
         from deepcrew_episodic.providers import RedisMemoryProvider
 
-        with redis_server() if args.redis_url is None else _given(args.redis_url) as url:
+        with redis_server(args.redis_url) as url:
             for n in args.sizes:
                 async with RedisMemoryProvider(url) as provider:
                     await provider.clear()
@@ -285,11 +236,6 @@ async def main() -> None:
             rounds = max(10, min(args.rounds, 2_000_000 // n))
             result = await measure_ancestor(n, rounds)
             print(line("deepcrew-ai 0.6.1", n, result), flush=True)
-
-
-@contextmanager
-def _given(url: str) -> Iterator[str]:
-    yield url
 
 
 if __name__ == "__main__":
