@@ -472,19 +472,18 @@ class EpisodicMemory:
 
     def _expired(self, seq: int, now: float) -> bool:
         forget_at, recorded = self._retention.get(seq, (None, None))
-        if forget_at is not None and forget_at <= now:
-            return True
-        return (
-            self._max_age is not None
-            and recorded is not None
-            and recorded < now - self._max_age.total_seconds()
-        )
+        return self._past(forget_at, recorded, now)
 
     def _expired_episode(self, episode: Episode, now: float) -> bool:
-        forget_at = _time_or_none(episode.forget_after)
+        return self._past(
+            _time_or_none(episode.forget_after), _time_or_none(episode.timestamp), now
+        )
+
+    def _past(self, forget_at: float | None, recorded: float | None, now: float) -> bool:
+        """The retention rule, the one place it is stated: past ``forget_after``, or older
+        than ``max_age``."""
         if forget_at is not None and forget_at <= now:
             return True
-        recorded = _time_or_none(episode.timestamp)
         return (
             self._max_age is not None
             and recorded is not None
