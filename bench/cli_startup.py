@@ -110,7 +110,7 @@ def main() -> None:
         )
         cases = [
             ("python -c pass (bare interpreter)", [sys.executable, "-c", "pass"]),
-            ("import Episode (pydantic)", [sys.executable, "-c", EPISODE]),
+            ("import Episode", [sys.executable, "-c", EPISODE]),
             ("import the library's recall path", [sys.executable, "-c", library]),
             ("deepcrew-episodic --help", [str(script), "--help"]),
             ("deepcrew-episodic recall", [str(script), *recall]),
@@ -144,7 +144,7 @@ def main() -> None:
     print(f"\nrecall median {recall:.0f} ms, target <= {TARGET_MS:.0f} ms: {verdict}")
     print(f"(load average {load:.2f} on {os.cpu_count()} CPUs: other work inflates every row)")
     print(
-        f"of which importing the library (pydantic, anyio, asyncio, the modules recall needs) "
+        f"of which importing the library (anyio, asyncio, the modules recall needs) "
         f"{floor:.0f} ms, the command itself (argparse, reading the file, recall, output) "
         f"{recall - floor:.0f} ms"
     )

@@ -89,7 +89,7 @@ async def ancestor() -> RecallFn:
     memory = OldMemory(OldProvider(), max_episodes=10_000)
     keys: dict[tuple[str, str], str] = {}
     for key, episode in load_episodes(time.time()):
-        data = episode.model_dump(exclude={"id", "forget_after"})
+        data = {k: v for k, v in episode.to_dict().items() if k not in ("id", "forget_after")}
         await memory.record(OldEpisode(**data))
         keys[(episode.query, episode.timestamp)] = key
 

@@ -27,6 +27,7 @@ every episode on every recall, so it runs fewer rounds).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import re
@@ -122,18 +123,20 @@ def corpus(n: int, seed: int = 7) -> list[Episode]:
         who = f"{rng.choice(NAMES)} {rng.randint(1, 5000)}"
         age_days = (n - i) / n * 1000 + rng.random()
         out.append(
-            e.model_copy(
-                update={
-                    "id": "",
-                    "query": f"{vary(e.query)} ({who}, {extra})",
-                    "reflection": vary(e.reflection) if e.reflection else None,
-                    "timestamp": time.strftime(
-                        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - age_days * 86400)
-                    ),
-                }
+            dataclasses.replace(
+                e,
+                id="",
+                query=f"{vary(e.query)} ({who}, {extra})",
+                reflection=vary(e.reflection) if e.reflection else None,
+                timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - age_days * 86400)),
             )
         )
     return out
+
+
+def ancestor_fields(episode: Episode) -> dict[str, Any]:
+    """The fields deepcrew-ai's Episode has (it lacks id and forget_after)."""
+    return {k: v for k, v in episode.to_dict().items() if k not in ("id", "forget_after")}
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -177,7 +180,7 @@ async def measure_ancestor(n: int, rounds: int) -> dict[str, Any]:
 
     memory = OldMemory(OldProvider(), max_episodes=n)
     for episode in corpus(n):
-        await memory.record(OldEpisode(**episode.model_dump(exclude={"id", "forget_after"})))
+        await memory.record(OldEpisode(**ancestor_fields(episode)))
     queries = [p.query for p in load_probes()]
     warm = []
     for i in range(rounds):

@@ -7,13 +7,14 @@ Exit status: 0 success, 2 usage error, 1 any other failure. A failure the user c
 missing or corrupt store, a bad URL, an unreachable server, invalid input) is one line on
 stderr, never a traceback.
 
-This module imports only the standard library at start-up; the providers, pydantic and anyio
-load when a command needs them, and litellm never does, so ``recall`` starts fast.
+This module imports only the standard library at start-up; the providers and anyio load when a
+command needs them, and neither pydantic nor litellm ever does, so ``recall`` starts fast.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -43,7 +44,7 @@ MAX_AGE_ENV = "DEEPCREW_EPISODIC_MAX_AGE"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_MAX_EPISODES = 100
 # The same values as _episode.OUTCOMES (a test keeps them equal); repeated here so that
-# parsing the command line does not import pydantic.
+# parsing the command line imports nothing of the library.
 OUTCOMES = ("success", "failure", "partial", "unknown")
 INTENTS = ("any", "what_failed", "what_worked")
 HISTOGRAM_WIDTH = 30
@@ -415,7 +416,7 @@ def dump(value: Any) -> None:
 
 
 def episode_dict(episode: Episode) -> dict[str, Any]:
-    return episode.model_dump(mode="json")
+    return episode.to_dict()
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -504,7 +505,7 @@ async def cmd_record(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         episodes = [_validated(Episode, item, where) for where, item in records]
         if args.forget_after:
             episodes = [
-                e if e.forget_after else e.model_copy(update={"forget_after": args.forget_after})
+                e if e.forget_after else dataclasses.replace(e, forget_after=args.forget_after)
                 for e in episodes
             ]
     else:
@@ -559,7 +560,7 @@ def _validated(cls: type[Episode], item: Any, where: str) -> Episode:
 def _report_redactions(before: Sequence[Episode], after: Sequence[Episode]) -> None:
     kinds: dict[str, int] = {}
     for old, new in zip(before, after, strict=True):
-        was, now = old.model_dump_json(), new.model_dump_json()
+        was, now = old.to_json(), new.to_json()
         for kind in re.findall(r"\[REDACTED:([a-z0-9-]+)\]", now):
             kinds[kind] = kinds.get(kind, 0) + 1
         for kind in re.findall(r"\[REDACTED:([a-z0-9-]+)\]", was):

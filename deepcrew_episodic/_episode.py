@@ -7,10 +7,10 @@ import json
 import logging
 import math
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ._exceptions import InvalidEpisodeError
 
@@ -24,11 +24,25 @@ _STRICT_FIELDS = frozenset({"query", "id", "forget_after"})
 log = logging.getLogger("deepcrew_episodic")
 
 
-class Episode(BaseModel):
+class _Invalid(Exception):
+    """A field's value is unacceptable; *where* is the path inside the field (a list index)."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        super().__init__(message)
+        self.message, self.where = message, where
+
+
+# A plain dataclass, validated by hand, rather than a pydantic model: pydantic costs a quarter
+# of a second to import, and the command line's `recall` must start in a fraction of that.
+# It also keeps deepcrew-ai's shape: a dataclass with the same fields in the same order.
+@dataclass(slots=True)
+class Episode:
     """One recorded agent run.
 
-    The fields are deepcrew-ai 0.6's, plus ``id`` (filled on record) and ``forget_after``
-    (retention). JSON written by deepcrew-ai decodes unchanged.
+    The fields are deepcrew-ai 0.6's, in its order, plus ``id`` (filled on record) and
+    ``forget_after`` (retention). Every field is checked on construction and on assignment:
+    a wrong value raises :class:`~deepcrew_episodic.InvalidEpisodeError` (a ``ValueError``)
+    naming the field. JSON written by deepcrew-ai decodes unchanged.
 
     Example::
 
@@ -36,73 +50,86 @@ class Episode(BaseModel):
                 score=0.9, tools_used=["refund"], tags=["billing"])
     """
 
-    # Construction by a caller is strict about unknown fields (a typo must not vanish);
-    # decoding stored JSON goes through :meth:`from_json`, which tolerates fields written
-    # by a newer version.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
     query: str
     response: str = ""
     outcome: Outcome = "unknown"
-    score: float | None = Field(default=None, strict=True, allow_inf_nan=False)
-    tools_used: list[str] = Field(default_factory=list)
+    score: float | None = None
+    tools_used: list[str] = field(default_factory=list)
     reflection: str | None = None
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
     timestamp: str = ""
     agent_id: str = ""
     id: str = ""
     forget_after: str | None = None
 
-    @field_validator("timestamp")
-    @classmethod
-    def _check_timestamp(cls, value: str) -> str:
-        if value:
-            parse_time(value)
-        return value
+    if not TYPE_CHECKING:  # hidden from type checkers, which then still catch typos
 
-    @field_validator("forget_after")
-    @classmethod
-    def _check_forget_after(cls, value: str | None) -> str | None:
-        if value:
-            parse_time(value)
-        return value or None
+        def __setattr__(self, name: str, value: Any) -> None:
+            # The generated __init__ assigns every field, so this checks construction too.
+            check = _CHECKS.get(name)
+            if check is not None:
+                value = _checked(name, check, value)
+            object.__setattr__(self, name, value)
 
     # --- conversion ---------------------------------------------------------------------
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, as JSON-compatible values (the lists are copies)."""
+        return {name: _copy(getattr(self, name)) for name in FIELDS}
+
     def to_json(self) -> str:
         """Encode as compact JSON (the stored form; fields at their default are left out)."""
-        return self.model_dump_json(exclude_defaults=True)
+        data: dict[str, Any] = {"query": self.query}
+        for name, default in _DEFAULTS.items():
+            value = getattr(self, name)
+            if value != default:
+                data[name] = value
+        return _encode(data)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Episode:
         """Decode a stored episode; unknown fields (from a newer writer) are ignored.
 
-        Raises ``ValueError`` (``json.JSONDecodeError`` or ``pydantic.ValidationError``) when
-        the record cannot be decoded at all.
+        A field that holds a wrong value (an outcome from a newer writer, a hand-edited
+        score) falls back to its default, with a warning, so one bad field does not hide the
+        whole run. Raises ``ValueError`` when the record is not JSON, not an object, or has
+        no valid ``query``, ``id`` or ``forget_after``: those decide what the record is and
+        whether it may be shown at all.
         """
         data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError(f"episode record is a JSON {type(data).__name__}, not an object")
-        known = {k: v for k, v in data.items() if k in cls.model_fields}
-        try:
-            return cls.model_validate(known)
-        except ValidationError as exc:
-            # One bad field (an outcome from a newer writer, a hand-edited score) should not
-            # hide the whole run: fall back to that field's default. The fields that decide
-            # what the record is, or whether it may be shown at all, stay strict.
-            bad = {str(err["loc"][0]) for err in exc.errors() if err["loc"]}
-            if not bad or bad & _STRICT_FIELDS:
-                raise
-            for name in bad:
-                known.pop(name, None)
-            episode = cls.model_validate(known)
+        values: dict[str, Any] = {}
+        bad: list[str] = []
+        for name, check in _CHECKS.items():
+            if name not in data:
+                continue
+            try:
+                values[name] = _checked(name, check, data[name])
+            except InvalidEpisodeError as exc:
+                if name in _STRICT_FIELDS:
+                    raise
+                bad.append(f"{name} ({exc})")
+        if "query" not in values:
+            raise InvalidEpisodeError("invalid episode: query: field required")
+        episode = cls._trusted(values)
+        if bad:
             log.warning(
-                "episode %s: unreadable %s replaced by the default (%s)",
+                "episode %s: unreadable %s replaced by the default",
                 episode.id or "(no id)",
-                ", ".join(sorted(bad)),
-                str(exc).splitlines()[0],
+                "; ".join(bad),
             )
-            return episode
+        return episode
+
+    @classmethod
+    def _trusted(cls, values: dict[str, Any]) -> Episode:
+        # Values already checked: skip a second round of checks (decoding 100,000 stored
+        # episodes is the cost of a cold recall).
+        episode = object.__new__(cls)
+        for name in FIELDS:
+            value = values[name] if name in values else _copy(_DEFAULTS[name])
+            object.__setattr__(episode, name, value)
+        return episode
 
     @classmethod
     def coerce(cls, episode: Any) -> Episode:
@@ -118,10 +145,15 @@ class Episode(BaseModel):
                 f"record() takes an Episode, a deepcrew Episode dataclass or a dict, "
                 f"not {type(episode).__name__}"
             )
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise InvalidEpisodeError(_describe(exc)) from exc
+        unknown = sorted(str(k) for k in data if k not in _CHECKS)
+        if unknown:
+            raise InvalidEpisodeError(
+                f"invalid episode: unknown field{'s' * (len(unknown) > 1)} "
+                f"{', '.join(map(repr, unknown))} (the fields are {', '.join(FIELDS)})"
+            )
+        if "query" not in data:
+            raise InvalidEpisodeError("invalid episode: query: field required")
+        return cls(**data)
 
     def day(self) -> str:
         """The episode's date as ``YYYY-MM-DD`` ("" when it has no timestamp)."""
@@ -132,12 +164,107 @@ class Episode(BaseModel):
         return parse_time(self.timestamp) if self.timestamp else None
 
 
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "episode"
-        parts.append(f"{where}: {err['msg']}")
-    return "invalid episode: " + "; ".join(parts)
+# --- field checks ---------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(f"expected a string, not {_kind(value)}")
+    return value
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _outcome(value: Any) -> str:
+    if value not in OUTCOMES or not isinstance(value, str):
+        raise _Invalid(f"expected one of {', '.join(map(repr, OUTCOMES))}, not {value!r}")
+    return value
+
+
+def _score(value: Any) -> float | None:
+    if value is None:
+        return None
+    # bool is an int: True must not pass for a score of 1.0. Strings are refused too.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Invalid(f"expected a number or None, not {_kind(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise _Invalid(f"expected a finite number, not {value!r}")
+    return number
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, str | bytes | dict) or not isinstance(
+        value, list | tuple | set | frozenset
+    ):
+        raise _Invalid(f"expected a list of strings, not {_kind(value)}")
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise _Invalid(f"expected a string, not {_kind(item)}", f".{i}")
+    return items
+
+
+def _timestamp(value: Any) -> str:
+    text = _text(value)
+    if text:
+        _time_or_invalid(text)
+    return text
+
+
+def _deadline(value: Any) -> str | None:
+    text = _optional_text(value)
+    if text:
+        _time_or_invalid(text)
+    return text or None
+
+
+def _time_or_invalid(text: str) -> None:
+    try:
+        parse_time(text)
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _checked(name: str, check: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return check(value)
+    except _Invalid as exc:
+        raise InvalidEpisodeError(f"invalid episode: {name}{exc.where}: {exc.message}") from None
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "query": _text,
+    "response": _text,
+    "outcome": _outcome,
+    "score": _score,
+    "tools_used": _texts,
+    "reflection": _optional_text,
+    "tags": _texts,
+    "timestamp": _timestamp,
+    "agent_id": _text,
+    "id": _text,
+    "forget_after": _deadline,
+}
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
+# Every field but the required query, with its default.
+_DEFAULTS: dict[str, Any] = {
+    f.name: [] if f.default_factory is not dataclasses.MISSING else f.default
+    for f in dataclasses.fields(Episode)
+    if f.name != "query"
+}
+# One encoder for every record: json.dumps with options builds a new one on each call.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def new_id() -> str:

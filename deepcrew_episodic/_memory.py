@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Collection, Sequence
@@ -178,11 +179,11 @@ class EpisodicMemory:
         if not stored.timestamp:
             updates["timestamp"] = now_iso()
         if updates:
-            stored = stored.model_copy(update=updates)
+            stored = dataclasses.replace(stored, **updates)
         if self._reflect_model and stored.reflection is None:
             lesson = await self.reflect(stored)
             if lesson:
-                stored = stored.model_copy(update={"reflection": lesson})
+                stored = dataclasses.replace(stored, reflection=lesson)
         await self._log.append(stored)
         log.debug(
             "episode recorded",

@@ -15,6 +15,7 @@ URLs without a password, words such as "sk-learn".
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Mapping
@@ -280,7 +281,7 @@ class Redactor:
             redacted = [self.redact(v) for v in values]
             if redacted != values:
                 changes[name] = redacted
-        return episode.model_copy(update=changes) if changes else episode
+        return dataclasses.replace(episode, **changes) if changes else episode
 
     def __repr__(self) -> str:
         return f"Redactor(kinds={list(self.kinds)!r})"

@@ -4,6 +4,7 @@ sizes, symlinks, re-recorded ids."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -148,7 +149,7 @@ async def test_recording_an_id_that_is_already_stored_is_refused(provider: Memor
     with pytest.raises(InvalidEpisodeError, match=stored.id):
         await memory.record(stored)
     assert [e.id for e in await memory.load()] == [stored.id]
-    copy = await memory.record(stored.model_copy(update={"id": ""}))
+    copy = await memory.record(dataclasses.replace(stored, id=""))
     assert copy.id != stored.id
     imported = await memory.record(ep("imported", id="given-by-an-export"))
     assert imported.id == "given-by-an-export"

@@ -92,6 +92,18 @@ def test_exceptions_share_one_root() -> None:
     assert all(issubclass(e, root) for e in errors)
 
 
+def test_the_memory_itself_needs_no_pydantic() -> None:
+    # Only the runner (tool schemas) uses pydantic; recording and recalling do not.
+    code = (
+        "import sys\n"
+        "from deepcrew_episodic import Episode, EpisodicMemory, EpisodicHook\n"
+        "from deepcrew_episodic.providers import FileMemoryProvider, SQLiteMemoryProvider\n"
+        "print(','.join(m for m in ('pydantic', 'litellm') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
 def test_a_bare_import_loads_neither_litellm_nor_redis_nor_pydantic() -> None:
     code = (
         "import sys, deepcrew_episodic, deepcrew_episodic.providers\n"

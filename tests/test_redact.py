@@ -7,6 +7,7 @@ literal sits in the repository (and a secret scanner has nothing to flag).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import random
 import string
@@ -260,7 +261,7 @@ async def test_every_text_field_is_redacted_before_it_is_stored(provider: Memory
     raw = await raw_dump(provider)
     for key in keys:
         assert key not in raw
-        assert key not in stored.model_dump_json()
+        assert key not in stored.to_json()
     assert stored.query == "Why does [REDACTED:openai-key] fail?"
     assert stored.tags == ["billing", "[REDACTED:openai-key]"]
     assert stored.tools_used[0] == "vault"
@@ -297,7 +298,7 @@ async def test_reflection_model_never_sees_a_secret(llm: ScriptedLLM) -> None:
         provider, namespace="refl", reflect_model="openai/scripted", reflect_params=llm.params
     )
     episode, keys = secret_episode()
-    stored = await memory.record(episode.model_copy(update={"reflection": None}))
+    stored = await memory.record(dataclasses.replace(episode, reflection=None))
     [request] = llm.requests
     sent = json.dumps(request.body)
     for key in keys:

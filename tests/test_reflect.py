@@ -5,6 +5,7 @@ The reflection model is the scripted server, reached by litellm over real HTTP.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -100,7 +101,7 @@ async def test_a_failing_model_never_loses_the_episode(
 
 async def test_a_given_reflection_is_not_asked_for_again(llm: ScriptedLLM) -> None:
     memory = reflecting(llm)
-    stored = await memory.record(RUN.model_copy(update={"reflection": "Mine."}))
+    stored = await memory.record(dataclasses.replace(RUN, reflection="Mine."))
     assert stored.reflection == "Mine."
     assert llm.requests == []
 
