@@ -23,7 +23,6 @@ round trips however large the log is.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -269,7 +268,7 @@ class EpisodeLog:
         if not episode.id:
             # Written by deepcrew-ai, which has no ids: derive a stable one from the content.
             digest = hashlib.blake2b(raw.encode(), digest_size=12).hexdigest()
-            episode = dataclasses.replace(episode, id=f"dc-{digest}")
+            episode.id = f"dc-{digest}"  # a fresh object, not yet shared
         return episode
 
     def cached(self) -> Iterator[tuple[int, Episode]]:
