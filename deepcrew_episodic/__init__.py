@@ -7,8 +7,8 @@ and rendered into the next run's context as a ``## Relevant past experience`` bl
     from deepcrew_episodic.providers import FileMemoryProvider
 
 Public names are loaded on first access (PEP 562), so ``import deepcrew_episodic`` costs
-almost nothing. The memory needs anyio; pydantic loads only with the runner (tool schemas)
-and litellm only when a model is called.
+almost nothing. anyio loads with the providers that do I/O, pydantic with the runner (tool
+schemas), and litellm only when a model is called.
 """
 
 from __future__ import annotations

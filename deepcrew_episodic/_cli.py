@@ -21,10 +21,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._exceptions import EpisodicMemoryError, StorageError
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from .providers._base import MemoryProvider
 
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 PROG = "deepcrew-episodic"
 STORE_ENV = "DEEPCREW_EPISODIC_STORE"
@@ -920,10 +922,14 @@ async def cmd_sweep(args: argparse.Namespace, memory: EpisodicMemory) -> int:
 # --- main -------------------------------------------------------------------------------------
 
 _CREATES = {"record", "import"}
+_READS = {"recall", "timeline", "stats", "export"}
 
 
-async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    provider = open_store(settings.store, create=args.command in _CREATES)
+async def _run(args: argparse.Namespace, settings: Settings, *, snapshot: bool = False) -> int:
+    if snapshot:
+        provider = await _file_snapshot(settings.store)
+    else:
+        provider = open_store(settings.store, create=args.command in _CREATES)
     async with provider:
         memory = await make_memory(provider, settings)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {
@@ -938,6 +944,39 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             "sweep": lambda: cmd_sweep(args, memory),
         }
         return await handlers[args.command]()
+
+
+def _reads_a_file(args: argparse.Namespace, settings: Settings) -> bool:
+    return args.command in _READS and settings.store.lower().endswith(".json")
+
+
+async def _file_snapshot(spec: str) -> MemoryProvider:
+    """The JSON store at *spec*, read once into memory. A reading command then runs the same
+    code as always over this copy, and nothing it awaits ever waits, so it needs no event
+    loop (see run_now)."""
+    from .providers._dict import InMemoryProvider
+    from .providers._file import read_file_store
+
+    _check_file(spec, False, "JSON")
+    copy = InMemoryProvider()
+    await copy.write(read_file_store(spec))
+    return copy
+
+
+def run_now(coro: Coroutine[Any, Any, T]) -> T:
+    """Run *coro* to completion on this thread, without an event loop.
+
+    Only for a coroutine that never suspends: every await in it must complete at once, as
+    an in-memory provider's and an uncontended lock's do. Importing asyncio and anyio is
+    most of a command's start-up time, and a reading command over a file needs neither.
+    """
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise RuntimeError(f"{coro!r} suspended: it cannot run without an event loop")
 
 
 def _explain(exc: BaseException, settings: Settings | None) -> str:
@@ -974,6 +1013,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_usage(args)
         settings = Settings(args)
+        if _reads_a_file(args, settings):
+            return run_now(_run(args, settings, snapshot=True))
         import anyio
 
         return anyio.run(_run, args, settings, backend="asyncio")

@@ -32,10 +32,9 @@ import uuid
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-import anyio
-
 from ._episode import Episode
 from ._exceptions import ConfigurationError, CorruptDataError
+from ._mutex import Mutex
 from .providers._base import MemoryProvider
 
 log = logging.getLogger("deepcrew_episodic")
@@ -123,7 +122,7 @@ class EpisodeLog:
         self._legacy: Legacy | None = None
         self._synced = False
         self._append_legacy: tuple[Legacy | None] | None = None
-        self._lock: anyio.Lock | None = None
+        self._lock = Mutex()
 
     # --- keys ---------------------------------------------------------------------------
 
@@ -183,8 +182,6 @@ class EpisodeLog:
     async def sync(self, apply: Callable[[Changes], None] | None = None) -> Changes:
         """Bring the cache up to date with the provider; *apply* sees the changes while the
         cache is still locked, so followers (the recall index) stay in step with it."""
-        if self._lock is None:
-            self._lock = anyio.Lock()
         async with self._lock:
             changes = await self._sync()
             if apply is not None:

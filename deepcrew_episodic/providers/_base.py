@@ -15,9 +15,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-import anyio
-
 from .._exceptions import ConfigurationError, CorruptDataError
+from .._mutex import Mutex
 
 __all__ = ["MemoryProvider", "as_provider", "substring_search"]
 
@@ -146,13 +145,13 @@ def _parse_counter(key: str, raw: str | None, initial: int, repair: int | None =
         raise CorruptDataError(f"counter {key!r} holds {raw[:40]!r}, not an integer") from None
 
 
-_locks: weakref.WeakKeyDictionary[object, anyio.Lock] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[object, Mutex] = weakref.WeakKeyDictionary()
 
 
-def _process_lock(owner: object) -> anyio.Lock:
+def _process_lock(owner: object) -> Mutex:
     lock = _locks.get(owner)
     if lock is None:
-        lock = _locks[owner] = anyio.Lock()
+        lock = _locks[owner] = Mutex()
     return lock
 
 

@@ -26,12 +26,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-import anyio.to_thread
-
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
 from ._base import MemoryProvider, _parse_counter, substring_search
 
-__all__ = ["FileMemoryProvider"]
+__all__ = ["FileMemoryProvider", "read_file_store"]
 
 T = TypeVar("T")
 _Sig = tuple[int, int, int]
@@ -147,14 +145,8 @@ class FileMemoryProvider(MemoryProvider):
         return result[0]
 
     async def aclose(self) -> None:
-        def run() -> None:
-            with self._guard():
-                if self._lock_fd is not None:
-                    os.close(self._lock_fd)
-                    self._lock_fd = None
-
         # The mutex may be held by a worker waiting on another process's lock: wait off-loop.
-        await anyio.to_thread.run_sync(run)
+        await _off_loop(self._close_lock_file)
 
     # --- machinery ------------------------------------------------------------------------
 
@@ -164,7 +156,7 @@ class FileMemoryProvider(MemoryProvider):
                 self._refresh()
                 return fn(self._data)
 
-        return await anyio.to_thread.run_sync(run)
+        return await _off_loop(run)
 
     async def _modify(
         self,
@@ -189,7 +181,13 @@ class FileMemoryProvider(MemoryProvider):
                     fragments[key] = _fragment(key, value)
                 self._commit()
 
-        await anyio.to_thread.run_sync(run)
+        await _off_loop(run)
+
+    def _close_lock_file(self) -> None:
+        with self._guard():
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
 
     def _guard(self) -> threading.Lock:
         """The in-process mutex, made anew in a forked child.
@@ -293,6 +291,30 @@ class FileMemoryProvider(MemoryProvider):
         for stray in self._path.parent.glob(f".{self._path.name}.*.tmp"):
             with _suppress_oserror():
                 stray.unlink()
+
+
+def read_file_store(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Every key and value of the JSON store at *path*, read on the calling thread.
+
+    It blocks on the disk, so it is for a process without an event loop: the command line's
+    reading commands use it, and start faster for not importing anyio and asyncio. It takes
+    the same shared lock and raises the same errors as a read through the provider (a
+    missing file reads as empty).
+    """
+    provider = FileMemoryProvider(path)
+    try:
+        with provider._guard(), provider._flock(fcntl.LOCK_SH):
+            provider._refresh()
+            return provider._data  # a new dict, shared with nobody once the provider is gone
+    finally:
+        provider._close_lock_file()
+
+
+async def _off_loop(fn: Callable[[], T]) -> T:
+    """Run *fn* in a worker thread: the event loop never waits on the disk."""
+    import anyio.to_thread  # here, not at the top: read_file_store's callers need no anyio
+
+    return await anyio.to_thread.run_sync(fn)
 
 
 class _Flock:
