@@ -324,24 +324,38 @@ def _from_env(name: str, parse: Callable[[str], Any]) -> Any:
         raise UsageError(f"${name}: {exc}") from None
 
 
+def store_kind(spec: str) -> str | None:
+    """``"memory"``, ``"redis"``, ``"json"`` or ``"sqlite"``: what *spec* names, if anything."""
+    lowered = spec.lower()
+    if spec == "memory:":
+        return "memory"
+    if lowered.startswith(("redis://", "rediss://")):
+        return "redis"  # checked first: a URL may well end in ".json"
+    if lowered.endswith(".json"):
+        return "json"
+    if lowered.endswith((".db", ".sqlite", ".sqlite3")):
+        return "sqlite"
+    return None
+
+
 def open_store(spec: str, *, create: bool) -> MemoryProvider:
     """The provider *spec* names. A file store that does not exist is an error unless the
     command creates it (``record``, ``import``): a typo must not look like an empty memory."""
-    lowered = spec.lower()
-    if spec == "memory:":
+    kind = store_kind(spec)
+    if kind == "memory":
         from .providers._dict import InMemoryProvider
 
         return InMemoryProvider()
-    if lowered.startswith(("redis://", "rediss://")):
+    if kind == "redis":
         from .providers._redis import RedisMemoryProvider
 
         return RedisMemoryProvider(spec)
-    if lowered.endswith(".json"):
+    if kind == "json":
         _check_file(spec, create, "JSON")
         from .providers._file import FileMemoryProvider
 
         return FileMemoryProvider(spec)
-    if lowered.endswith((".db", ".sqlite", ".sqlite3")):
+    if kind == "sqlite":
         _check_file(spec, create, "SQLite")
         try:
             from .providers._sqlite import SQLiteMemoryProvider
@@ -947,7 +961,7 @@ async def _run(args: argparse.Namespace, settings: Settings, *, snapshot: bool =
 
 
 def _reads_a_file(args: argparse.Namespace, settings: Settings) -> bool:
-    return args.command in _READS and settings.store.lower().endswith(".json")
+    return args.command in _READS and store_kind(settings.store) == "json"
 
 
 async def _file_snapshot(spec: str) -> MemoryProvider:

@@ -35,7 +35,7 @@ class _Invalid(Exception):
 # A plain dataclass, validated by hand, rather than a pydantic model: pydantic costs a quarter
 # of a second to import, and the command line's `recall` must start in a fraction of that.
 # It also keeps deepcrew-ai's shape: a dataclass with the same fields in the same order.
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class Episode:
     """One recorded agent run.
 
@@ -170,7 +170,21 @@ class Episode:
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise _Invalid(f"expected a string, not {_kind(value)}")
+    if not value.isascii():
+        _check_encodable(value)
     return value
+
+
+def _check_encodable(value: str) -> None:
+    # A lone surrogate (what Python makes of a non-UTF-8 byte on a command line) could be
+    # stored, but every later reader writing it to a UTF-8 stream would fail.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _Invalid(
+            f"text is not valid Unicode ({exc.reason} at position {exc.start}: "
+            f"{value[exc.start]!r}); was it read with the wrong encoding?"
+        ) from None
 
 
 def _optional_text(value: Any) -> str | None:
@@ -189,7 +203,12 @@ def _score(value: Any) -> float | None:
     # bool is an int: True must not pass for a score of 1.0. Strings are refused too.
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _Invalid(f"expected a number or None, not {_kind(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise _Invalid(
+            f"expected a finite number, not an integer of {int(value).bit_length()} bits"
+        ) from None
     if not math.isfinite(number):
         raise _Invalid(f"expected a finite number, not {value!r}")
     return number
@@ -202,8 +221,10 @@ def _texts(value: Any) -> list[str]:
         raise _Invalid(f"expected a list of strings, not {_kind(value)}")
     items = list(value)
     for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise _Invalid(f"expected a string, not {_kind(item)}", f".{i}")
+        try:
+            _text(item)
+        except _Invalid as exc:
+            raise _Invalid(exc.message, f".{i}") from None
     return items
 
 

@@ -665,6 +665,30 @@ def test_reading_a_file_store_imports_no_heavy_package(store: str, command: list
     assert not {m for m in imported if m.split(".")[0] in heavy}
 
 
+def test_text_that_is_not_utf8_is_refused_in_one_line(store: str) -> None:
+    # A Latin-1 byte on the command line becomes a lone surrogate in Python: storing it would
+    # break every later reader that writes it out.
+    done = subprocess.run(
+        [sys.executable, "-m", "deepcrew_episodic", "--store", store, "record", "-q",
+         b"caf\xe9 refund"],
+        capture_output=True, text=True, env=clean_env(), timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "query: text is not valid Unicode" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not Path(store).exists()  # nothing was written
+
+
+def test_a_redis_url_ending_in_json_is_still_redis() -> None:
+    # Reading commands take a loop-free path for .json files; a URL must never take it.
+    url = "redis://127.0.0.1:1/0?client_name=bot.json"
+    for command in (["stats"], ["recall", "refund"]):
+        done = cli("--store", url, *command)
+        assert done.returncode == 1
+        assert "cannot reach redis" in done.stderr
+        assert "no store at" not in done.stderr
+
+
 def test_writing_commands_and_other_stores_still_run_on_an_event_loop(store: str) -> None:
     # The loop-free path is for reading a file only; a write needs anyio (worker threads).
     done = subprocess.run(

@@ -8,6 +8,7 @@ import json
 import logging
 import pickle
 import re
+import weakref
 from typing import Any
 
 import pytest
@@ -62,6 +63,9 @@ def test_positional_arguments_follow_deepcrew_ai() -> None:
         ("agent_id", None, "agent_id"),
         ("id", 7, "id"),
         ("forget_after", "soon", "forget_after"),
+        ("score", 10**400, "score"),  # beyond any float: not an OverflowError
+        ("query", "caf\udce9 refund", "query"),  # a lone surrogate cannot be written out
+        ("tags", ["ok", "\ud800"], "tags.1"),
     ],
 )
 def test_a_wrong_value_is_refused_on_construction_and_on_assignment(
@@ -130,12 +134,19 @@ def test_to_dict_is_a_copy() -> None:
 
 def test_copies_and_pickles_are_checked_equal_episodes() -> None:
     assert pickle.loads(pickle.dumps(FULL)) == FULL
+    assert weakref.ref(FULL)() is FULL
     assert copy.copy(FULL) == FULL
     changed = dataclasses.replace(FULL, outcome="failure")
     assert changed.outcome == "failure"
     assert changed.query == FULL.query
     with pytest.raises(InvalidEpisodeError, match="outcome"):
         dataclasses.replace(FULL, outcome="great")  # type: ignore[arg-type]
+
+
+def test_a_score_beyond_any_float_decodes_to_the_default() -> None:
+    # Read back from a hand-edited file, it must not make the whole log unreadable.
+    raw = '{"query": "q", "score": ' + "9" * 400 + "}"
+    assert Episode.from_json(raw) == Episode(query="q")
 
 
 def test_decoding_replaces_one_bad_field_by_its_default_and_says_so(
