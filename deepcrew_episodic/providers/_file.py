@@ -66,7 +66,8 @@ class FileMemoryProvider(MemoryProvider):
         self._data: dict[str, str] = {}
         # Each entry's encoded JSON, kept so that a write encodes only what changed and hands
         # the rest to the kernel as is (writev), without building the whole file in memory.
-        self._fragments: dict[str, bytes] = {}
+        # None until the first write after a load: a process that only reads never pays for it.
+        self._fragments: dict[str, bytes] | None = None
         self._token = b""
         self._sig: _Sig | None = None
         self._loaded = False
@@ -171,7 +172,10 @@ class FileMemoryProvider(MemoryProvider):
                 self._sweep_orphans()
                 doomed, more = change(self._data)
                 updates = {**items, **(more or {})}
-                data, fragments = self._data, self._fragments
+                data = self._data
+                if self._fragments is None:
+                    self._fragments = {k: _fragment(k, v) for k, v in data.items()}
+                fragments = self._fragments
                 for key in doomed:
                     if key not in updates:
                         data.pop(key, None)
@@ -225,7 +229,7 @@ class FileMemoryProvider(MemoryProvider):
         try:
             st = os.stat(self._path)
         except FileNotFoundError:
-            self._data, self._fragments, self._sig, self._token = {}, {}, None, token
+            self._data, self._fragments, self._sig, self._token = {}, None, None, token
             self._loaded = True
             return
         except OSError as exc:
@@ -241,7 +245,7 @@ class FileMemoryProvider(MemoryProvider):
             raise StorageError(f"cannot read {self._path}: {exc}") from exc
         data = _decode(self._path, raw)
         self._data = data
-        self._fragments = {k: _fragment(k, v) for k, v in data.items()}
+        self._fragments = None
         self._sig = (fst.st_ino, fst.st_mtime_ns, fst.st_size)
         self._token = token
         self._loaded = True
@@ -251,6 +255,7 @@ class FileMemoryProvider(MemoryProvider):
         token = os.urandom(16).hex().encode()
         # Stamp first: if we die after this, other processes merely reload an unchanged file.
         os.pwrite(self._lock_fd, token, 0)
+        assert self._fragments is not None  # built by _modify
         parts: list[bytes] = [b"{"]
         for fragment in self._fragments.values():
             parts += (fragment, b",\n")
