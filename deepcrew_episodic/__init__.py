@@ -14,6 +14,7 @@ schemas), and litellm only when a model is called.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -39,8 +40,13 @@ if TYPE_CHECKING:
     from ._recall import Scored
     from ._redact import Redactor
     from ._runner import AgentStream, run_agent, stream_agent
+    from ._sync import SyncEpisodicMemory
 
 __version__ = "0.1.0"
+
+# A library logs and lets the application decide what to show: nothing is printed (not even a
+# warning, through logging's last-resort handler) unless the application configures logging.
+logging.getLogger("deepcrew_episodic").addHandler(logging.NullHandler())
 
 # public name -> the private module that defines it
 _EXPORTS: dict[str, str] = {
@@ -70,6 +76,7 @@ _EXPORTS: dict[str, str] = {
     "StorageError": "._exceptions",
     "StreamEvent": "._events",
     "StreamPolicy": "._events",
+    "SyncEpisodicMemory": "._sync",
     "ToolError": "._exceptions",
     "Verdict": "._loop",
     "Verifier": "._loop",
@@ -105,6 +112,7 @@ __all__ = [
     "StorageError",
     "StreamEvent",
     "StreamPolicy",
+    "SyncEpisodicMemory",
     "ToolError",
     "Verdict",
     "Verifier",

@@ -22,6 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ._episode import Episode
 from ._exceptions import ConfigurationError
+from ._validate import integer
 
 if TYPE_CHECKING:
     from ._loop import LoopConfig
@@ -92,14 +93,7 @@ class Agent:
             raise ConfigurationError(
                 f"Agent.model must be a litellm model name, not {self.model!r}"
             )
-        if (
-            not isinstance(self.max_turns, int)
-            or isinstance(self.max_turns, bool)
-            or self.max_turns < 1
-        ):
-            raise ConfigurationError(
-                f"Agent.max_turns must be an integer >= 1, not {self.max_turns!r}"
-            )
+        integer("Agent.max_turns", self.max_turns, minimum=1)
         if self.tool_errors not in ("report", "raise"):
             raise ConfigurationError(
                 f"Agent.tool_errors must be 'report' or 'raise', not {self.tool_errors!r}"

@@ -3,9 +3,15 @@
 Usage: ``deepcrew-episodic [--store STORE] [--namespace NS] COMMAND ...`` (``--store`` and
 ``--namespace`` may also follow the command). ``docs/cli.md`` is the user guide.
 
-Exit status: 0 success, 2 usage error, 1 any other failure. A failure the user can fix (a
-missing or corrupt store, a bad URL, an unreachable server, invalid input) is one line on
-stderr, never a traceback.
+Exit status: 0 success, 2 usage error, 1 any other failure. A failure is one line on stderr,
+never a traceback, whatever raised it.
+
+What reaches the terminal is made safe in one place (:class:`Output`): every line of human output
+is escaped (``_unicode.escape_hidden``: control, format and invisible characters, line breaks), so
+stored text (ids included) can neither drive the terminal nor forge a line; JSON output escapes the
+same characters as ``\\uXXXX``. Every stream (stdout, stderr, JSON, exports, argparse's own
+messages, warnings) passes through :class:`Scrubber`, which removes the secrets of every store URL
+the command was given: a password in any of its spellings, and the user name that goes with it.
 
 This module imports only the standard library at start-up; the providers and anyio load when a
 command needs them, and neither pydantic nor litellm ever does, so ``recall`` starts fast.
@@ -14,21 +20,27 @@ command needs them, and neither pydantic nor litellm ever does, so ``recall`` st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import re
+import stat
 import sys
 import time
+import unicodedata
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ._exceptions import EpisodicMemoryError, StorageError
+from ._unicode import escape_hidden, is_hidden
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from ._episode import Episode
     from ._memory import EpisodicMemory
     from ._recall import Scored
@@ -45,18 +57,32 @@ MAX_EPISODES_ENV = "DEEPCREW_EPISODIC_MAX_EPISODES"
 MAX_AGE_ENV = "DEEPCREW_EPISODIC_MAX_AGE"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_MAX_EPISODES = 100
+# Far above any real ring or result count, and small enough that every store keeps it exactly.
+MAX_COUNT = 1_000_000_000
 # The same values as _episode.OUTCOMES (a test keeps them equal); repeated here so that
 # parsing the command line imports nothing of the library.
 OUTCOMES = ("success", "failure", "partial", "unknown")
 INTENTS = ("any", "what_failed", "what_worked")
 HISTOGRAM_WIDTH = 30
+# An export holds the store's data: it gets the JSON store file's permission bits, and these
+# for a store that has none of its own (redis, sqlite, memory:).
+EXPORT_MODE = 0o600
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+# ASCII digits only: re's \d, int() and float() also take "٣" (Arabic-Indic three).
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhdw])", re.ASCII)
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
-_URL_PASSWORD = re.compile(r"(://[^\s:/@]*:)[^\s/@]+@")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_C1 = re.compile(r"[\x7f-\x9f]")
+_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
+_INTEGER = re.compile(r"\+?[0-9]+", re.ASCII)
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+# Generic redaction, whatever the URL: userinfo (user:password@ or token@) and a password
+# given as a query parameter.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/@:]*)(:?)[^\s/@]*@")
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;][a-z_]*(?:password|passwd|pwd|secret|token)=)[^&\s]*?"
+    r"(?=$|[&\s]|[:,;)'\"]\s|[:,;)'\"]$)"
+)
+_SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token")
+_REDACTED = "***"
 
 
 class CliError(Exception):
@@ -67,7 +93,218 @@ class UsageError(CliError):
     """A command line that cannot be run as given; exit status 2."""
 
 
+# --- secrets and output -----------------------------------------------------------------------
+
+
+def url_secrets(spec: str) -> set[str]:
+    """The secrets in a store URL, as written and as a client would decode them: the
+    password in the userinfo or in a ``?password=`` parameter (read both the way
+    ``urllib`` and redis-py parse it and naively, up to the last ``@``, since an unencoded
+    ``#``, ``/`` or ``?`` in a password changes how a parser splits the URL), and the user
+    name that goes with a password."""
+    if "://" not in spec:
+        return set()
+    from urllib.parse import unquote, unquote_plus, urlsplit
+
+    raw: set[str] = set()
+    users: set[str] = set()
+    rest = spec.partition("://")[2]
+    if "@" in rest:
+        _user, colon, password = rest.rpartition("@")[0].partition(":")
+        # Not when the "@" is in a "?password=" value (redis://h:1/0?password=a@b).
+        if colon and password and not re.search(r"(?i)[?&;]\w*password=", password):
+            raw.add(password)
+    if not ambiguous_url(spec):
+        # (An ambiguous URL is refused before any client reads it: see Settings.)
+        try:
+            parts = urlsplit(spec)
+            if parts.password:
+                raw.add(parts.password)
+                users.add(parts.username or "")
+        except ValueError:  # a malformed URL (an unclosed "[") is still scrubbed naively
+            pass
+    query_user = ""
+    for key, value in re.findall(r"[?&;#]([^=&;#?]*)=([^&;]*)", spec):
+        name = unquote_plus(key).lower()
+        if any(word in name for word in _SECRET_KEYS):
+            raw.add(value)
+            raw.add(value.partition("#")[0])
+        elif name == "username":
+            query_user = value
+    if query_user and raw:
+        users.add(query_user)
+    secrets: set[str] = set()
+    for value in raw | users:
+        # redis-py percent-decodes a query value that parse_qs already decoded: both, and more.
+        secrets |= {value, unquote(value), unquote_plus(value), unquote(unquote_plus(value))}
+    # "default" is Redis's built-in user name, and what an empty user name means: no secret.
+    return {s for s in secrets if s and s != "default"}
+
+
+def ambiguous_url(spec: str) -> bool:
+    """Whether *spec* has a password followed by an unencoded ``#``, ``/`` or ``?`` before its
+    last ``@``: every URL parser then ends the userinfo early and reads a piece of the
+    password as the host, port or path (redis-py would send it to a host in an error)."""
+    rest = spec.partition("://")[2]
+    userinfo = rest.rpartition("@")[0]
+    return (
+        ":" in userinfo
+        and any(c in userinfo for c in "#/?")
+        and not re.search(r"(?i)[?&;]\w*password=", userinfo)
+    )
+
+
+def secret_forms(secret: str) -> set[str]:
+    """Every spelling of *secret* an output could carry: raw, Unicode-normalised, percent-
+    encoded (either case of hex, ``+`` or ``%20`` for a space), and escaped the ways a
+    ``repr``, JSON or :func:`escape_hidden` spell it."""
+    from urllib.parse import quote, quote_plus
+
+    bases = {secret, unicodedata.normalize("NFC", secret), unicodedata.normalize("NFD", secret)}
+    forms: set[str] = set()
+    for text in bases:
+        encoded = {quote(text, safe=""), quote(text), quote_plus(text, safe=""), quote_plus(text)}
+        encoded |= {re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), e) for e in encoded}
+        slashed = text.replace("\\", "\\\\")
+        escaped = {
+            repr(text)[1:-1],
+            text.encode("unicode_escape").decode("ascii"),
+            json.dumps(text)[1:-1],
+            json.dumps(text, ensure_ascii=False)[1:-1],
+            _json_text(json.dumps(text, ensure_ascii=False))[1:-1],
+            slashed.replace("'", "\\'"),
+            slashed.replace('"', '\\"'),
+        }
+        forms |= {text} | encoded | escaped
+    forms |= {escape_hidden(f) for f in forms}
+    return {f for f in forms if f}
+
+
+class Scrubber:
+    """Removes every known spelling of the store's secrets from a text (see
+    :func:`url_secrets` and :func:`secret_forms`), and with ``generic`` also any URL's userinfo
+    and ``password=`` parameter. Counts what it removed from data."""
+
+    def __init__(self) -> None:
+        self._forms: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self.removed_from_data = 0
+
+    def learn(self, spec: str) -> None:
+        for secret in url_secrets(spec):
+            self._forms |= secret_forms(secret)
+        if self._forms:
+            # Longest first, so that no shorter form leaves a piece of a longer one behind.
+            ordered = sorted(self._forms, key=lambda f: (-len(f), f))
+            self._pattern = re.compile("|".join(map(re.escape, ordered)))
+
+    def known(self, text: str) -> tuple[str, int]:
+        if self._pattern is None:
+            return text, 0
+        # Repeated: a removal can join two pieces into another spelling ("hun" "***" ...).
+        total = 0
+        while True:
+            text, count = self._pattern.subn(_REDACTED, text)
+            total += count
+            if not count:
+                return text, total
+
+    def __call__(self, text: str, *, generic: bool = True) -> str:
+        text = self.known(text)[0]
+        if generic:
+            text = _USERINFO.sub(_redact_userinfo, text)
+            text = _QUERY_SECRET.sub(rf"\1{_REDACTED}", text)
+        return text
+
+    def data(self, value: Any) -> Any:
+        """*value* (JSON-like) with the known secrets removed from every string in it."""
+        if isinstance(value, str):
+            text, count = self.known(value)
+            self.removed_from_data += count
+            return text
+        if isinstance(value, dict):
+            return {self.data(k): self.data(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.data(v) for v in value]
+        return value
+
+
+def _redact_userinfo(match: re.Match[str]) -> str:
+    scheme, user, colon = match.groups()
+    if not colon:
+        return f"{scheme}{_REDACTED}@"
+    return f"{scheme}{_REDACTED if user else ''}:{_REDACTED}@"
+
+
+class Output:
+    """Where every byte the command prints goes through: escaped, scrubbed, and never failing
+    on a character the stream cannot encode."""
+
+    def __init__(self) -> None:
+        self.scrub = Scrubber()
+
+    def line(self, stream: SupportsWrite[str], text: str) -> None:
+        """One line of human output: every hidden character spelled out, secrets removed."""
+        safe = self.scrub(escape_hidden(self.scrub(text)))
+        self.write(stream, safe + "\n")
+
+    def text(self, stream: SupportsWrite[str], text: str) -> None:
+        """Several lines of human output (argparse's help and messages)."""
+        for piece in text.splitlines():
+            self.line(stream, piece)
+
+    def data(self, stream: SupportsWrite[str], text: str) -> None:
+        """Machine output (JSON, JSONL), already escaped by :func:`to_json`."""
+        text, count = self.scrub.known(text)
+        self.scrub.removed_from_data += count
+        self.write(stream, text)
+
+    @staticmethod
+    def write(stream: SupportsWrite[str], text: str) -> None:
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:
+            # A stream that cannot carry a character (LANG=C, a Latin-1 terminal).
+            encoding = getattr(stream, "encoding", None) or "ascii"
+            stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+
+OUTPUT = Output()
+
+
+class _SafeFormatter(logging.Formatter):
+    """The library's warnings, one escaped and scrubbed line each (never a traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+        return OUTPUT.scrub(escape_hidden(OUTPUT.scrub(text)))
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its messages (which echo arguments, a ``--store`` URL included)
+    escaped and scrubbed like every other output."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message:
+            OUTPUT.text(file or sys.stderr, message)
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error: one line (no usage block), exit status 2."""
+        command = self.prog.removeprefix(PROG).strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"{PROG}: error: {where}{' '.join(message.split())} (see --help)\n")
+
+
 # --- values on the command line ---------------------------------------------------------------
+
+
+def _shown(text: str) -> str:
+    # Quoted as given (the output escapes it) and cut: a value may be megabytes long.
+    return f"'{text[:60]}…'" if len(text) > 60 else f"'{text}'"
+
+
+class _OutOfRange(argparse.ArgumentTypeError):
+    """A value of the right form that no date or duration can hold."""
 
 
 def parse_duration(text: str) -> timedelta:
@@ -76,18 +313,25 @@ def parse_duration(text: str) -> timedelta:
     parts = list(_DURATION.finditer(compact))
     if not parts or "".join(p.group(0) for p in parts).replace(" ", "") != compact.replace(" ", ""):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration (use a number and a unit: 90s, 30m, 12h, 7d, 2w)"
+            f"{_shown(text)} is not a duration (use a number and a unit: 90s, 30m, 12h, 7d, 2w)"
         )
-    seconds = sum(float(p.group(1)) * _UNITS[p.group(2)] for p in parts)
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a duration must be positive")
-    return timedelta(seconds=seconds)
+    try:
+        value = timedelta(seconds=sum(float(p.group(1)) * _UNITS[p.group(2)] for p in parts))
+    except (OverflowError, ValueError):
+        raise _OutOfRange(
+            f"{_shown(text)} is too long a duration (at most {timedelta.max.days} days)"
+        ) from None
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: a duration must be positive")
+    return value
 
 
 def _parse_iso(text: str) -> datetime:
     value = text.strip()
     if value.endswith(("Z", "z")):
         value = value[:-1] + "+00:00"
+    if not value.isascii():
+        raise ValueError("not ASCII")  # fromisoformat takes "٢٠٢٤-..." too
     moment = datetime.fromisoformat(value)
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
@@ -96,18 +340,26 @@ def parse_when(text: str, *, end_of_day: bool = False) -> datetime:
     """A point in time: a duration meaning "that long ago" (``7d``), or an ISO-8601 date or
     time (naive means UTC). With *end_of_day*, a bare date means the end of that day."""
     try:
-        return datetime.now(UTC) - parse_duration(text)
+        ago: timedelta | None = parse_duration(text)
+    except _OutOfRange:
+        raise
     except argparse.ArgumentTypeError:
-        pass
+        ago = None
     try:
-        moment = _parse_iso(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither a duration (7d, 12h) nor an ISO-8601 date or time"
-        ) from None
-    if end_of_day and _DATE_ONLY.fullmatch(text.strip()):
-        moment += timedelta(days=1)
-    return moment
+        if ago is not None:
+            return datetime.now(UTC) - ago
+        try:
+            moment = _parse_iso(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{_shown(text)} is neither a duration (7d, 12h) nor an ISO-8601 date or time"
+            ) from None
+        if end_of_day and _DATE_ONLY.fullmatch(text.strip()):
+            moment += timedelta(days=1)
+        moment.astimezone(UTC)  # a time every later comparison can use
+        return moment
+    except OverflowError:
+        raise _OutOfRange(f"{_shown(text)} is out of range (years 1 to 9999)") from None
 
 
 def parse_until(text: str) -> datetime:
@@ -117,40 +369,52 @@ def parse_until(text: str) -> datetime:
 def parse_forget_after(text: str) -> str:
     """When an episode expires: a duration from now (``30d``) or an ISO-8601 time."""
     try:
-        moment = datetime.now(UTC) + parse_duration(text)
-    except argparse.ArgumentTypeError:
         try:
-            moment = _parse_iso(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is neither a duration from now (30d) nor an ISO-8601 time"
-            ) from None
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            moment = datetime.now(UTC) + parse_duration(text)
+        except _OutOfRange:
+            raise
+        except argparse.ArgumentTypeError:
+            try:
+                moment = _parse_iso(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{_shown(text)} is neither a duration from now (30d) nor an ISO-8601 time"
+                ) from None
+        utc = moment.astimezone(UTC)
+    except OverflowError:
+        raise _OutOfRange(f"{_shown(text)} is out of range (years 1 to 9999)") from None
+    # Not strftime: it writes year 5 as "5", not "0005".
+    return (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T"
+        f"{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}Z"
+    )
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not _INTEGER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not an integer")
+    value = int(text.strip())
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: must be at least 1")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: must be at most {MAX_COUNT}")
     return value
 
 
 def score_value(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not _NUMBER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number")
+    value = float(text)
     if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a finite number")
     return value
 
 
 def safe_label(store: str) -> str:
-    """The store as shown in messages: a password in a URL is never printed."""
-    return _URL_PASSWORD.sub(r"\1***@", store)
+    """The store as shown in messages: no secret of a URL is ever printed."""
+    scrub = Scrubber()
+    scrub.learn(store)
+    return scrub(store)
 
 
 # --- the parser -------------------------------------------------------------------------------
@@ -160,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The shared options are declared on the top parser and on every sub-parser, with
     # SUPPRESS as default, so they work before or after the command and a later absence
     # never overrides an earlier value.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     where = common.add_argument_group("store")
     where.add_argument(
         "--store",
@@ -180,8 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=argparse.SUPPRESS,
         metavar="N",
-        help=f"ring size (default: ${MAX_EPISODES_ENV}, else the size the log was last "
-        f"written with, else {DEFAULT_MAX_EPISODES})",
+        help=f"ring size to read with (default: ${MAX_EPISODES_ENV}, else the log's own, else "
+        f"{DEFAULT_MAX_EPISODES}); a larger value grows the ring on a write, a smaller one never "
+        f"shrinks it (see 'shrink')",
     )
     where.add_argument(
         "--max-age",
@@ -192,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: ${MAX_AGE_ENV}, else none)",
     )
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         parents=[common],
         description="Look inside an agent's episodic memory, and make it forget.",
@@ -274,6 +539,11 @@ def build_parser() -> argparse.ArgumentParser:
     filters(fg)
     fg.add_argument("--before", type=parse_when, metavar="WHEN", help="recorded before this")
     fg.add_argument("--containing", metavar="TEXT", help="text in any field (case-insensitive)")
+    fg.add_argument(
+        "--corrupt",
+        action="store_true",
+        help="delete the stored records that cannot be decoded ('stats' counts them); alone",
+    )
     fg.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     fg.add_argument("-y", "--yes", action="store_true", help="do not ask (filter deletions)")
 
@@ -281,6 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("-y", "--yes", action="store_true", help="do not ask")
 
     command("sweep", "delete expired episodes and stray keys for real")
+
+    sh = command("shrink", "lower the log's ring size to N, deleting the older episodes for good")
+    sh.add_argument("size", type=positive_int, metavar="N", help="the new ring size")
+    sh.add_argument("-y", "--yes", action="store_true", help="do not ask")
     return parser
 
 
@@ -302,6 +576,12 @@ class Settings:
         if not store:
             raise UsageError(f"no store given: pass --store or set {STORE_ENV}")
         self.store: str = store
+        OUTPUT.scrub.learn(store)
+        if store_kind(store) == "redis" and ambiguous_url(store):
+            raise UsageError(
+                f"--store {OUTPUT.scrub(store)}: the URL is ambiguous; percent-encode '@', '#', "
+                f"'/' and '?' in a user name, password or parameter (%40, %23, %2F, %3F)"
+            )
         self.namespace: str = (
             getattr(args, "namespace", None) or env.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE
         )
@@ -314,7 +594,9 @@ class Settings:
         if max_age is None and env.get(MAX_AGE_ENV):
             max_age = _from_env(MAX_AGE_ENV, parse_duration)
         self.max_age: timedelta | None = max_age
-        self.label = safe_label(store)
+        self.label = OUTPUT.scrub(store)
+        # A reading command over a JSON file runs without an event loop (see run_now).
+        self.loop_free = False
 
 
 def _from_env(name: str, parse: Callable[[str], Any]) -> Any:
@@ -368,7 +650,7 @@ def open_store(spec: str, *, create: bool) -> MemoryProvider:
             ) from None
         return SQLiteMemoryProvider(spec)
     raise UsageError(
-        f"--store {safe_label(spec)!r}: expected a path ending in .json, .db or .sqlite, "
+        f"--store '{safe_label(spec)}': expected a path ending in .json, .db or .sqlite, "
         f"a redis:// or rediss:// URL, or memory:"
     )
 
@@ -384,14 +666,25 @@ def _check_file(spec: str, create: bool, kind: str) -> None:
         )
 
 
-async def make_memory(provider: MemoryProvider, settings: Settings) -> EpisodicMemory:
+async def make_memory(
+    provider: MemoryProvider, settings: Settings, command: str = "stats"
+) -> EpisodicMemory:
+    """The memory a command works on. Its ring is the log's own unless ``--max-episodes``
+    says otherwise; a smaller ``--max-episodes`` only narrows what a reading command shows:
+    a writing command keeps the log's ring, since only ``shrink`` deletes by ring size."""
     from ._memory import EpisodicMemory
 
+    ring = await stored_ring(provider, settings.namespace)
+    given = settings.max_episodes
+    if given is not None and (command in _READS or given >= ring):
+        ring = given
+    elif given is not None:
+        note(
+            f"--max-episodes {given} is smaller than the log's ring ({ring}): '{command}' keeps "
+            f"{ring}; 'shrink {given}' deletes what falls outside a smaller ring"
+        )
     return EpisodicMemory(
-        provider,
-        namespace=settings.namespace,
-        max_episodes=settings.max_episodes or await stored_ring(provider, settings.namespace),
-        max_age=settings.max_age,
+        provider, namespace=settings.namespace, max_episodes=ring, max_age=settings.max_age
     )
 
 
@@ -413,22 +706,47 @@ async def stored_ring(provider: MemoryProvider, namespace: str) -> int:
 
 
 def out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """One line of human output on stdout (escaped and scrubbed: see :class:`Output`)."""
+    OUTPUT.line(sys.stdout, text)
 
 
 def note(text: str) -> None:
-    sys.stderr.write(f"{PROG}: {text}\n")
+    OUTPUT.line(sys.stderr, f"{PROG}: {text}")
+
+
+_NOT_PLAIN = re.compile(r"[^\x20-\x7e\n]")
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # a surrogate pair, as JSON spells a code point beyond the BMP
+        high, low = divmod(code - 0x10000, 0x400)
+        return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
+    return f"\\u{code:04x}"
+
+
+def _json_text(text: str) -> str:
+    # Outside strings json.dumps writes only printable ASCII and (with indent) line breaks,
+    # so every other hidden character found here is inside a string, where \uXXXX is exact.
+    return _NOT_PLAIN.sub(
+        lambda m: (
+            _json_escape(m.group())
+            if is_hidden(m.group()) or unicodedata.category(m.group()) in ("Zl", "Zp")
+            else m.group()
+        ),
+        text,
+    )
 
 
 def to_json(value: Any, indent: int | None = None) -> str:
-    """JSON that keeps non-ASCII text readable but escapes every control character, the C1
-    range included (json.dumps leaves U+0080-U+009F raw; some terminals obey them)."""
-    text = json.dumps(value, ensure_ascii=False, indent=indent)
-    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """JSON that keeps readable text readable and spells every hidden character (controls,
+    the C1 range json.dumps leaves raw, bidi and zero-width characters, lone surrogates from
+    undecodable bytes, line separators) as ``\\uXXXX``: the data is exact, the terminal safe."""
+    return _json_text(json.dumps(OUTPUT.scrub.data(value), ensure_ascii=False, indent=indent))
 
 
 def dump(value: Any) -> None:
-    out(to_json(value, indent=2))
+    OUTPUT.data(sys.stdout, to_json(value, indent=2) + "\n")
 
 
 def episode_dict(episode: Episode) -> dict[str, Any]:
@@ -436,9 +754,8 @@ def episode_dict(episode: Episode) -> dict[str, Any]:
 
 
 def _one_line(text: str, limit: int) -> str:
-    # Stored text is untrusted: no control character (a terminal escape sequence) reaches the
-    # terminal, and no line break splits an item.
-    flat = _CONTROL.sub("\ufffd", " ".join(text.split()))
+    # No line break splits an item; the other hidden characters are escaped by out().
+    flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
@@ -479,13 +796,17 @@ def _recall_lines(rank: int, found: Scored, verbose: bool) -> list[str]:
 
 async def _hint_if_empty(memory: EpisodicMemory) -> None:
     """A namespace with no key at all is more often a typo than an empty memory: say so."""
+    from urllib.parse import unquote
+
+    from ._log import encode_namespace
+
     keys = await memory.backend.keys("episodic:")
-    own = f"episodic:{memory.namespace}:"
+    own = f"episodic:{encode_namespace(memory.namespace)}:"
     if any(k.startswith(own) for k in keys):
         return
-    names = sorted({k.split(":", 2)[1] for k in keys if k.count(":") >= 2})
+    names = sorted({unquote(k.split(":", 2)[1]) for k in keys if k.count(":") >= 2})
     where = f"; namespaces in this store: {', '.join(names)}" if names else ""
-    note(f"namespace {memory.namespace!r} holds no episodes{where}")
+    note(f"namespace '{memory.namespace}' holds no episodes{where}")
 
 
 async def _stored(memory: EpisodicMemory) -> list[tuple[int, Episode]]:
@@ -504,7 +825,7 @@ def _confirm(question: str) -> bool:
         interactive = False
     if not interactive:
         return False
-    sys.stderr.write(f"{question} [y/N] ")
+    OUTPUT.write(sys.stderr, OUTPUT.scrub(escape_hidden(f"{question} [y/N] ")))
     sys.stderr.flush()
     answer = stdin.readline()
     return answer.strip().lower() in {"y", "yes"}
@@ -558,7 +879,7 @@ def _refuse_stored_ids(episodes: Sequence[Episode], present: set[str]) -> None:
     for episode in episodes:
         if episode.id and (episode.id in present or episode.id in seen):
             raise CliError(
-                f"an episode with id {episode.id!r} is already stored (or given twice): nothing "
+                f"an episode with id '{episode.id}' is already stored (or given twice): nothing "
                 f"was recorded; 'import' skips episodes that are already present"
             )
         seen.add(episode.id)
@@ -648,7 +969,9 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
                 out(line)
     if not found:
         if not args.json:
-            note(f"no episode in namespace {memory.namespace!r} is relevant to {args.query!r}")
+            note(
+                f"no episode in namespace '{memory.namespace}' is relevant to {_shown(args.query)}"
+            )
         await _hint_if_empty(memory)
     return 0
 
@@ -715,7 +1038,11 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
             ),
             (
                 "corrupt",
-                f"{stats.corrupt}" + (" (skipped and left in place)" * bool(stats.corrupt)),
+                f"{stats.corrupt}"
+                + (
+                    " (skipped and left in place; 'forget --corrupt' deletes them)"
+                    * bool(stats.corrupt)
+                ),
             ),
         ]
         for name, value in rows:
@@ -740,21 +1067,77 @@ def _size(n: int) -> str:
     return f"{n / 1024 / 1024:.1f} MiB"
 
 
-async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory, settings: Settings) -> int:
     episodes = await memory.load()
     lines = "".join(to_json(episode_dict(e)) + "\n" for e in episodes)
     if args.output:
-        target = Path(args.output)
-        tmp = target.with_name(f".{target.name}.tmp")
-        # Replace, not overwrite in place: an interrupted export leaves the old file whole.
-        tmp.write_text(lines, encoding="utf-8")
-        os.replace(tmp, target)
+        mode = export_mode(settings.store)
+        await _off_the_loop(settings, lambda: write_export(args.output, lines, mode))
         note(f"exported {len(episodes)} episodes to {args.output}")
     else:
-        sys.stdout.write(lines)
+        OUTPUT.data(sys.stdout, lines)
     if not episodes:
         await _hint_if_empty(memory)
     return 0
+
+
+def export_mode(store: str) -> int:
+    """The permission bits of an export: the JSON store file's own (an export holds the same
+    data; never an executable bit), else :data:`EXPORT_MODE`."""
+    if store_kind(store) == "json":
+        try:
+            return stat.S_IMODE(os.stat(store).st_mode) & 0o666
+        except OSError:
+            pass
+    return EXPORT_MODE
+
+
+def write_export(target: str, text: str, mode: int) -> None:
+    """Write *text* to *target* whole or not at all, following no symlink planted anywhere.
+
+    The data goes to a new file with an unpredictable name next to *target*, created by
+    ``tempfile.mkstemp`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600), given *mode*, synced,
+    then renamed over *target*. A symlink at *target* is replaced by the file, never followed;
+    an existing file's mode is not kept (the export gets the store's). An interrupted export
+    leaves the old file as it was."""
+    import tempfile
+
+    path = Path(target)
+    if path.is_dir() and not path.is_symlink():
+        raise CliError(f"{target} is a directory: give a file name to export to")
+    directory = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as file:
+            file.write(text)
+            file.flush()
+            os.fchmod(file.fileno(), mode)
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass  # some file systems cannot sync a directory; the data itself is synced
+    finally:
+        os.close(dir_fd)
+
+
+async def _off_the_loop(settings: Settings, work: Callable[[], None]) -> None:
+    """Run blocking file work in a worker thread when an event loop is running; a loop-free
+    command (see run_now) has no loop to block, and no anyio to ask."""
+    if settings.loop_free:
+        work()
+        return
+    import anyio.to_thread
+
+    await anyio.to_thread.run_sync(work)
 
 
 async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
@@ -812,7 +1195,7 @@ def _pick_namespace(log: dict[str, str], chosen: str | None, target: str, name: 
     found = sorted({k.split(":", 2)[1] for k in log if k.count(":") >= 2})
     if chosen is not None:
         if chosen not in found:
-            raise CliError(f"{name} has no namespace {chosen!r} (it has: {', '.join(found)})")
+            raise CliError(f"{name} has no namespace '{chosen}' (it has: {', '.join(found)})")
         return chosen
     if target in found:
         return target
@@ -839,6 +1222,8 @@ async def _read_deepcrew_log(log: dict[str, str], namespace: str) -> list[Episod
 
 
 async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    if args.corrupt:
+        return await _forget_corrupt(args, memory)
     has_filter = _has_filter(args)
     stored = await _stored(memory)
     ids = _resolve_ids(args.ids, stored) if args.ids else None
@@ -862,7 +1247,7 @@ async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         return 0
     if has_filter and not args.yes:
         asked = _confirm(
-            f"Forget {len(selected)} episodes of namespace {memory.namespace!r} for good?"
+            f"Forget {len(selected)} episodes of namespace '{memory.namespace}' for good?"
         )
         if not asked:
             raise CliError(
@@ -871,6 +1256,28 @@ async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             )
     count = await memory.forget([ep.id for _, ep in selected])
     out(f"forgot {count} episodes")
+    return 0
+
+
+async def _forget_corrupt(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    """``forget --corrupt``: delete the records that cannot be decoded (which every other
+    command skips, counts and leaves in place)."""
+    found = (await memory.stats()).corrupt
+    if args.dry_run:
+        note(f"{found} corrupt records would be deleted (dry run: nothing was deleted)")
+        return 0
+    if not found:
+        out("forgot 0 corrupt records (none found)")
+        return 0
+    if not args.yes and not _confirm(
+        f"Delete {found} corrupt records of namespace '{memory.namespace}' for good?"
+    ):
+        raise CliError(
+            f"not confirmed: nothing was deleted ({found} corrupt records; pass --yes to "
+            f"delete without asking)"
+        )
+    count = await memory.forget(corrupt=True)
+    out(f"forgot {count} corrupt records")
     return 0
 
 
@@ -890,11 +1297,14 @@ def check_usage(args: argparse.Namespace) -> None:
             raise UsageError("record: give either --file or the episode's flags, not both")
         if args.file is None and args.query is None:
             raise UsageError("record: --query (or --file) is required")
-    if args.command == "forget" and not args.ids and not _has_filter(args):
-        raise UsageError(
-            "forget: give --id or a filter (--outcome, --tag, --before, --containing); "
-            "'clear' deletes everything"
-        )
+    if args.command == "forget":
+        if args.corrupt and (args.ids or _has_filter(args)):
+            raise UsageError("forget: --corrupt selects undecodable records; give it alone")
+        if not args.corrupt and not args.ids and not _has_filter(args):
+            raise UsageError(
+                "forget: give --id, a filter (--outcome, --tag, --before, --containing) or "
+                "--corrupt; 'clear' deletes everything"
+            )
 
 
 def _resolve_ids(given: Sequence[str], stored: Sequence[tuple[int, Episode]]) -> set[str]:
@@ -909,19 +1319,19 @@ def _resolve_ids(given: Sequence[str], stored: Sequence[tuple[int, Episode]]) ->
         if len(matches) == 1:
             resolved |= matches
         elif matches:
-            raise CliError(f"id prefix {wanted!r} is ambiguous ({len(matches)} episodes)")
+            raise CliError(f"id prefix '{wanted}' is ambiguous ({len(matches)} episodes)")
         else:
-            raise CliError(f"no episode with id {wanted!r}: nothing was deleted")
+            raise CliError(f"no episode with id '{wanted}': nothing was deleted")
     return resolved
 
 
 async def cmd_clear(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
     if not args.yes and not _confirm(
-        f"Delete every episode of namespace {memory.namespace!r} in {label}?"
+        f"Delete every episode of namespace '{memory.namespace}' in {label}?"
     ):
         raise CliError("not confirmed: nothing was deleted (pass --yes to clear without asking)")
     await memory.clear()
-    out(f"cleared namespace {memory.namespace!r}")
+    out(f"cleared namespace '{memory.namespace}'")
     return 0
 
 
@@ -930,6 +1340,20 @@ async def cmd_sweep(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         note("no --max-age: only episodes past their own forget_after expire")
     deleted = await memory.sweep()
     out(f"swept {deleted} keys (expired episodes and strays)")
+    return 0
+
+
+async def cmd_shrink(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
+    """Lower the log's ring size: the one command that deletes by ring size."""
+    held = len(await _stored(memory))
+    doomed = max(0, held - args.size)
+    if not args.yes and not _confirm(
+        f"Shrink namespace '{memory.namespace}' in {label} to the newest {args.size} "
+        f"episodes, deleting {doomed} for good?"
+    ):
+        raise CliError("not confirmed: nothing was deleted (pass --yes to shrink without asking)")
+    deleted = await memory.shrink(args.size)
+    out(f"shrank namespace '{memory.namespace}' to {args.size} episodes: deleted {deleted}")
     return 0
 
 
@@ -945,17 +1369,18 @@ async def _run(args: argparse.Namespace, settings: Settings, *, snapshot: bool =
     else:
         provider = open_store(settings.store, create=args.command in _CREATES)
     async with provider:
-        memory = await make_memory(provider, settings)
+        memory = await make_memory(provider, settings, args.command)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {
             "record": lambda: cmd_record(args, memory),
             "recall": lambda: cmd_recall(args, memory),
             "timeline": lambda: cmd_timeline(args, memory),
             "stats": lambda: cmd_stats(args, memory, settings.label),
-            "export": lambda: cmd_export(args, memory),
+            "export": lambda: cmd_export(args, memory, settings),
             "import": lambda: cmd_import(args, memory),
             "forget": lambda: cmd_forget(args, memory),
             "clear": lambda: cmd_clear(args, memory, settings.label),
             "sweep": lambda: cmd_sweep(args, memory),
+            "shrink": lambda: cmd_shrink(args, memory, settings.label),
         }
         return await handlers[args.command]()
 
@@ -994,8 +1419,8 @@ def run_now(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def _explain(exc: BaseException, settings: Settings | None) -> str:
-    """One line for a failure the user can act on (a password in a URL never printed)."""
-    return safe_label(_describe(exc, settings))
+    """One line for a failure the user can act on (escaped and scrubbed on the way out)."""
+    return _describe(exc, settings)
 
 
 def _describe(exc: BaseException, settings: Settings | None) -> str:
@@ -1014,37 +1439,66 @@ def _describe(exc: BaseException, settings: Settings | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line *argv* (default ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a usage error argparse reported
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The secrets are known before anything can print: argparse echoes arguments in errors.
+    OUTPUT.scrub = Scrubber()
+    for given in (*argv, os.environ.get(STORE_ENV, "")):
+        OUTPUT.scrub.learn(given)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{PROG}: warning: %(message)s"))
+    handler.setFormatter(_SafeFormatter())
     logger = logging.getLogger("deepcrew_episodic")
     logger.addHandler(handler)
+    try:
+        return _main(argv)
+    finally:
+        logger.removeHandler(handler)
+        if OUTPUT.scrub.removed_from_data:
+            _last_words(
+                f"{PROG}: replaced {OUTPUT.scrub.removed_from_data} occurrences of the store "
+                f"URL's credentials in the output with {_REDACTED}"
+            )
+
+
+def _main(argv: list[str]) -> int:
     settings: Settings | None = None
     try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help, --version, or a usage error argparse reported
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         check_usage(args)
         settings = Settings(args)
         if _reads_a_file(args, settings):
+            settings.loop_free = True
             return run_now(_run(args, settings, snapshot=True))
         import anyio
 
         return anyio.run(_run, args, settings, backend="asyncio")
     except UsageError as exc:
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        _last_words(f"{PROG}: error: {exc}")
         return 2
     except (CliError, EpisodicMemoryError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             return _stdout_gone()
-        sys.stderr.write(f"{PROG}: error: {_explain(exc, settings)}\n")
+        _last_words(f"{PROG}: error: {_explain(exc, settings)}")
         return 1
     except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG}: interrupted\n")
+        _last_words(f"{PROG}: interrupted")
         return 130
-    finally:
-        logger.removeHandler(handler)
+    except Exception as exc:
+        # Not one of ours (a bug, or a library's error nobody translated): still one line,
+        # escaped and scrubbed like everything else, never a traceback.
+        message = " ".join(str(exc).split())
+        _last_words(
+            f"{PROG}: error: unexpected {type(exc).__name__}" + f": {message}" * bool(message)
+        )
+        return 1
+
+
+def _last_words(line: str) -> None:
+    """One line on stderr, unless stderr itself is gone (then there is no one to tell)."""
+    with contextlib.suppress(OSError, ValueError):
+        OUTPUT.line(sys.stderr, line)
 
 
 def _stdout_gone() -> int:

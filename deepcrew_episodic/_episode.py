@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ._exceptions import InvalidEpisodeError
+from ._unicode import is_hidden
 
 __all__ = ["Episode", "Outcome"]
 
@@ -22,6 +23,7 @@ OUTCOMES: tuple[str, ...] = get_args(Outcome)
 # its retention deadline (a garbled deadline must hide the record, not keep it forever).
 _STRICT_FIELDS = frozenset({"query", "id", "forget_after"})
 log = logging.getLogger("deepcrew_episodic")
+ID_CHARS = 128
 
 
 class _Invalid(Exception):
@@ -73,6 +75,10 @@ class Episode:
 
     # --- conversion ---------------------------------------------------------------------
 
+    def copy(self) -> Episode:
+        """An independent copy: its lists are new lists."""
+        return Episode._trusted({name: _copy(getattr(self, name)) for name in FIELDS})
+
     def to_dict(self) -> dict[str, Any]:
         """Every field, as JSON-compatible values (the lists are copies)."""
         return {name: _copy(getattr(self, name)) for name in FIELDS}
@@ -101,7 +107,7 @@ class Episode:
             raise ValueError(f"episode record is a JSON {type(data).__name__}, not an object")
         values: dict[str, Any] = {}
         bad: list[str] = []
-        for name, check in _CHECKS.items():
+        for name, check in _DECODE_CHECKS.items():
             if name not in data:
                 continue
             try:
@@ -185,6 +191,21 @@ def _check_encodable(value: str) -> None:
             f"text is not valid Unicode ({exc.reason} at position {exc.start}: "
             f"{value[exc.start]!r}); was it read with the wrong encoding?"
         ) from None
+
+
+def _episode_id(value: Any) -> str:
+    # An id is printed by every tool that lists episodes and typed back to forget one: one
+    # visible token, so that it can neither forge a line nor hide a part of itself.
+    text = _text(value)
+    if len(text) > ID_CHARS:
+        raise _Invalid(f"at most {ID_CHARS} characters, not {len(text)}")
+    for i, c in enumerate(text):
+        if c.isspace() or is_hidden(c):
+            raise _Invalid(
+                f"no white space or invisible characters ({c!r} at position {i}); use letters, "
+                f"digits and punctuation"
+            )
+    return text
 
 
 def _optional_text(value: Any) -> str | None:
@@ -274,9 +295,11 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "tags": _texts,
     "timestamp": _timestamp,
     "agent_id": _text,
-    "id": _text,
+    "id": _episode_id,
     "forget_after": _deadline,
 }
+# Stored records written before ids were checked keep the id they have (the CLI escapes it).
+_DECODE_CHECKS = {**_CHECKS, "id": _text}
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
 # Every field but the required query, with its default.
 _DEFAULTS: dict[str, Any] = {
@@ -309,7 +332,11 @@ def parse_time(value: str) -> float:
         raise ValueError(f"not an ISO-8601 time: {value!r}") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    ts = dt.timestamp()
-    if not math.isfinite(ts):  # pragma: no cover - fromisoformat bounds years already
-        raise ValueError(f"not a finite time: {value!r}")
+    # An offset can carry a time past the years a datetime holds ("9999-12-31T23:59-01:00" is
+    # in year 10000 in UTC): such a time could be stored but never shown or compared.
+    try:
+        ts = dt.timestamp()
+        datetime.fromtimestamp(ts, UTC)
+    except (OverflowError, ValueError, OSError):
+        raise ValueError(f"time out of range (years 1 to 9999 in UTC): {value!r}") from None
     return ts

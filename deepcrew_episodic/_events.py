@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["EventType", "StreamEvent", "StreamPolicy"]
+__all__ = ["PAYLOAD_FIELDS", "EventType", "StreamEvent", "StreamPolicy", "emit"]
 
 
 class EventType(StrEnum):
@@ -69,6 +69,41 @@ class StreamEvent:
         """Encode as one Server-Sent Event, ready to write to an HTTP response."""
         payload = {"agent_id": self.agent_id, **self.data}
         return f"event: {self.event.value}\ndata: {json.dumps(payload, default=str)}\n\n"
+
+
+# The data of every event this library emits, stated once: ``emit`` refuses any other shape,
+# and the docs' tables are checked against it (tests/test_events_payloads.py).
+PAYLOAD_FIELDS: dict[EventType, tuple[str, ...]] = {
+    EventType.AGENT_START: ("model",),
+    EventType.TEXT_DELTA: ("chunk",),
+    EventType.THINKING_DELTA: ("chunk",),
+    EventType.TOOL_CALL: ("tool", "args", "id"),
+    EventType.TOOL_RESULT: ("tool", "result", "id", "error"),
+    EventType.AGENT_DONE: ("input_tokens", "output_tokens"),
+    EventType.LOOP_ITERATION: ("iteration", "converged"),
+    EventType.VERIFIER_SCORED: ("iteration", "score", "outcome", "feedback"),
+    EventType.EPISODE_RECALLED: ("count", "ids", "query"),
+    EventType.EPISODE_RECORDED: ("outcome", "score", "id"),
+    EventType.EPISODE_RECALL_FAILED: ("error", "error_type"),
+    EventType.EPISODE_RECORD_FAILED: ("outcome", "error", "error_type"),
+    EventType.DONE: (
+        "text",
+        "input_tokens",
+        "output_tokens",
+        "episodes_recalled",
+        "loop_iterations",
+    ),
+    EventType.ERROR: ("message", "error_type"),
+}
+
+
+def emit(event: EventType, data: dict[str, Any], agent_id: str = "") -> StreamEvent:
+    """A :class:`StreamEvent` whose data has exactly the fields :data:`PAYLOAD_FIELDS` names
+    for its type (the library builds every event it emits through this)."""
+    expected = PAYLOAD_FIELDS[event]
+    if len(data) != len(expected) or set(data) != set(expected):
+        raise AssertionError(f"{event.value} carries {sorted(data)}, declared {list(expected)}")
+    return StreamEvent(event, data, agent_id)
 
 
 # A consumer must always be able to tell when a stream ends, so the presets keep these.

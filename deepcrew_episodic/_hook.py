@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._episode import Episode, Outcome
-from ._events import EventType, StreamEvent
-from ._exceptions import ConfigurationError
+from ._events import EventType, StreamEvent, emit
 from ._render import fit_block
+from ._validate import optional_integer, optional_number
 
 if TYPE_CHECKING:
     from ._memory import EpisodicMemory
@@ -83,7 +83,8 @@ class EpisodicHook:
     top_k:
         Episodes to recall (default: the memory's ``recall_k``).
     max_block_chars:
-        Budget for the injected block; the lowest-ranked episodes are dropped to fit.
+        Budget for the injected block: the best episodes that fit, in rank order (one that
+        does not fit is skipped whole).
     recall_timeout:
         Seconds to wait for recall before going on without it (``None``: no limit).
     tags:
@@ -109,18 +110,11 @@ class EpisodicHook:
         recall_timeout: float | None = 10.0,
         tags: Sequence[str] = (),
     ) -> None:
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ConfigurationError(f"top_k must be an integer >= 1, not {top_k!r}")
-        if recall_timeout is not None and not recall_timeout > 0:
-            raise ConfigurationError(f"recall_timeout must be > 0 or None, not {recall_timeout!r}")
-        if max_block_chars is not None and (
-            not isinstance(max_block_chars, int)
-            or isinstance(max_block_chars, bool)
-            or max_block_chars < 0
-        ):
-            raise ConfigurationError(
-                f"max_block_chars must be an integer >= 0 or None, not {max_block_chars!r}"
-            )
+        top_k = optional_integer("top_k", top_k, minimum=1)
+        recall_timeout = optional_number(
+            "recall_timeout", recall_timeout, minimum=0, exclusive_minimum=True
+        )
+        max_block_chars = optional_integer("max_block_chars", max_block_chars, minimum=0)
         self.memory = memory
         self.agent_id = agent_id
         self.on_event = on_event
@@ -146,7 +140,7 @@ class EpisodicHook:
         try:
             with anyio.fail_after(self.recall_timeout):
                 episodes = await self.memory.recall(text, self.top_k)
-            # The renderer says which episodes it kept (the lowest ranked are dropped whole
+            # The renderer says which episodes it kept (one that does not fit is skipped whole
             # under max_block_chars), so the event names exactly what the model sees. recall
             # has already left out expired episodes, which memory.render would filter.
             block, shown = fit_block(episodes, max_chars=self.max_block_chars)
@@ -260,7 +254,7 @@ class EpisodicHook:
     async def _emit(self, event: EventType, data: dict[str, Any]) -> None:
         if self.on_event is None:
             return
-        result = self.on_event(StreamEvent(event, data, self.agent_id))
+        result = self.on_event(emit(event, data, self.agent_id))
         if inspect.isawaitable(result):
             await result
 

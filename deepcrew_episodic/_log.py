@@ -1,17 +1,28 @@
 """The episode log: how episodes are laid out on a key/value provider.
 
-Key layout for namespace ``ns`` (every key starts with ``episodic:ns:``)::
+Key layout for namespace ``ns`` (``N`` is ``ns`` with every character outside letters, digits
+and ``_.-`` percent-encoded, so that ``N`` never holds a ``:`` and no namespace's keys start with
+another's prefix; for the usual names ``N`` is ``ns`` itself)::
 
-    episodic:ns:__seq__      the newest sequence number (an atomic counter)
-    episodic:ns:e:<seq>      one episode as JSON, seq = 1, 2, 3, ...
-    episodic:ns:__gen__      a random token, replaced by every clear / forget / sweep
+    episodic:N:__seq__       the newest sequence number (an atomic counter)
+    episodic:N:e:<seq>       one episode as JSON, seq = 1, 2, 3, ...
+    episodic:N:__gen__       a random token, replaced by every clear / forget / sweep / shrink
+    episodic:N:__max__       the log's ring size: the largest ``max_episodes`` that recorded
+    episodic:N:id:<hash>     the claim on an explicit episode id (see ``claim``)
     episodic:ns:__meta__     deepcrew-ai 0.6's ring index {"count", "next"} (read, never written)
     episodic:ns:<slot>       deepcrew-ai 0.6's episodes, slot = 0 .. count-1 (read in place)
 
-Appending is ``increment(__seq__)`` then one atomic ``write`` that stores ``e:<seq>`` and deletes
-the episode that falls out of the ring (``seq - max_episodes``). Nothing is read-modified-written,
-so concurrent writers in any number of processes never lose an episode, and a writer killed
-between the two steps leaves a hole, never half an episode.
+A key belongs to a namespace only when the rest of it has one of these shapes, so ``clear()`` on
+``a`` never touches ``a:b`` (whose keys ``episodic:a:b:...`` share the raw prefix).
+
+Appending is ``increment(__seq__)`` then an atomic write that stores ``e:<seq>`` and deletes the
+episode that falls out of the ring, decided on ``__max__`` as it stands at that moment
+(``increment_and_write`` with ``read``). The ring only grows: a writer with a larger
+``max_episodes`` raises ``__max__`` in the same step, and a writer with a smaller one evicts by
+the larger, so no call deletes an episode that a memory with a larger ring still shows; only
+:meth:`EpisodeLog.shrink` lowers it. Nothing is read-modified-written, so concurrent writers in
+any number of processes never lose an episode, and a writer killed between the two steps leaves a
+hole, never half an episode.
 
 A log written by deepcrew-ai is adopted without moving anything: its episodes become sequence
 numbers ``1..count`` in its oldest-first order, and our counter starts after them.
@@ -29,32 +40,58 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from ._episode import Episode
-from ._exceptions import ConfigurationError, CorruptDataError
+from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeError
 from ._mutex import Mutex
+from ._unicode import escape_hidden, is_hidden
+from ._validate import integer
 from .providers._base import MemoryProvider
 
 log = logging.getLogger("deepcrew_episodic")
 
-_NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
-_ENTRY = re.compile(r"e:(\d+)")
-_SLOT = re.compile(r"\d+")
+_SAFE = re.compile(r"[A-Za-z0-9_.\-]+")
+_ENTRY = re.compile(r"e:([0-9]+)")
+_SLOT = re.compile(r"[0-9]+")
+_CLAIM = re.compile(r"id:[0-9a-f]{32}")
+_OWN = frozenset({"__seq__", "__gen__", "__max__"})
+_DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII only: int() would also take "٣" or "²"
+NAMESPACE_CHARS = 256
+MAX_RING = 10**9  # max_episodes: far past what any store here can hold
 # A key that is missing inside the live range is retried this long: its writer may still be
 # between its increment and its write. After that it is a hole left by a dead writer.
 HOLE_GRACE_SECONDS = 60.0
 
 
 def validate_namespace(namespace: object) -> str:
-    if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
-        raise ConfigurationError(
-            f"invalid namespace {namespace!r}: use 1-128 characters from letters, digits, "
-            f"'_', '.' and '-', starting with a letter or digit (no ':', '*', '?', '[', "
-            f"']', '{{', '}}', spaces or other characters that could reach other keys)"
-        )
+    """Any text deepcrew-ai accepts ("support bot", "tenant/42", "agent:v2", "équipe"), except
+    what cannot be shown or stored: empty, over 256 characters, control or invisible
+    characters, invalid Unicode."""
+    if not isinstance(namespace, str):
+        raise ConfigurationError(f"namespace must be a string, not {type(namespace).__name__}")
+    problem = ""
+    if not namespace:
+        problem = "it is empty"
+    elif len(namespace) > NAMESPACE_CHARS:
+        problem = f"it has {len(namespace)} characters (at most {NAMESPACE_CHARS})"
+    else:
+        bad = next((c for c in namespace if is_hidden(c) or c in "\n\r\u2028\u2029"), None)
+        if bad is not None:
+            problem = f"it holds the control or invisible character {bad!r}"
+    if problem:
+        raise ConfigurationError(f"invalid namespace {escape_hidden(namespace)[:300]!r}: {problem}")
     return namespace
+
+
+def encode_namespace(namespace: str) -> str:
+    """*namespace* with every character outside letters, digits and ``_.-`` percent-encoded
+    (UTF-8), so that it holds no ``:`` and no glob or hash-tag character."""
+    if _SAFE.fullmatch(namespace):
+        return namespace
+    return quote(namespace, safe="_.-")
 
 
 @dataclass(frozen=True)
@@ -73,7 +110,8 @@ class Head:
     last: int
     gen: str | None
     legacy: Legacy | None
-    ring: int | None = None  # the max_episodes of the newest writer, when it recorded one
+    ring: int | None = None  # the log's ring size (__max__), when a writer recorded one
+    raw_ring: str | None = None  # __max__ as stored, for a compare-and-set
 
 
 @dataclass
@@ -103,14 +141,15 @@ class EpisodeLog:
     def __init__(self, provider: MemoryProvider, namespace: str, max_episodes: int) -> None:
         self.provider = provider
         self.namespace = validate_namespace(namespace)
-        if not isinstance(max_episodes, int) or isinstance(max_episodes, bool) or max_episodes < 1:
-            raise ConfigurationError(f"max_episodes must be an integer >= 1, not {max_episodes!r}")
-        self.max = max_episodes
-        self.prefix = f"episodic:{namespace}:"
+        self.max = integer("max_episodes", max_episodes, minimum=1, maximum=MAX_RING)
+        self.prefix = f"episodic:{encode_namespace(namespace)}:"
+        # deepcrew-ai's keys use the namespace as given; read in place, never written.
+        self.legacy_prefix = f"episodic:{namespace}:"
         self.seq_key = self.prefix + "__seq__"
         self.gen_key = self.prefix + "__gen__"
-        self.meta_key = self.prefix + "__meta__"
+        self.meta_key = self.legacy_prefix + "__meta__"
         self.ring_key = self.prefix + "__max__"
+        self.conflict_key, self.conflict_with, self.conflict_needs_meta = _conflict(namespace)
         self.counters = Counters()
         self._cache: dict[int, Episode] = {}
         # seq -> (when first seen missing, whether it counts as lost once the grace is over)
@@ -128,31 +167,67 @@ class EpisodeLog:
 
     def entry_key(self, seq: int, legacy: Legacy | None) -> str:
         if legacy is not None and seq <= legacy.count:
-            return f"{self.prefix}{legacy.slot(seq)}"
+            return f"{self.legacy_prefix}{legacy.slot(seq)}"
         return f"{self.prefix}e:{seq}"
 
+    def claim_key(self, episode_id: str) -> str:
+        """Where the claim on an explicit episode id is kept (a hash: ids may hold anything)."""
+        digest = hashlib.blake2b(episode_id.encode("utf-8", "surrogatepass"), digest_size=16)
+        return f"{self.prefix}id:{digest.hexdigest()}"
+
     def ring(self, head: Head) -> int:
-        """The ring size in force: ours, or the newest writer's when that is smaller (its
-        appends delete what falls out of *its* ring)."""
-        return min(self.max, head.ring) if head.ring else self.max
+        """The log's ring size: ours or the largest that recorded, whichever is larger. Nothing
+        inside it is ever deleted by an append, a sweep or a forget of other episodes."""
+        return max(self.max, head.ring or 0)
 
     def live_range(self, head: Head) -> range:
+        """The sequence numbers this memory shows: its newest ``max_episodes``, or fewer when
+        the log's ring is smaller (the writers evict by it)."""
+        view = min(self.max, head.ring) if head.ring else self.max
+        return range(max(1, head.last - view + 1), head.last + 1)
+
+    def kept_range(self, head: Head) -> range:
+        """The sequence numbers the log keeps for every memory on it."""
         return range(max(1, head.last - self.ring(head) + 1), head.last + 1)
+
+    async def owned_keys(self) -> list[str]:
+        """Every key of this namespace (ours and deepcrew-ai's), and no key of another."""
+        keys = [k for k in await self.provider.keys(self.prefix) if self._ours(k)]
+        if self.legacy_prefix != self.prefix:
+            found = await self.provider.keys(self.legacy_prefix)
+            keys += [k for k in found if _legacy_key(k[len(self.legacy_prefix) :])]
+        return sorted(set(keys))
+
+    def _ours(self, key: str) -> bool:
+        if not key.startswith(self.prefix):
+            return False
+        rest = key[len(self.prefix) :]
+        if rest in _OWN or _ENTRY.fullmatch(rest) or _CLAIM.fullmatch(rest):
+            return True
+        return self.legacy_prefix == self.prefix and _legacy_key(rest)
 
     # --- reading --------------------------------------------------------------------------
 
     async def read_head(self) -> Head:
-        raw_seq, gen, raw_meta, raw_ring = await self.provider.retrieve_many(
-            [self.seq_key, self.gen_key, self.meta_key, self.ring_key]
-        )
-        ring = int(raw_ring) if raw_ring and raw_ring.isdigit() and int(raw_ring) > 0 else None
+        wanted = [self.seq_key, self.gen_key, self.meta_key, self.ring_key]
+        if self.conflict_key:
+            wanted.append(self.conflict_key)
+        raw_seq, gen, raw_meta, raw_ring, *conflict = await self.provider.retrieve_many(wanted)
+        if conflict and conflict[0] and (raw_meta or not self.conflict_needs_meta):
+            raise ConfigurationError(
+                f"namespace {escape_hidden(self.namespace)!r} cannot be used in this store: its "
+                f"keys overlap those of the log {escape_hidden(self.conflict_with)!r}, which is "
+                f"there too (deepcrew-ai's key layout cannot tell them apart); use another "
+                f"namespace or another store"
+            )
+        ring = parse_ring(raw_ring)
         try:
             legacy = _parse_legacy(raw_meta)
             last = _parse_seq(raw_seq, legacy)
         except CorruptDataError as exc:
             head = await self._recover_head(exc, raw_seq, gen or None)
-            return Head(head.last, head.gen, head.legacy, ring)
-        return Head(last, gen or None, legacy, ring)
+            return Head(head.last, head.gen, head.legacy, ring, raw_ring)
+        return Head(last, gen or None, legacy, ring, raw_ring)
 
     async def _recover_head(
         self, exc: CorruptDataError, raw_seq: str | None, gen: str | None
@@ -161,21 +236,25 @@ class EpisodeLog:
         episode. Nothing is written here; the next append repairs the counter."""
         self.counters.recovered_indexes += 1
         log.warning("episodic log %r: %s; rebuilding the index from its keys", self.namespace, exc)
-        keys = await self.provider.keys(self.prefix)
-        rest = [k[len(self.prefix) :] for k in keys]
-        entries = [int(m.group(1)) for r in rest if (m := _ENTRY.fullmatch(r))]
-        slots = sorted(int(r) for r in rest if _SLOT.fullmatch(r))
+        keys = await self.owned_keys()
+        entries = [
+            int(m.group(1))
+            for k in keys
+            if k.startswith(self.prefix) and (m := _ENTRY.fullmatch(k[len(self.prefix) :]))
+        ]
+        slots = sorted(
+            int(k[len(self.legacy_prefix) :])
+            for k in keys
+            if k.startswith(self.legacy_prefix) and _SLOT.fullmatch(k[len(self.legacy_prefix) :])
+        )
         legacy: Legacy | None = None
         if slots:
-            values = await self.provider.retrieve_many([f"{self.prefix}{s}" for s in slots])
+            values = await self.provider.retrieve_many([f"{self.legacy_prefix}{s}" for s in slots])
             stamped = [(_timestamp_of(v), s) for s, v in zip(slots, values, strict=True) if v]
             count = slots[-1] + 1
             newest_slot = max(stamped)[1] if stamped else count - 1
             legacy = Legacy(count, (newest_slot + 1) % count)
-        try:
-            last = int(raw_seq) if raw_seq else 0
-        except ValueError:
-            last = 0
+        last = int(raw_seq) if raw_seq and _DIGITS.fullmatch(raw_seq) else 0
         last = max([last, *entries, legacy.count if legacy else 0])
         return Head(last, gen, legacy)
 
@@ -249,7 +328,7 @@ class EpisodeLog:
 
     def _decode(self, seq: int, key: str, raw: str) -> Episode | None:
         try:
-            episode = Episode.from_json(raw)
+            episode = decode_entry(raw)
         except ValueError as exc:
             if seq not in self._bad:
                 self._bad.add(seq)
@@ -262,11 +341,29 @@ class EpisodeLog:
                 )
             return None
         self._bad.discard(seq)  # repaired by hand since
-        if not episode.id:
-            # Written by deepcrew-ai, which has no ids: derive a stable one from the content.
-            digest = hashlib.blake2b(raw.encode(), digest_size=12).hexdigest()
-            episode.id = f"dc-{digest}"  # a fresh object, not yet shared
         return episode
+
+    async def beyond_view(self) -> tuple[list[tuple[int, Episode]], list[str]]:
+        """The episodes the log keeps below this memory's range (for a memory with a larger
+        ring), oldest first, and the keys of the undecodable records among them. Read for
+        ``forget`` and ``sweep``, which act on the whole log, not only on what this memory
+        shows."""
+        head = await self.read_head()
+        seqs = range(self.kept_range(head).start, self.live_range(head).start)
+        if not seqs:
+            return [], []
+        keys = [self.entry_key(s, head.legacy) for s in seqs]
+        values = await self.provider.retrieve_many(keys)
+        found: list[tuple[int, Episode]] = []
+        bad: list[str] = []
+        for seq, key, raw in zip(seqs, keys, values, strict=True):
+            if not raw:
+                continue
+            try:
+                found.append((seq, decode_entry(raw)))
+            except ValueError:
+                bad.append(key)
+        return found, bad
 
     def cached(self) -> Iterator[tuple[int, Episode]]:
         """The cached episodes, oldest first."""
@@ -280,7 +377,9 @@ class EpisodeLog:
 
     # --- writing --------------------------------------------------------------------------
 
-    async def append(self, episode: Episode) -> int:
+    async def append(self, episode: Episode, *, claim: str | None = None) -> int:
+        """Store *episode* as the newest entry; return its sequence number. *claim*: the claim
+        key of its explicit id (see :meth:`claim`), pointed at the new entry in the same step."""
         if self._synced:
             legacy = self._legacy
         elif self._append_legacy is not None:
@@ -292,17 +391,30 @@ class EpisodeLog:
         initial = legacy.count if legacy else 0
         body = episode.to_json()
 
-        def place(seq: int, legacy: Legacy | None = legacy) -> tuple[dict[str, str], list[str]]:
-            items = {self.entry_key(seq, legacy): body, self.ring_key: str(self.max)}
+        def place(
+            seq: int, values: Mapping[str, str | None], legacy: Legacy | None = legacy
+        ) -> tuple[dict[str, str], list[str]]:
+            # __max__ is read in the same atomic step: what falls out is decided on the ring as
+            # it stands now, and a larger ring is raised here, never lowered.
+            stored = parse_ring(values.get(self.ring_key))
+            ring = max(self.max, stored or 0)
+            items = {self.entry_key(seq, legacy): body}
+            if stored != ring:
+                items[self.ring_key] = str(ring)
+            if claim is not None:
+                items[claim] = f"seq:{seq}"
             if seq == initial + 1:
                 # A new counter: a new log (perhaps re-created after a wipe). A new change
                 # token makes every reader that cached an older log start over.
                 items[self.gen_key] = uuid.uuid4().hex
-            evicted = seq - self.max
+            evicted = seq - ring
             return items, [self.entry_key(evicted, legacy)] if evicted >= 1 else []
 
+        read = [self.ring_key]
         try:
-            return await self.provider.increment_and_write(self.seq_key, place, initial=initial)
+            return await self.provider.increment_and_write(
+                self.seq_key, place, initial=initial, read=read
+            )
         except CorruptDataError as exc:
             # The counter is unreadable: rebuild its value from the keys that exist. The
             # provider applies the repair inside its atomic step, so when several writers
@@ -310,12 +422,60 @@ class EpisodeLog:
             head = await self._recover_head(exc, None, None)
             return await self.provider.increment_and_write(
                 self.seq_key,
-                lambda seq: place(seq, head.legacy),
+                lambda seq, values: place(seq, values, head.legacy),
                 initial=head.last,
                 repair=head.last,
+                read=read,
             )
 
-    async def delete_seqs(self, seqs: list[int], also: Collection[str] = ()) -> None:
+    async def claim(self, episode_id: str) -> str:
+        """Reserve *episode_id* for one new episode, atomically across every writer; return the
+        claim key to pass to :meth:`append`. Raises :class:`InvalidEpisodeError` when an
+        episode the log keeps already has it.
+
+        A claim holds ``seq:<n>`` (the episode it names) or ``pending:<time>`` (a writer between
+        its claim and its append). A claim whose episode is gone (evicted, forgotten) or whose
+        writer died (pending past the grace period) is stale and may be taken over, with a
+        compare-and-set on the value seen, so two writers can never both take it.
+        """
+        key = self.claim_key(episode_id)
+        while True:
+            seen = (await self.provider.retrieve_many([key]))[0] or None
+            if seen is not None and not await self._stale_claim(seen, episode_id):
+                raise InvalidEpisodeError(
+                    f"an episode with id {escape_hidden(episode_id)!r} is already stored in "
+                    f"namespace {escape_hidden(self.namespace)!r}; record a copy without the id "
+                    f"to store it again"
+                )
+            if await self.provider.write_if({key: seen}, {key: f"pending:{time.time():.3f}"}):
+                return key
+
+    async def release(self, claim: str) -> None:
+        """Give a claim back (its append failed before it wrote anything)."""
+        await self.provider.delete([claim])
+
+    async def _stale_claim(self, value: str, episode_id: str) -> bool:
+        kind, _, arg = value.partition(":")
+        if kind == "pending":
+            try:
+                return time.time() - float(arg) > HOLE_GRACE_SECONDS
+            except ValueError:
+                return True
+        if kind != "seq" or not _DIGITS.fullmatch(arg):
+            return True  # not a claim this library wrote
+        seq = int(arg)
+        head = await self.read_head()
+        if seq not in self.kept_range(head):
+            return True
+        raw = (await self.provider.retrieve_many([self.entry_key(seq, head.legacy)]))[0]
+        if not raw:
+            return True
+        try:
+            return Episode.from_json(raw).id != episode_id
+        except ValueError:
+            return False  # unreadable: it may still be that episode; keep the claim
+
+    async def delete_seqs(self, seqs: Collection[int], also: Collection[str] = ()) -> None:
         """Delete episodes by sequence number (and the keys *also*) and tell every reader to
         reload."""
         keys = [*(self.entry_key(s, self._legacy) for s in seqs), *also]
@@ -325,31 +485,126 @@ class EpisodeLog:
     async def clear(self) -> None:
         """Delete every key of this namespace except the counter, and invalidate readers."""
         keep = {self.seq_key, self.gen_key}
-        doomed = [k for k in await self.provider.keys(self.prefix) if k not in keep]
+        doomed = [k for k in await self.owned_keys() if k not in keep]
         await self.provider.write({self.gen_key: uuid.uuid4().hex}, doomed)
         self._synced = False
         self._append_legacy = None
 
+    async def shrink(self, max_episodes: int) -> int:
+        """Lower the log's ring size to *max_episodes* for every memory on it, and delete the
+        episodes that fall outside it; return how many episode keys were deleted. This memory
+        adopts the new size too (a memory with a larger ``max_episodes`` raises the ring again
+        on its next record)."""
+        size = integer("max_episodes", max_episodes, minimum=1, maximum=MAX_RING)
+        while True:
+            keys = await self.owned_keys()
+            head = await self.read_head()
+            keep = range(max(1, head.last - size + 1), head.last + 1)
+            doomed = self._outside(keys, head, keep)
+            episodes = sum(1 for k in doomed if not self._is_claim(k))
+            items = {self.ring_key: str(size), self.gen_key: uuid.uuid4().hex}
+            if await self.provider.write_if({self.ring_key: head.raw_ring}, items, doomed):
+                break
+        self.max = size
+        self._synced = False
+        log.info(
+            "episodic log %r shrunk to %d episodes: %d deleted",
+            self.namespace,
+            size,
+            episodes,
+        )
+        return episodes
+
     async def stray_keys(self) -> list[str]:
-        """Episode keys below the live range (left by a larger ``max_episodes``, a smaller
-        ring of another writer, or a writer that died before its eviction) that no read path
-        shows any more."""
-        keys = await self.provider.keys(self.prefix)
+        """Keys below the log's ring (left by a writer that died before its eviction, by an
+        older version of this library, or by deepcrew-ai) and stale id claims: no read path
+        shows them any more."""
+        keys = await self.owned_keys()
         # The head is read after the listing: an episode written in between is inside this
-        # head's live range, so it can never be mistaken for a stray.
+        # head's range, so it can never be mistaken for a stray.
         head = await self.read_head()
-        live = self.live_range(head)
-        live_slots = {self.entry_key(s, head.legacy) for s in live} if head.legacy else set()
-        strays = []
-        for key in keys:
-            rest = key[len(self.prefix) :]
-            entry = _ENTRY.fullmatch(rest)
-            if entry is not None:
-                if int(entry.group(1)) < live.start:
-                    strays.append(key)
-            elif _SLOT.fullmatch(rest) and key not in live_slots:
-                strays.append(key)
+        kept = self.kept_range(head)
+        strays = self._outside(keys, head, kept)
+        claims = [k for k in keys if self._is_claim(k)]
+        values = await self.provider.retrieve_many(claims) if claims else []
+        now = time.time()
+        for key, value in zip(claims, values, strict=True):
+            kind, _, arg = (value or "").partition(":")
+            if kind == "seq" and _DIGITS.fullmatch(arg) and int(arg) >= kept.start:
+                continue
+            if kind == "pending":
+                try:
+                    if now - float(arg) <= HOLE_GRACE_SECONDS:
+                        continue
+                except ValueError:
+                    pass
+            strays.append(key)
         return strays
+
+    def _is_claim(self, key: str) -> bool:
+        return key.startswith(self.prefix) and bool(_CLAIM.fullmatch(key[len(self.prefix) :]))
+
+    def _outside(self, keys: Collection[str], head: Head, keep: range) -> list[str]:
+        """The episode keys (ours and deepcrew-ai's) of *keys* outside *keep*."""
+        live_slots = {self.entry_key(s, head.legacy) for s in keep} if head.legacy else set()
+        doomed = []
+        for key in keys:
+            if key.startswith(self.prefix):
+                entry = _ENTRY.fullmatch(key[len(self.prefix) :])
+                if entry is not None:
+                    if int(entry.group(1)) < keep.start:
+                        doomed.append(key)
+                    continue
+            if key.startswith(self.legacy_prefix):
+                rest = key[len(self.legacy_prefix) :]
+                if _SLOT.fullmatch(rest) and key not in live_slots:
+                    doomed.append(key)
+        return doomed
+
+    def corrupt_keys(self) -> list[str]:
+        """The keys of the undecodable records in this memory's range as of the last sync."""
+        return [self.entry_key(s, self._legacy) for s in sorted(self._bad)]
+
+
+def decode_entry(raw: str) -> Episode:
+    """A stored record as an :class:`Episode` (``ValueError`` when it cannot be decoded)."""
+    episode = Episode.from_json(raw)
+    if not episode.id:
+        # Written by deepcrew-ai, which has no ids: derive a stable one from the content.
+        digest = hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=12)
+        episode.id = f"dc-{digest.hexdigest()}"  # a fresh object, not yet shared
+    return episode
+
+
+def parse_ring(raw: str | None) -> int | None:
+    """``__max__`` as a ring size, ``None`` when absent or unreadable (the next append rewrites
+    it)."""
+    if raw and _DIGITS.fullmatch(raw):
+        value = int(raw)
+        return value if value > 0 else None
+    return None
+
+
+def _legacy_key(rest: str) -> bool:
+    return rest == "__meta__" or bool(_SLOT.fullmatch(rest))
+
+
+def _conflict(namespace: str) -> tuple[str | None, str, bool]:
+    """The one key layout deepcrew-ai's cannot tell apart: our ``X``'s ``e:<n>`` entries and
+    the slots ``<n>`` of a deepcrew-ai log named ``X:e``. Returns the key whose presence shows
+    the other log (read with the head), that log's name, and whether the conflict needs a
+    deepcrew-ai index under this namespace too (``X:e`` only reads slots when it has one)."""
+    if _SAFE.fullmatch(namespace):
+        return f"episodic:{namespace}:e:__meta__", f"{namespace}:e", False
+    base, sep, tail = namespace.rpartition(":")
+    if sep and tail == "e" and _SAFE.fullmatch(base):
+        return f"episodic:{base}:__seq__", base, True
+    return None, "", False
+
+
+# Beyond this a counter or a ring index is garbage, not a log: 10**15 episodes at one a
+# microsecond is thirty years.
+_MAX_INDEX = 10**15
 
 
 def _parse_legacy(raw: str | None) -> Legacy | None:
@@ -357,24 +612,26 @@ def _parse_legacy(raw: str | None) -> Legacy | None:
         return None
     try:
         data = json.loads(raw)
-        count, nxt = int(data["count"]), int(data["next"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptDataError(f"deepcrew-ai index __meta__ is unreadable ({raw[:60]!r})") from exc
-    if count < 0 or nxt < 0:
-        raise CorruptDataError(f"deepcrew-ai index __meta__ is out of range ({raw[:60]!r})")
+        count, nxt = data["count"], data["next"]
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise CorruptDataError(
+            f"deepcrew-ai index __meta__ is unreadable ({escape_hidden(raw[:60])!r})"
+        ) from exc
+    if not all(type(v) is int and 0 <= v <= _MAX_INDEX for v in (count, nxt)):
+        raise CorruptDataError(
+            f"deepcrew-ai index __meta__ is out of range ({escape_hidden(raw[:60])!r})"
+        )
     return Legacy(count, nxt) if count else None
 
 
 def _parse_seq(raw: str | None, legacy: Legacy | None) -> int:
     if not raw:
         return legacy.count if legacy else 0
-    try:
-        value = int(raw)
-    except ValueError:
-        raise CorruptDataError(f"sequence counter holds {raw[:40]!r}, not an integer") from None
-    if value < 0:
-        raise CorruptDataError(f"sequence counter is negative ({value})")
-    return value
+    if not _DIGITS.fullmatch(raw) or int(raw) > _MAX_INDEX:
+        raise CorruptDataError(
+            f"sequence counter holds {escape_hidden(raw[:40])!r}, not an integer in range"
+        )
+    return int(raw)
 
 
 def _timestamp_of(raw: str | None) -> str:

@@ -22,9 +22,10 @@ import anyio
 
 from ._agent import AgentResult
 from ._episode import Outcome
-from ._events import EventType, StreamEvent
+from ._events import EventType, StreamEvent, emit
 from ._exceptions import ConfigurationError, VerifierError
 from ._hook import EpisodicHook, Recorded, describe
+from ._validate import integer, number
 
 if TYPE_CHECKING:
     from ._memory import EpisodicMemory
@@ -45,14 +46,7 @@ class Verdict:
     feedback: str = ""
 
     def __post_init__(self) -> None:
-        score = self.score
-        if (
-            isinstance(score, bool)
-            or not isinstance(score, int | float)
-            or not math.isfinite(score)
-            or not 0.0 <= score <= 1.0
-        ):
-            raise ConfigurationError(f"Verdict.score must be a number in [0, 1], not {score!r}")
+        number("Verdict.score", self.score, minimum=0.0, maximum=1.0)
         if not isinstance(self.feedback, str):
             raise ConfigurationError(
                 f"Verdict.feedback must be a string, not {type(self.feedback).__name__}"
@@ -105,19 +99,13 @@ class LoopConfig:
     refine_prompt: str = REFINE_PROMPT
 
     def __post_init__(self) -> None:
-        it = self.max_iterations
-        if not isinstance(it, int) or isinstance(it, bool) or it < 1:
-            raise ConfigurationError(
-                f"LoopConfig.max_iterations must be an integer >= 1, not {it!r}"
-            )
+        integer("LoopConfig.max_iterations", self.max_iterations, minimum=1)
         if self.verifier is None or not callable(self.verifier):
             raise ConfigurationError(
                 "LoopConfig needs a verifier: an async (query, result) -> Verdict callable"
             )
         for name in ("target_score", "failure_score"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-                raise ConfigurationError(f"LoopConfig.{name} must be in [0, 1], not {value!r}")
+            number(f"LoopConfig.{name}", getattr(self, name), minimum=0.0, maximum=1.0)
         if self.failure_score > self.target_score:
             raise ConfigurationError(
                 f"LoopConfig.failure_score ({self.failure_score}) must not exceed "
@@ -180,7 +168,7 @@ async def refine(
     that stops reading there keeps it; its ``EPISODE_RECORDED`` event follows."""
     history = list(messages)
     for i in range(config.max_iterations):
-        yield StreamEvent(EventType.LOOP_ITERATION, {"iteration": i, "converged": False}, agent_id)
+        yield emit(EventType.LOOP_ITERATION, {"iteration": i, "converged": False}, agent_id)
         run = attempt(history)
         async with aclosing(
             recorded_attempt(run, query=query, hook=hook, drain=drain, recorded=record.recorded)
@@ -215,7 +203,7 @@ async def refine(
                     tools_used=result.tools_used,
                 )
             )
-        yield StreamEvent(
+        yield emit(
             EventType.VERIFIER_SCORED,
             {
                 "iteration": i,
@@ -228,9 +216,7 @@ async def refine(
         for event in drain():
             yield event
         if outcome == "success":
-            yield StreamEvent(
-                EventType.LOOP_ITERATION, {"iteration": i, "converged": True}, agent_id
-            )
+            yield emit(EventType.LOOP_ITERATION, {"iteration": i, "converged": True}, agent_id)
             return
         history = [
             *history,
@@ -318,8 +304,7 @@ class LLMVerifier:
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ConfigurationError(f"LLMVerifier needs a litellm model name, not {model!r}")
-        if not timeout > 0:
-            raise ConfigurationError(f"LLMVerifier timeout must be > 0, not {timeout!r}")
+        timeout = number("LLMVerifier timeout", timeout, minimum=0, exclusive_minimum=True)
         self.model = model
         self.rubric = rubric
         self.timeout = timeout

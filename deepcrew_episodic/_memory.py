@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._episode import OUTCOMES, Episode, new_id, now_iso, parse_time
+from ._episode import FIELDS, OUTCOMES, Episode, new_id, now_iso, parse_time
 from ._exceptions import ConfigurationError, InvalidEpisodeError
 from ._log import Changes, Counters, EpisodeLog
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, RecallIndex, Scored
 from ._redact import Redactor, as_redactor
 from ._render import render_block
+from ._unicode import escape_hidden
+from ._validate import integer, number, positive_duration
 from .providers._base import MemoryProvider, as_provider
 
 __all__ = ["EpisodicMemory", "MemoryStats"]
@@ -59,6 +62,9 @@ class EpisodicMemory:
         replaced by ``[REDACTED:<kind>]`` before an episode is stored or sent to
         ``reflect_model``. ``True`` (default) applies the built-in rules, ``False`` turns
         redaction off, a :class:`~deepcrew_episodic.Redactor` adds or replaces rules.
+    clock:
+        The time in POSIX seconds, for timestamps, retention and recency (default
+        ``time.time``). Tests pass a clock they can move instead of sleeping.
 
     Example::
 
@@ -83,37 +89,34 @@ class EpisodicMemory:
         max_age: timedelta | None = None,
         half_life_days: float = HALF_LIFE_DAYS,
         redact: bool | Redactor = True,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._provider = as_provider(backend)
         self._log = EpisodeLog(self._provider, namespace, max_episodes)
-        if not isinstance(recall_k, int) or recall_k < 1:
-            raise ConfigurationError(f"recall_k must be an integer >= 1, not {recall_k!r}")
-        if max_age is not None and (not isinstance(max_age, timedelta) or max_age <= timedelta(0)):
-            raise ConfigurationError(f"max_age must be a positive timedelta, not {max_age!r}")
-        if half_life_days <= 0:
-            raise ConfigurationError(f"half_life_days must be > 0, not {half_life_days!r}")
+        recall_k = integer("recall_k", recall_k, minimum=1)
+        if max_age is not None:
+            max_age = positive_duration("max_age", max_age)
+        half_life_days = number("half_life_days", half_life_days, minimum=0, exclusive_minimum=True)
         try:
             self._index = RecallIndex(recall_fields)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
         self._recall_k = recall_k
         self._reflect_model = reflect_model
-        if isinstance(reflect_timeout, bool) or not (
-            isinstance(reflect_timeout, int | float) and reflect_timeout > 0
-        ):
-            raise ConfigurationError(
-                f"reflect_timeout must be > 0 seconds, not {reflect_timeout!r}"
-            )
-        self._reflect_timeout = float(reflect_timeout)
+        self._reflect_timeout = number(
+            "reflect_timeout", reflect_timeout, minimum=0, exclusive_minimum=True
+        )
         self._reflect_params = dict(reflect_params or {})
         self._max_age = max_age
         self._half_life = half_life_days
         self._redactor = as_redactor(redact)
-        # episode id <-> seq for the cached episodes (record() refuses an id already stored)
-        self._ids: dict[str, int] = {}
-        self._id_of: dict[int, str] = {}
-        # seq -> (forget_at, recorded_at) for the retention check on every read path.
-        self._retention: dict[int, tuple[float | None, float | None]] = {}
+        if not callable(clock):
+            raise ConfigurationError(f"clock must be a callable returning seconds, not {clock!r}")
+        self._clock = clock
+        # What every read path needs of a cached episode, one record per sequence number.
+        self._known: dict[int, _Known] = {}
+        self._ids: dict[str, int] = {}  # episode id -> seq (record() refuses an id stored)
+        self._newest: tuple[int, float] | None = None  # the newest cached seq and its time
 
     # --- properties -------------------------------------------------------------------
 
@@ -157,39 +160,73 @@ class EpisodicMemory:
     # --- writing ------------------------------------------------------------------------
 
     async def record(self, episode: Episode | Any) -> Episode:
-        """Store *episode* and return the stored copy (``id`` and ``timestamp`` filled, and
-        ``reflection`` when ``reflect_model`` is set).
+        """Store a copy of *episode* and return the stored copy (redacted, ``id`` and
+        ``timestamp`` filled in, and ``reflection`` when ``reflect_model`` is set). Like
+        deepcrew-ai, ``record`` also fills ``id``, ``timestamp`` and ``reflection`` in on
+        *episode* itself; unlike it, it returns the stored copy, never the object passed in,
+        whose text may hold a secret that was redacted from the store.
 
-        Accepts an :class:`Episode`, a deepcrew-ai ``Episode`` dataclass or a dict. Invalid
-        input raises :class:`InvalidEpisodeError` naming the field, and nothing is written.
-        Secrets are redacted first (see ``redact``), so neither the store nor the reflection
-        model ever sees them.
+        Accepts an :class:`Episode`, a deepcrew-ai ``Episode`` dataclass or a dict. Every field
+        is checked again here (a list may have been edited since construction): invalid input
+        raises :class:`InvalidEpisodeError` naming the field, and nothing is written. Secrets
+        are redacted first (see ``redact``), so neither the store nor the reflection model ever
+        sees them; an ``id`` that holds a secret is refused. What is stored is a copy: changing
+        *episode* afterwards changes nothing stored. An explicit ``id`` is unique in the
+        namespace, across every process.
         """
-        stored = self._redact(Episode.coerce(episode))
-        updates: dict[str, Any] = {}
+        stored = self._redact(_checked_copy(episode))
+        given = episode if isinstance(episode, Episode) else None
+        if stored.id and self._redactor is not None:
+            kind = self._redactor.find(stored.id)
+            if kind is not None:
+                raise InvalidEpisodeError(
+                    f"invalid episode: id: it looks like a secret ({kind}); ids are stored and "
+                    f"shown as they are, so they are never redacted"
+                )
+        if stored.timestamp:
+            when = parse_time(stored.timestamp)
+            if when > self._clock() + FUTURE_SKEW_SECONDS:
+                raise InvalidEpisodeError(
+                    f"invalid episode: timestamp: {stored.timestamp!r} is in the future; "
+                    f"leave it empty to use the current time"
+                )
+        claim: str | None = None
         if not stored.id:
-            updates["id"] = new_id()
+            stored.id = new_id()
         else:
             await self._sync()
             if stored.id in self._ids:
                 raise InvalidEpisodeError(
-                    f"an episode with id {stored.id!r} is already stored in namespace "
-                    f"{self.namespace!r}; record a copy without the id to store it again"
+                    f"an episode with id {escape_hidden(stored.id)!r} is already stored in "
+                    f"namespace {escape_hidden(self.namespace)!r}; record a copy without the "
+                    f"id to store it again"
                 )
-        if not stored.timestamp:
-            updates["timestamp"] = now_iso()
-        if updates:
-            stored = dataclasses.replace(stored, **updates)
-        if self._reflect_model and stored.reflection is None:
-            lesson = await self.reflect(stored)
-            if lesson:
-                stored = dataclasses.replace(stored, reflection=lesson)
-        await self._log.append(stored)
+            claim = await self._log.claim(stored.id)
+        try:
+            if not stored.timestamp:
+                stored.timestamp = now_iso(self._clock())
+            if self._reflect_model and stored.reflection is None:
+                lesson = await self.reflect(stored)
+                if lesson:
+                    stored.reflection = lesson
+            await self._log.append(stored, claim=claim)
+        except BaseException:
+            if claim is not None:
+                import anyio  # only on this path: reading a memory never loads it
+
+                with anyio.CancelScope(shield=True):
+                    await _quietly(self._log.release(claim))
+            raise
         log.debug(
             "episode recorded",
             extra={"namespace": self.namespace, "outcome": stored.outcome, "id": stored.id},
         )
-        return stored
+        if given is not None:
+            # deepcrew-ai fills these in on the caller's object; its text stays as given.
+            given.id, given.timestamp = stored.id, stored.timestamp
+            if given.reflection is None and stored.reflection is not None:
+                given.reflection = stored.reflection
+        return stored.copy()
 
     async def reflect(self, episode: Episode) -> str | None:
         """Ask ``reflect_model`` for a one-sentence lesson; ``None`` without a model, when the
@@ -230,9 +267,15 @@ class EpisodicMemory:
         tags: Collection[str] | None = None,
         before: TimeLike | None = None,
         containing: str | None = None,
+        corrupt: bool = False,
+        dry_run: bool = False,
     ) -> int:
         """Delete episodes from the backend for real (the payload is gone, not hidden); return
         how many were deleted.
+
+        ``corrupt=True`` deletes the records that cannot be decoded (which every read path
+        skips and counts), alone or with the episodes selected otherwise. ``dry_run=True``
+        deletes nothing and returns how many would be deleted (:meth:`select` lists them).
 
         Select them by ``ids`` and/or a filter; an episode must match every criterion given:
         ``outcome`` (one or several), ``tags`` (at least one of them), ``before`` (recorded
@@ -246,15 +289,90 @@ class EpisodicMemory:
             await memory.forget(containing="acme corp")             # every mention of a customer
             await memory.forget(outcome="failure", before=timedelta(days=90))
         """
-        selected = await self._select(
+        filtered = not (
+            ids is None and outcome is None and tags is None and before is None and not containing
+        )
+        selected: list[tuple[int, Episode]] = []
+        if filtered or not corrupt:
+            selected = await self._select(
+                ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
+            )
+        else:
+            await self._sync()
+        bad: list[str] = []
+        if corrupt:
+            bad = [*(await self._log.beyond_view())[1], *self._log.corrupt_keys()]
+        if dry_run:
+            return len(selected) + len(bad)
+        if selected or bad:
+            # Payloads below the log's ring go too (a dead writer's, an old version's), and
+            # the id claims of what is deleted, so that no copy is left behind.
+            strays = await self._log.stray_keys()
+            claims = [self._log.claim_key(ep.id) for _, ep in selected]
+            await self._log.delete_seqs([seq for seq, _ in selected], also=[*bad, *strays, *claims])
+        log.info(
+            "forget in %r: %d episodes, %d corrupt records deleted",
+            self.namespace,
+            len(selected),
+            len(bad),
+        )
+        return len(selected) + len(bad)
+
+    async def select(
+        self,
+        ids: str | Collection[str] | None = None,
+        *,
+        outcome: str | Collection[str] | None = None,
+        tags: Collection[str] | None = None,
+        before: TimeLike | None = None,
+        containing: str | None = None,
+    ) -> list[Episode]:
+        """The episodes :meth:`forget` with the same arguments would delete, oldest first:
+        across the whole log, expired ones included (see :meth:`is_expired`). Copies."""
+        found = await self._select(
             ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
         )
-        if selected:
-            # Payloads that fell out of the ring (or of a smaller one) go too: "forget" must
-            # not leave a copy behind that a reader with a larger ring could still show.
-            strays = await self._log.stray_keys()
-            await self._log.delete_seqs([seq for seq, _ in selected], also=strays)
-        return len(selected)
+        return [ep.copy() for _, ep in found]
+
+    def is_expired(self, episode: Episode) -> bool:
+        """Whether *episode* is past its ``forget_after`` or older than ``max_age`` now: hidden
+        from every read path and deleted by :meth:`sweep`."""
+        now = self._clock()
+        seq = self._ids.get(episode.id) if episode.id else None
+        if seq is not None:
+            return self._expired(seq, now)
+        return self._expired_episode(episode, now)
+
+    @classmethod
+    async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:
+        """An :class:`EpisodicMemory` on an existing log at the log's own ring size: the
+        ``max_episodes`` it was written with, unless *options* give one (tools that inspect a
+        log use this, so they neither hide nor shrink anything). Same options otherwise.
+
+        Example::
+
+            memory = await EpisodicMemory.open(SQLiteMemoryProvider("episodes.db"),
+                                               namespace="support")
+        """
+        memory = cls(backend, **options)
+        if "max_episodes" not in options:
+            ring = (await memory._log.read_head()).ring
+            if ring is not None:
+                memory._log.max = ring
+        return memory
+
+    async def shrink(self, max_episodes: int) -> int:
+        """Lower the log's ring size to *max_episodes* and delete every episode outside it;
+        return how many were deleted.
+
+        The ring of a log only grows on its own: a memory with a smaller ``max_episodes`` on a
+        namespace that a larger one fills shows its newest ``max_episodes`` but never deletes
+        what the larger one shows (not by recording, :meth:`forget` or :meth:`sweep`). This is
+        the one call that shrinks the log for every memory on it; this memory then keeps
+        *max_episodes* (a memory configured larger raises the ring again when it records).
+        """
+        deleted = await self._log.shrink(max_episodes)
+        return deleted
 
     async def _select(
         self,
@@ -274,21 +392,19 @@ class EpisodicMemory:
         wanted_ids = None if ids is None else ({ids} if isinstance(ids, str) else set(ids))
         outcomes = _outcomes(outcome)
         wanted_tags = {t.casefold() for t in tags} if tags is not None else None
-        cut = _since(before) if before is not None else None
+        cut = _since(before, self._clock()) if before is not None else None
         needle = containing.casefold() if containing else None
         await self._sync()
         selected: list[tuple[int, Episode]] = []
-        for seq, ep in self._log.cached():
+        for seq, ep in await self._everything():
             if wanted_ids is not None and ep.id not in wanted_ids:
                 continue
             if outcomes is not None and ep.outcome not in outcomes:
                 continue
             if wanted_tags is not None and not wanted_tags & {t.casefold() for t in ep.tags}:
                 continue
-            if cut is not None:
-                recorded = self._retention[seq][1]
-                if recorded is None or recorded >= cut:
-                    continue
+            if cut is not None and self._recorded(seq, ep) >= cut:
+                continue
             if needle is not None and needle not in _text_of(ep).casefold():
                 continue
             selected.append((seq, ep))
@@ -298,11 +414,22 @@ class EpisodicMemory:
         """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
         keys the ring no longer shows; return how many keys were deleted."""
         await self._sync()
-        now = time.time()
-        expired = [seq for seq, _ in self._log.cached() if self._expired(seq, now)]
+        now = self._clock()
+        expired = [
+            (seq, ep)
+            for seq, ep in await self._everything()
+            if (self._expired(seq, now) if seq in self._known else self._expired_episode(ep, now))
+        ]
         strays = await self._log.stray_keys()
         if expired or strays:
-            await self._log.delete_seqs(expired, also=strays)
+            claims = [self._log.claim_key(ep.id) for _, ep in expired]
+            await self._log.delete_seqs([seq for seq, _ in expired], also=[*strays, *claims])
+        log.info(
+            "sweep of %r: %d expired episodes, %d stray keys deleted",
+            self.namespace,
+            len(expired),
+            len(strays),
+        )
         return len(expired) + len(strays)
 
     # --- reading --------------------------------------------------------------------------
@@ -311,7 +438,7 @@ class EpisodicMemory:
         """Counts for this namespace: episodes by outcome, expired and corrupt records not
         shown, the oldest and newest timestamps, and the bytes stored."""
         await self._sync()
-        now = time.time()
+        now = self._clock()
         by_outcome = dict.fromkeys(OUTCOMES, 0)
         expired = 0
         times: list[tuple[float, str]] = []
@@ -320,10 +447,10 @@ class EpisodicMemory:
                 expired += 1
                 continue
             by_outcome[ep.outcome] = by_outcome.get(ep.outcome, 0) + 1
-            recorded = self._retention[seq][1]
-            if recorded is not None:
-                times.append((recorded, ep.timestamp))
-        keys = await self._provider.keys(self._log.prefix)
+            known = self._known[seq]
+            if known.dated:
+                times.append((known.recorded, ep.timestamp))
+        keys = await self._log.owned_keys()
         values = await self._provider.retrieve_many(keys) if keys else []
         return MemoryStats(
             total=sum(by_outcome.values()),
@@ -334,15 +461,23 @@ class EpisodicMemory:
             newest=max(times)[1] if times else None,
             capacity=self._log.max,
             stored_bytes=sum(
-                len(k.encode()) + len((v or "").encode()) for k, v in zip(keys, values, strict=True)
+                len(k.encode("utf-8", "surrogateescape"))
+                + len((v or "").encode("utf-8", "surrogateescape"))
+                for k, v in zip(keys, values, strict=True)
             ),
         )
 
-    async def load(self) -> list[Episode]:
-        """Every stored episode, oldest first (expired ones excluded)."""
+    async def load(self, *, include_expired: bool = False) -> list[Episode]:
+        """Every stored episode this memory shows, oldest first; expired ones only with
+        *include_expired* (for inspection: no read path that feeds a prompt shows them). The
+        episodes are copies: changing them changes nothing stored."""
         await self._sync()
-        now = time.time()
-        return [ep for seq, ep in self._log.cached() if not self._expired(seq, now)]
+        now = self._clock()
+        return [
+            ep.copy()
+            for seq, ep in self._log.cached()
+            if include_expired or not self._expired(seq, now)
+        ]
 
     async def recall(
         self,
@@ -385,22 +520,21 @@ class EpisodicMemory:
             for hit in await memory.explain("refund a duplicate charge", intent="what_failed"):
                 print(f"{hit.score:.3f} {hit.episode.query!r}: {hit.why()}")
         """
+        started = time.perf_counter()
         if not isinstance(query, str):
             raise ConfigurationError(f"query must be a string, not {type(query).__name__}")
-        k = self._recall_k if top_k is None else top_k
-        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-            raise ConfigurationError(f"top_k must be an integer >= 0, not {top_k!r}")
+        k = self._recall_k if top_k is None else integer("top_k", top_k, minimum=0)
         if intent not in INTENTS:
             raise ConfigurationError(f"intent must be one of {INTENTS}, not {intent!r}")
         outcomes = _outcomes(outcome)
         if isinstance(tags, str):
             raise ConfigurationError(f"tags must be a collection of strings, not {tags!r}")
         wanted_tags = {t.casefold() for t in tags} if tags is not None else None
-        after = _since(since) if since is not None else None
+        after = _since(since, self._clock()) if since is not None else None
         await self._sync()
         if k == 0:
             return []
-        now = time.time()
+        now = self._clock()
         index = self._index
 
         # Filters and the retention check run only for a candidate that would enter the top k.
@@ -421,7 +555,15 @@ class EpisodicMemory:
             since=after,
             accept=accept,
         )
-        return [scored for _, scored in found]
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "recall in %r: %d episodes in %.2f ms: %s",
+                self.namespace,
+                len(found),
+                (time.perf_counter() - started) * 1000,
+                [scored.episode.id for _, scored in found],
+            )
+        return [dataclasses.replace(scored, episode=scored.episode.copy()) for _, scored in found]
 
     def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
         """The ``## Relevant past experience`` block for *episodes* (best first, as
@@ -429,15 +571,16 @@ class EpisodicMemory:
 
         Each item is one dated line (outcome, score, tools, the question and the lesson, or
         the answer when there is no lesson); stored text is neutralised so that it cannot
-        open a heading, fake a system section or end the block. With *max_chars*, the
-        lowest-ranked items are dropped whole until the block fits; it never exceeds
-        *max_chars*. Expired episodes are never shown.
+        open a heading, fake a system section or end the block. With *max_chars*, items are
+        taken best first and one that does not fit in what is left is skipped whole, so the
+        block holds the best items that fit, in rank order; it never exceeds *max_chars* and
+        is never empty when one item fits. Expired episodes are never shown.
 
         Example::
 
             block = memory.render(await memory.recall(task), max_chars=1500)
         """
-        now = time.time()
+        now = self._clock()
         shown = [Episode.coerce(e.episode if isinstance(e, Scored) else e) for e in episodes]
         shown = [e for e in shown if not self._expired_episode(e, now)]
         return render_block(shown, max_chars=max_chars)
@@ -453,43 +596,102 @@ class EpisodicMemory:
     def _apply(self, changes: Changes) -> None:
         if changes.reset:
             self._index.reset()
-            self._retention.clear()
+            self._known.clear()
             self._ids.clear()
-            self._id_of.clear()
+            self._newest = None
         for seq in changes.removed:
             self._index.remove(seq)
-            self._retention.pop(seq, None)
-            gone = self._id_of.pop(seq, None)
-            if gone is not None and self._ids.get(gone) == seq:
-                del self._ids[gone]
-        for seq, episode in changes.added:
-            self._index.add(seq, episode)
+            gone = self._known.pop(seq, None)
+            if gone is not None and self._ids.get(gone.id) == seq:
+                del self._ids[gone.id]
+        if not changes.added:
+            return
+        # An episode whose timestamp cannot be used (garbled, or in the future) takes the time
+        # of the newest dated episode before it in the log: it was recorded after that one, so
+        # it still ages and expires, and it never ranks as the newest for ever.
+        now = self._clock()
+        added = sorted(changes.added, key=lambda item: item[0])
+        first = added[0][0]
+        if self._newest is not None and self._newest[0] < first:
+            previous = self._newest[1]  # the usual case: appended after everything known
+        else:
+            earlier = [s for s in self._known if s < first]
+            previous = self._known[max(earlier)].recorded if earlier else _UNDATED
+        for seq, episode in added:
+            recorded = _time_or_none(episode.timestamp)
+            dated = recorded is not None and recorded <= now + FUTURE_SKEW_SECONDS
+            if not dated or recorded is None:
+                recorded = previous
+            previous = recorded
+            self._index.add(seq, episode, when=recorded)
             self._ids[episode.id] = seq
-            self._id_of[seq] = episode.id
-            self._retention[seq] = (
-                _time_or_none(episode.forget_after),
-                _time_or_none(episode.timestamp),
+            self._known[seq] = _Known(
+                episode.id, _time_or_none(episode.forget_after), recorded, dated
             )
+        if self._newest is None or added[-1][0] > self._newest[0]:
+            self._newest = (added[-1][0], previous)
+
+    async def _everything(self) -> list[tuple[int, Episode]]:
+        """Every episode the log keeps, oldest first: the cache (this memory's range, synced
+        by the caller) and, when a larger ring keeps more, the episodes below it."""
+        beyond, _ = await self._log.beyond_view()
+        return [*beyond, *self._log.cached()]
+
+    def _recorded(self, seq: int, episode: Episode) -> float:
+        known = self._known.get(seq)
+        if known is not None:
+            return known.recorded
+        when = _time_or_none(episode.timestamp)
+        return _UNDATED if when is None else when
 
     def _expired(self, seq: int, now: float) -> bool:
-        forget_at, recorded = self._retention.get(seq, (None, None))
-        return self._past(forget_at, recorded, now)
+        known = self._known.get(seq)
+        return known is not None and self._past(known.forget_at, known.recorded, now)
 
     def _expired_episode(self, episode: Episode, now: float) -> bool:
-        return self._past(
-            _time_or_none(episode.forget_after), _time_or_none(episode.timestamp), now
-        )
+        recorded = _time_or_none(episode.timestamp)
+        if recorded is None or recorded > now + FUTURE_SKEW_SECONDS:
+            recorded = _UNDATED
+        return self._past(_time_or_none(episode.forget_after), recorded, now)
 
-    def _past(self, forget_at: float | None, recorded: float | None, now: float) -> bool:
+    def _past(self, forget_at: float | None, recorded: float, now: float) -> bool:
         """The retention rule, the one place it is stated: past ``forget_after``, or older
         than ``max_age``."""
         if forget_at is not None and forget_at <= now:
             return True
-        return (
-            self._max_age is not None
-            and recorded is not None
-            and recorded < now - self._max_age.total_seconds()
-        )
+        return self._max_age is not None and recorded < now - self._max_age.total_seconds()
+
+
+# A timestamp this far ahead of the clock is accepted (clocks differ); past it, it is refused on
+# record and, when read from storage, replaced as an unusable one is.
+FUTURE_SKEW_SECONDS = 86400.0
+# The time of an episode with no usable timestamp and no dated episode before it: the oldest
+# possible, so that it ranks last and expires under any max_age.
+_UNDATED = -math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """What the read paths need of one cached episode."""
+
+    id: str
+    forget_at: float | None
+    recorded: float  # POSIX seconds; see _apply for an unusable timestamp
+    dated: bool  # the episode's own timestamp was usable
+
+
+def _checked_copy(episode: Any) -> Episode:
+    if isinstance(episode, Episode):
+        # Check every field again: a list may have been edited since construction.
+        return Episode(**{name: getattr(episode, name) for name in FIELDS})
+    return Episode.coerce(episode).copy()
+
+
+async def _quietly(awaitable: Any) -> None:
+    try:
+        await awaitable
+    except Exception as exc:
+        log.warning("could not release an id claim (%s: %s)", type(exc).__name__, exc)
 
 
 @dataclass(frozen=True)
@@ -535,9 +737,9 @@ def _outcomes(outcome: str | Collection[str] | None) -> set[str] | None:
     return chosen
 
 
-def _since(value: TimeLike) -> float:
+def _since(value: TimeLike, now: float) -> float:
     if isinstance(value, timedelta):
-        return time.time() - value.total_seconds()
+        return now - value.total_seconds()
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ConfigurationError("since: a naive datetime is ambiguous; give it a tzinfo")

@@ -490,14 +490,17 @@ class RecallIndex:
         self._postings.clear()
         self._df.clear()
 
-    def add(self, seq: int, episode: Episode) -> None:
+    def add(self, seq: int, episode: Episode, *, when: float | None = None) -> None:
+        """Index *episode*; *when* is its time for recency (default: its timestamp; ``None``
+        or -inf: undated, ranked oldest)."""
         if seq in self._entries:
             self.remove(seq)
         found = episode_terms(episode, self.fields)
-        try:
-            when = episode.time()
-        except ValueError:
-            when = None
+        if when is None:
+            try:
+                when = episode.time()
+            except ValueError:
+                when = None
         size = len(found) if self.length_cap is None else min(len(found), self.length_cap)
         entry = _Entry(episode, found, size, _NEVER if when is None else when, episode.outcome)
         self._entries[seq] = entry

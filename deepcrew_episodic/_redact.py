@@ -3,18 +3,31 @@
 An agent's runs carry whatever its users and tools handed it: API keys pasted into a question,
 a connection URL echoed in an answer, a token in a tool's output. An episodic memory keeps that
 text for months and shows it to later runs, so :class:`EpisodicMemory` passes every text field
-of an episode (``query``, ``response``, ``reflection``, ``tags``, ``tools_used``) through a
-:class:`Redactor` before it is stored or sent to the reflection model. A secret becomes
-``[REDACTED:<kind>]``; the rest of the text is kept as written.
+of an episode (every field but ``id``, which the memory refuses instead when it holds a secret,
+see :meth:`Redactor.find`) through a :class:`Redactor` before it is stored or sent to the
+reflection model. A secret becomes ``[REDACTED:<kind>]``; the rest of the text is kept as
+written.
 
 The default rules aim at shapes that are secrets with near certainty (a provider's key prefix,
-a JWT's three base64url parts, the password slot of a URL, a PEM private key block) and leave
-alone the look-alikes that fill ordinary agent text: UUIDs, git SHAs, hashes, base64 payloads,
-URLs without a password, words such as "sk-learn".
+a JWT's three base64url parts, the password slot of a URL, a PEM private key block, the value of
+``DB_PASSWORD=``) and leave alone the look-alikes that fill ordinary agent text: UUIDs, git SHAs,
+hashes, base64 payloads, URLs without a password, words such as "sk-learn", references such as
+``$DB_PASSWORD``.
+
+A secret cannot hide by being split. Matching runs on a view of the text without its hidden
+characters (zero-width spaces and joiners, soft hyphens, variation selectors, tag characters:
+:func:`~deepcrew_episodic._unicode.is_hidden`), and, for the rules whose tokens are
+self-delimiting (provider keys, JWTs, AWS keys), once more on a view without line breaks, so a
+key wrapped over two lines is found whole. A match is mapped back to the text as written and
+replaced there, hidden characters and line break included; text around it keeps them. Because
+a wrapped key cannot be told from a key at the end of a line followed directly by a word, such
+a word is redacted with the key (unless it opens an assignment, ``NAME=`` or ``name:``).
+Values of assignments, URL passwords and bearer tokens end at a line break.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import re
@@ -22,6 +35,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._exceptions import ConfigurationError
+from ._unicode import is_hidden
 
 if TYPE_CHECKING:
     from ._episode import Episode
@@ -31,6 +45,14 @@ __all__ = ["Redactor", "default_rules", "marker"]
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 # Characters that continue a token: a key must not start or end inside a longer word.
 _B64URL = "A-Za-z0-9_-"
+# An optional quote, escaped any number of times: "k": "v" in JSON, \"k\": \"v\" in JSON held
+# in a JSON string, \\\"k\\\" one level deeper.
+_Q = r"""(?:\\*["'])?"""
+# Line breaks that may split a token (str.splitlines' set, less the separators \x1c-\x1e).
+_BREAKS = "\n\r\x0b\x0c\x85\u2028\u2029"
+_BREAK_SET = frozenset(_BREAKS)
+# What every match of a key rule (joins_lines) holds; one scan spares most texts ~20 hint tests.
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_-]{14}")
 
 
 def marker(kind: str) -> str:
@@ -40,89 +62,214 @@ def marker(kind: str) -> str:
 
 class Rule:
     """A named pattern. When the pattern has a group named ``secret``, only that group is
-    replaced (``password=[REDACTED:...]`` keeps ``password=``); otherwise the whole match."""
+    replaced (``password=[REDACTED:...]`` keeps ``password=``); otherwise the whole match.
 
-    __slots__ = ("hints", "name", "pattern")
+    *joins_lines*: the pattern also runs on the text with its line breaks removed, for tokens
+    that a line break never ends (a wrapped key); see the module docstring. Such a rule's
+    every match holds a run of 14 or more of ``A-Z a-z 0-9 _ -`` (a key's random part): a text
+    without one skips it."""
 
-    def __init__(self, name: str, pattern: re.Pattern[str], hints: tuple[str, ...] = ()) -> None:
+    __slots__ = ("hints", "joins_lines", "name", "pattern")
+
+    def __init__(
+        self,
+        name: str,
+        pattern: re.Pattern[str],
+        hints: tuple[str, ...] = (),
+        *,
+        joins_lines: bool = False,
+    ) -> None:
         self.name = name
         self.pattern = pattern
         # Lower-case substrings of which every match contains at least one: a text without
         # any of them is skipped without running the regex. Empty: always run it.
         self.hints = hints
+        self.joins_lines = joins_lines
 
-    def may_match(self, lowered: str) -> bool:
+    def may_match(self, lowered: str, token_run: bool = True) -> bool:
+        if self.joins_lines and not token_run:
+            return False
         return not self.hints or any(hint in lowered for hint in self.hints)
 
+    def spans(self, text: str) -> list[tuple[int, int, int]]:
+        """``(start, end, match_end)`` of each part to replace, in order."""
+        grouped = "secret" in self.pattern.groupindex
+        found: list[tuple[int, int, int]] = []
+        for match in self.pattern.finditer(text):
+            start, end = match.span("secret") if grouped else match.span()
+            if start < end:  # an unset group (-1, -1) or an empty match replaces nothing
+                found.append((start, end, match.end()))
+        return found
+
     def apply(self, text: str) -> str:
-        replacement = marker(self.name)
-        if "secret" not in self.pattern.groupindex:
-            return self.pattern.sub(replacement, text)
-
-        def keep_context(match: re.Match[str]) -> str:
-            start, end = match.span("secret")
-            if start < 0:
-                return match.group(0)
-            whole = match.group(0)
-            offset = match.start()
-            return whole[: start - offset] + replacement + whole[end - offset :]
-
-        return self.pattern.sub(keep_context, text)
+        """*text* with this rule's matches replaced (as written: no view, see Redactor)."""
+        return _splice(text, [(s, e) for s, e, _ in self.spans(text)], marker(self.name))
 
 
-def _rule(name: str, pattern: str, flags: int = 0) -> tuple[str, str, int]:
-    return (name, pattern, flags)
+def _rule(name: str, pattern: str, flags: int = 0, *, joins: bool = False) -> tuple[Any, ...]:
+    return (name, pattern, flags, joins)
 
+
+# A value that names where a secret lives rather than holding it: $VAR, ${VAR}, %VAR%,
+# <placeholder>, a path, os.environ[...], getenv(), a call, settings.X, a literal such as None.
+_REFERENCE = (
+    r"(?![$%<{(\[*/~.=!&|]|os\.|process\.env|env\.|getenv|self\.|this\.|[A-Za-z_][\w.]*\("
+    r"|(?:settings|config|conf|cfg|secrets|vault)\.[A-Za-z_]"
+    r"|(?i:none|null|nil|true|false|undefined)(?![\w-]))"
+)
+# An assignment's value: any run of non-space text up to a quote, comma or semicolon; a
+# backslash belongs to it unless it escapes the closing quote.
+_VALUE = r"""(?:[^\s"',;\\]|\\(?!\\*["']))"""
+_ASSIGN = (
+    rf"{_Q}(?:\s*(?:=>|:=|=)\s*{_Q}"  # = / := / =>, quoted or not
+    rf"|\s*:\s*\\*[\"']"  # "key": "value"
+    # key: value unquoted is also prose ("the password: hunter is a word"): 6+ characters
+    # with a digit.
+    rf"|\s*:[ \t]*(?={_VALUE}{{6}})(?=[^\s\"',;]*[0-9]))"
+)
 
 # Order matters: a specific rule runs before a generic one that would also match (an Anthropic
 # key before the "sk-" rule, a JWT before "Bearer <token>"), and a marker never matches a rule.
 # Compiled on first use (default_rules), not at import: reading a memory never pays for it.
-_DEFAULT_PATTERNS: tuple[tuple[str, str, int], ...] = (
+_DEFAULT_PATTERNS: tuple[tuple[Any, ...], ...] = (
     _rule(
         "private-key",
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
         # An unterminated block (a truncated answer) is redacted to the end of the text.
-        r".*?(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-        re.DOTALL,
+        r".*?(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+        r"|PuTTY-User-Key-File-\d+:.*?(?:Private-MAC:[ \t]*[0-9a-f]+|\Z))",
+        re.DOTALL | re.IGNORECASE,
     ),
-    _rule("anthropic-key", rf"(?<![{_B64URL}])sk-ant-[{_B64URL}]{{20,}}"),
+    _rule("anthropic-key", rf"(?<![{_B64URL}])sk-ant-[{_B64URL}]{{20,}}", joins=True),
+    _rule(
+        "openrouter-key",
+        rf"(?<![{_B64URL}])sk-or-(?:v\d+-)?[A-Za-z0-9]{{20,}}(?![{_B64URL}])",
+        joins=True,
+    ),
     _rule(
         "openai-key",
-        # Random key material mixes digits, lower and upper case; "sk-learn-compatible" or
-        # "sk-2024-release-notes" do not. Hex keys of OpenAI-compatible services are lower case.
+        # Random key material mixes digits and letters; "sk-learn-compatible" or
+        # "sk-2024-release-notes" do not. Keys of OpenAI-compatible services may be all lower
+        # case (hex or alphanumeric): those need a digit, a letter and no hyphen.
         rf"(?<![{_B64URL}])sk-(?:proj-|svcacct-|admin-)?"
         rf"(?:(?=[{_B64URL}]*[0-9])(?=[{_B64URL}]*[a-z])(?=[{_B64URL}]*[A-Z])[{_B64URL}]{{20,}}"
-        rf"|[0-9a-f]{{32,}}(?![{_B64URL}]))",
+        rf"|(?=[a-z0-9]*[0-9])(?=[a-z0-9]*[a-z])[a-z0-9]{{20,}}(?![{_B64URL}]))",
+        joins=True,
     ),
-    _rule("stripe-key", r"(?<![A-Za-z0-9_])[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"),
+    _rule(
+        "stripe-key",
+        r"(?<![A-Za-z0-9_])(?:[rs]k|whsec)_(?:(?:live|test)_)?[A-Za-z0-9]{16,}",
+        joins=True,
+    ),
     _rule(
         "aws-access-key",
-        r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA|ASCA)"
+        r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA|ASCA|A3T[A-Z0-9])"
         r"[A-Z0-9]{16}(?![A-Za-z0-9])",
+        joins=True,
     ),
     _rule(
         "aws-secret-key",
-        r"(?i)aws[_\- ]?secret[_\- ]?(?:access[_\- ]?)?key[\"']?\s*[:=]\s*[\"']?"
+        # aws_secret_access_key = ..., AWS_SECRET_KEY=..., "SecretAccessKey": "..." (STS).
+        rf"(?i)(?<![A-Za-z0-9])(?:aws[_\- ]?secret[_\- ]?(?:access[_\- ]?)?key"
+        rf"|secret[_\- ]?access[_\- ]?key){_Q}\s*(?:=>|:=|[:=])\s*{_Q}"
         r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+        joins=True,
+    ),
+    _rule(
+        "aws-session-token",
+        # "SessionToken": "..." (STS), aws_session_token = ..., X-Amz-Security-Token=...
+        rf"(?i)(?<![A-Za-z0-9])(?:(?:aws[_\- ]?)?session[_\- ]?token|x-amz-security-token"
+        rf"|security[_\- ]?token){_Q}\s*(?:=>|:=|[:=])\s*{_Q}"
+        r"(?P<secret>[A-Za-z0-9/+=%]{16,})",
+    ),
+    _rule(
+        "azure-key",
+        # Storage AccountKey=..., Service Bus / Event Hubs SharedAccessKey=..., and the
+        # signature of a shared access signature URL (?sv=...&sig=...).
+        r"(?i)(?:(?<![A-Za-z0-9])(?:AccountKey|SharedAccessKey|SharedSecret)\s*=\s*|[?&;]sig=)"
+        r"(?P<secret>[A-Za-z0-9+/%]{16,}={0,2})",
     ),
     _rule(
         "github-token",
         r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})"
         r"(?![A-Za-z0-9_])",
+        joins=True,
+    ),
+    _rule(
+        "gitlab-token",
+        r"(?<![A-Za-z0-9_-])(?:(?:glpat|gldt|glft|glsoat|glrt|glcbt|glimt|glptt|glagent|gloas)-"
+        r"|GR1348941)[A-Za-z0-9_-]{20,1024}(?![A-Za-z0-9_-])",
+        joins=True,
     ),
     _rule(
         "slack-token",
         r"(?<![A-Za-z0-9])(?:xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})",
+        joins=True,
     ),
     _rule(
         "slack-webhook",
         r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{8,}",
     ),
-    _rule("google-api-key", rf"(?<![{_B64URL}])AIza[{_B64URL}]{{35}}(?![{_B64URL}])"),
-    _rule("huggingface-token", r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),
+    _rule(
+        "google-api-key",
+        rf"(?<![{_B64URL}])AIza[{_B64URL}]{{35}}(?![{_B64URL}])",
+        joins=True,
+    ),
+    _rule(
+        "huggingface-token",
+        r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9_])",
+        joins=True,
+    ),
+    _rule(
+        "npm-token",
+        r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9_])",
+        joins=True,
+    ),
+    _rule(
+        "pypi-token",
+        r"(?<![A-Za-z0-9_-])pypi-AgE[A-Za-z0-9_-]{50,}",
+        joins=True,
+    ),
+    _rule(
+        "sendgrid-key",
+        r"(?<![A-Za-z0-9_-])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])",
+        joins=True,
+    ),
+    _rule(
+        "twilio-key",
+        r"(?<![A-Za-z0-9])(?:AC|SK)[0-9a-f]{32}(?![A-Za-z0-9])",
+        joins=True,
+    ),
+    _rule(
+        "mailchimp-key",
+        r"(?<![A-Za-z0-9])[0-9a-f]{32}-us[0-9]{1,2}(?![A-Za-z0-9])",
+        joins=True,
+    ),
+    _rule(
+        "square-token",
+        r"(?<![A-Za-z0-9_-])sq0(?:atp|csp|idp)-[A-Za-z0-9_\\-]{22,43}(?![A-Za-z0-9_-])",
+        joins=True,
+    ),
+    _rule(
+        "telegram-token",
+        r"(?<![A-Za-z0-9])\d{8,10}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])",
+        joins=True,
+    ),
+    _rule(
+        "discord-token",
+        r"(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}"
+        r"(?![A-Za-z0-9_-])",
+        joins=True,
+    ),
+    _rule(
+        "artifactory-key",
+        r"(?<![A-Za-z0-9])AKCp[A-Za-z0-9]{10,}(?![A-Za-z0-9])",
+        joins=True,
+    ),
     _rule(
         "jwt",
         rf"(?<![{_B64URL}])eyJ[{_B64URL}]{{8,}}\.eyJ[{_B64URL}]{{8,}}\.[{_B64URL}]*",
+        joins=True,
     ),
     _rule(
         "bearer-token",
@@ -132,23 +279,29 @@ _DEFAULT_PATTERNS: tuple[tuple[str, str, int], ...] = (
     ),
     _rule(
         "basic-auth",
-        r"(?i)authorization[\"']?\s*[:=]\s*[\"']?basic\s+(?P<secret>[A-Za-z0-9+/]{8,}=*)",
+        rf"(?i)authorization{_Q}\s*[:=]\s*{_Q}basic\s+(?P<secret>[A-Za-z0-9+/]{{8,}}=*)",
     ),
     _rule(
         "url-password",
-        # scheme://user:password@host - the password runs to the authority's last "@".
-        r"(?i)\b[a-z][a-z0-9+.-]{0,31}://[^\s:/@?#]*:(?P<secret>[^\s/?#]+)@",
+        # scheme://user:password@host. The password may hold any character but a space ("#",
+        # "/", "@" included); it runs to the last "@" that a host name follows. A port
+        # (host:8080/path) is not a password.
+        r"(?i)\b[a-z][a-z0-9+.-]{0,31}://[^\s:/@?#]*:"
+        r"(?P<secret>(?!\d*(?:[/?#\s]|$))\S{1,256})"
+        r"@(?:[a-z0-9-]+(?:\.[a-z0-9-]+)*|\[[0-9a-f:.]+\])(?::\d{1,5})?(?![\w.@:-])",
     ),
     _rule(
         "secret-assignment",
-        # PASSWORD=..., "api_key": "...", password: hunter22 - but not prose ("the secret:
-        # patience", an unquoted value after ":" needs a digit) and not a reference to where the
-        # secret lives ($VAR, ${VAR}, %VAR%, <placeholder>, a path, os.environ[...], getenv()).
-        r"(?i)(?<![A-Za-z0-9])(?:[A-Za-z0-9]{1,32}[_-]){0,4}"
-        r"(?:password|passwd|passphrase|secret|secret[_-]key|api[_-]?key|access[_-]token"
-        r"|auth[_-]token|private[_-]key)[\"']?"
-        r"(?:\s*=\s*[\"']?|\s*:\s*[\"']|\s*:\s*(?=[^\s\"',;]*[0-9]))"
-        r"(?P<secret>(?![$%<{(\[*/~.]|os\.|process\.env|env\.|getenv)[^\s\"',;]{8,})",
+        # PASSWORD=..., DB_PASSWORD=x, "api_key": "...", password: hunter22, Password=...; in a
+        # connection string - but not prose ("the secret: patience") and not a reference to
+        # where the secret lives (see _REFERENCE).
+        r"(?<![A-Za-z0-9])(?:"
+        r"(?i:(?:[A-Za-z0-9]{1,32}[_-]){0,4}(?:password|passwd|passphrase|pwd|secret"
+        r"|(?:api|secret|private|access|master|encryption|signing|account|client)[_-]?key"
+        r"|[A-Za-z0-9]*[_-]?token|client[_-]?secret|credentials?))"
+        # Environment-variable names in capitals: FOO_KEY=, FOO_PASS=, FOO_CREDENTIAL=.
+        r"|(?:[A-Z0-9]{1,32}_){1,4}(?:KEY|PASS|CREDENTIAL|CREDENTIALS|AUTH))"
+        rf"{_ASSIGN}(?P<secret>{_REFERENCE}{_VALUE}+)",
     ),
 )
 
@@ -156,35 +309,38 @@ _DEFAULT_PATTERNS: tuple[tuple[str, str, int], ...] = (
 # For each built-in rule, substrings (lower case) that every match contains at least one of.
 # Most text holds none, so most regexes never run: redaction stays cheap on every record.
 _HINTS: dict[str, tuple[str, ...]] = {
-    "private-key": ("private key",),
+    "private-key": ("private key", "putty-user-key-file"),
     "anthropic-key": ("sk-ant-",),
+    "openrouter-key": ("sk-or-",),
     "openai-key": ("sk-",),
-    "stripe-key": ("k_live_", "k_test_"),
+    "stripe-key": ("k_live_", "k_test_", "whsec_"),
     "aws-access-key": (
-        "akia",
-        "asia",
-        "abia",
-        "acca",
-        "agpa",
-        "aida",
-        "aipa",
-        "anpa",
-        "anva",
-        "aroa",
-        "apka",
-        "asca",
+        *("akia", "asia", "abia", "acca", "agpa", "aida", "aipa", "anpa", "anva", "aroa"),
+        *("apka", "asca", "a3t"),
     ),
     "aws-secret-key": ("secret",),
+    "aws-session-token": ("token",),
+    "azure-key": ("accountkey", "sharedaccesskey", "sharedsecret", "sig="),
     "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "gitlab-token": ("gl", "gr1348941"),
     "slack-token": ("xox", "xapp-"),
     "slack-webhook": ("hooks.slack.com",),
     "google-api-key": ("aiza",),
     "huggingface-token": ("hf_",),
+    "npm-token": ("npm_",),
+    "pypi-token": ("pypi-age",),
+    "sendgrid-key": ("sg.",),
+    "twilio-key": ("ac", "sk"),
+    "mailchimp-key": ("-us",),
+    "square-token": ("sq0",),
+    "telegram-token": (":aa",),
+    "discord-token": (),  # starts with M, N or O: no substring worth testing first
+    "artifactory-key": ("akcp",),
     "jwt": ("eyj",),
     "bearer-token": ("bearer",),
     "basic-auth": ("authorization",),
-    "url-password": ("://",),
-    "secret-assignment": ("pass", "secret", "key", "token"),
+    "url-password": ("@",),  # rarer than "://" in ordinary text; every match has both
+    "secret-assignment": ("pass", "pwd", "secret", "key", "token", "credential", "auth"),
 }
 
 
@@ -192,8 +348,125 @@ _HINTS: dict[str, tuple[str, ...]] = {
 def default_rules() -> tuple[Rule, ...]:
     """The built-in rules, compiled once."""
     return tuple(
-        Rule(name, re.compile(p, flags), _HINTS[name]) for name, p, flags in _DEFAULT_PATTERNS
+        Rule(name, re.compile(p, flags), _HINTS[name], joins_lines=joins)
+        for name, p, flags, joins in _DEFAULT_PATTERNS
     )
+
+
+# --- views: the text as matched, without what could split a secret ---------------------------
+
+
+@functools.lru_cache(maxsize=8192)
+def _removable(char: str) -> bool:
+    # Whitespace controls (\t, \n, ...) separate tokens; every other hidden character may sit
+    # inside one.
+    return is_hidden(char) and not char.isspace()
+
+
+@functools.lru_cache(maxsize=256)
+def _class(chars: frozenset[str]) -> re.Pattern[str]:
+    return re.compile("[" + "".join(re.escape(c) for c in sorted(chars)) + "]+")
+
+
+class _View:
+    """*text* without some characters, and the way back from a position in the view to one in
+    *text*. ``gaps[i]`` is a view position where ``shift[i]`` characters in all have been
+    removed before it."""
+
+    __slots__ = ("gaps", "shift", "text")
+
+    def __init__(self, text: str, remove: re.Pattern[str] | None) -> None:
+        self.gaps: list[int] = []
+        self.shift: list[int] = []
+        if remove is None:
+            self.text = text
+            return
+        pieces: list[str] = []
+        removed = last = 0
+        for run in remove.finditer(text):
+            pieces.append(text[last : run.start()])
+            removed += run.end() - run.start()
+            self.gaps.append(run.start() - (removed - (run.end() - run.start())))
+            self.shift.append(removed)
+            last = run.end()
+        pieces.append(text[last:])
+        self.text = "".join(pieces)
+
+    def original(self, start: int, end: int) -> tuple[int, int]:
+        """The span of *text* that the view's ``[start, end)`` (non-empty) came from: from
+        its first kept character to its last, with what was removed between them."""
+        if not self.gaps:
+            return start, end
+        i = bisect.bisect_right(self.gaps, start) - 1
+        j = bisect.bisect_right(self.gaps, end - 1) - 1
+        return (
+            start + (self.shift[i] if i >= 0 else 0),
+            end + (self.shift[j] if j >= 0 else 0),
+        )
+
+
+def _view(text: str, *, join_lines: bool) -> _View:
+    if text.isascii() and text.isprintable():
+        return _View(text, None)
+    chars = {c for c in set(text) if _removable(c)}
+    if join_lines:
+        chars |= _BREAK_SET.intersection(text)
+    return _View(text, _class(frozenset(chars)) if chars else None)
+
+
+def _splice(text: str, spans: list[tuple[int, int]], replacement: str) -> str:
+    if not spans:
+        return text
+    pieces: list[str] = []
+    last = 0
+    for start, end in spans:
+        pieces.append(text[last:start])
+        pieces.append(replacement)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _run(text: str, rules: tuple[Rule, ...], *, join_lines: bool, found: list[str]) -> str:
+    """One pass of *rules* over *text*'s view; each rule's matches are replaced in *text* as
+    written before the next rule runs. Kinds replaced are appended to *found*."""
+    view = _view(text, join_lines=join_lines)
+    lowered = view.text.lower()
+    token_run = _TOKEN_RUN.search(view.text) is not None
+    for rule in rules:
+        if join_lines and not rule.joins_lines:
+            continue
+        if not rule.may_match(lowered, token_run):
+            continue
+        spans: list[tuple[int, int]] = []
+        for start, end, match_end in rule.spans(view.text):
+            first, last = view.original(start, end)
+            if join_lines:
+                # Only a match across a line break is this pass's business (the other pass
+                # sees the rest with the break as a boundary), and not when the next line
+                # opens an assignment: "KEY=sk-...\nOTHER_KEY=..." is two lines, not a key.
+                if not _BREAK_SET.intersection(text[first:last]):
+                    continue
+                if view.text[match_end : match_end + 1] in ("=", ":"):
+                    continue
+            spans.append((first, last))
+        if spans:
+            text = _splice(text, spans, marker(rule.name))
+            found.append(rule.name)
+            view = _view(text, join_lines=join_lines)
+            lowered = view.text.lower()
+            token_run = _TOKEN_RUN.search(view.text) is not None
+    return text
+
+
+def _text_fields() -> tuple[str, ...]:
+    # Every free-text field of an Episode, found from its checks rather than listed here, so a
+    # field added later is redacted without a change to this module. The id is refused instead
+    # (see Redactor.find); timestamps and the outcome are validated values, not free text.
+    from ._episode import _CHECKS, _optional_text, _text, _texts
+
+    free = (_text, _optional_text, _texts)
+    return tuple(name for name, check in _CHECKS.items() if check in free and name != "id")
 
 
 class Redactor:
@@ -247,44 +520,95 @@ class Redactor:
         return tuple(rule.name for rule in self.rules)
 
     def redact(self, text: str) -> str:
-        """*text* with every secret replaced by its marker (unchanged when there is none)."""
-        lowered = text.lower()
-        for rule in self.rules:
-            if rule.may_match(lowered):
-                text = rule.apply(text)
-        return text
+        """*text* with every secret replaced by its marker (unchanged when there is none).
+
+        A secret split by hidden characters or wrapped over lines is replaced whole, with what
+        split it; see the module docstring."""
+        return self._redact(text, [])
+
+    def find(self, text: str) -> str | None:
+        """The kind of the first secret in *text*, or ``None`` when it holds none: for a value
+        that must be refused rather than stored redacted (an episode's ``id``).
+
+        Example::
+
+            Redactor().find("run-42")                     # None
+            Redactor().find("AKIAIOSFODNN7EXAMPLE")       # 'aws-access-key'
+        """
+        found: list[str] = []
+        self._redact(text, found)
+        return found[0] if found else None
+
+    def _redact(self, text: str, found: list[str]) -> str:
+        rules = self.rules
+        if any(c in _BREAK_SET for c in text) if not text.isascii() else _has_break(text):
+            # Wrapped tokens first: the other pass would replace only a key's first line.
+            text = _run(text, rules, join_lines=True, found=found)
+        return _run(text, rules, join_lines=False, found=found)
 
     def redact_episode(self, episode: Episode) -> Episode:
         """A copy of *episode* with every text field redacted (the same object when nothing
-        changed)."""
+        changed): every field but ``id`` (refuse an id holding a secret with :meth:`find`)
+        and the validated ones (``outcome``, ``score``, the times)."""
+        fields = _TEXT_FIELDS or _init_text_fields()
         if not self._extra:
-            # Fast path for the built-in rules: one search per rule over all the fields at once
-            # (joined by newlines, which every default rule treats as a token boundary, so a
-            # secret in any field is found). Most episodes hold no secret and stop here.
-            fields = [episode.query, episode.response, episode.reflection or ""]
-            joined = "\n".join([*fields, *episode.tags, *episode.tools_used])
-            lowered = joined.lower()
-            if not any(r.may_match(lowered) and r.pattern.search(joined) for r in self.rules):
-                return episode
+            # Fast path for the built-in rules over the plain fields (printable ASCII on one
+            # line, the usual case): one search per rule over all of them at once, joined by
+            # newlines, which every rule treats as a boundary in this view. Other fields take
+            # the full path.
+            plain: list[str] = []
+            other = False
+            for name in fields:
+                value = getattr(episode, name)
+                for text in value if isinstance(value, list) else (value,):
+                    if not text:
+                        continue
+                    if text.isascii() and text.isprintable():
+                        plain.append(text)
+                    else:
+                        other = True
+                        break
+                if other:
+                    break
+            if not other:
+                joined = "\n".join(plain)
+                lowered = joined.lower()
+                run = _TOKEN_RUN.search(joined) is not None
+                if not any(
+                    r.may_match(lowered, run) and r.pattern.search(joined) for r in self.rules
+                ):
+                    return episode
         changes: dict[str, Any] = {}
-        for name in ("query", "response"):
-            value: str = getattr(episode, name)
-            cleaned = self.redact(value)
-            if cleaned != value:
-                changes[name] = cleaned
-        if episode.reflection:
-            cleaned = self.redact(episode.reflection)
-            if cleaned != episode.reflection:
-                changes["reflection"] = cleaned
-        for name in ("tags", "tools_used"):
-            values: list[str] = getattr(episode, name)
-            redacted = [self.redact(v) for v in values]
-            if redacted != values:
-                changes[name] = redacted
+        for name in fields:
+            value = getattr(episode, name)
+            if isinstance(value, list):
+                redacted = [self.redact(v) for v in value]
+                if redacted != value:
+                    changes[name] = redacted
+            elif value:
+                cleaned = self.redact(value)
+                if cleaned != value:
+                    changes[name] = cleaned
         return dataclasses.replace(episode, **changes) if changes else episode
 
     def __repr__(self) -> str:
         return f"Redactor(kinds={list(self.kinds)!r})"
+
+
+_ASCII_BREAK = re.compile(r"[\n\r\x0b\x0c]")
+
+
+def _has_break(text: str) -> bool:
+    return _ASCII_BREAK.search(text) is not None
+
+
+_TEXT_FIELDS: tuple[str, ...] = ()
+
+
+def _init_text_fields() -> tuple[str, ...]:
+    global _TEXT_FIELDS
+    _TEXT_FIELDS = _text_fields()
+    return _TEXT_FIELDS
 
 
 def as_redactor(value: object) -> Redactor | None:

@@ -11,19 +11,27 @@ episode cannot start a line of its own (every line break, ``\\r``, U+2028 and U+
 becomes a space), so no heading, system section or end of the block can be faked; ``##`` runs
 shrink to ``#`` (the block's own header stays the only one), code fences become a quote, ``"``
 becomes ``'`` (stored text cannot close its quotes), ``[ ]`` become ``( )`` and ``< >`` become
-single angle quotes U+2039 and U+203A (no fake facts bracket or chat-template tag), and control and invisible formatting
-characters are dropped (nothing hidden or reordered).
+single angle quotes U+2039 and U+203A (no fake facts bracket or chat-template tag), and every
+hidden character is dropped (:func:`~deepcrew_episodic._unicode.strip_hidden`: controls, bidi
+and zero-width format characters, variation selectors and tag characters that can carry text
+after an emoji, Hangul fillers, private-use and unassigned code points), so nothing is hidden or
+reordered.
+
+Rendering never raises on a stored value: a time that cannot be shown as a UTC date (year 1
+with a positive offset, year 9999 with a negative one) makes the item ``undated``.
 """
 
 from __future__ import annotations
 
+import math
 import re
-import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from ._episode import Episode, parse_time
 from ._exceptions import ConfigurationError
+from ._unicode import strip_hidden
 
 __all__ = ["CAUTION", "HEADER", "fit_block", "render_block"]
 
@@ -40,17 +48,10 @@ _FENCE = re.compile(r"`{3,}|~{3,}")
 _INERT = str.maketrans({'"': "'", "[": "(", "]": ")", "<": "\u2039", ">": "\u203a"})
 
 
-def _visible(text: str) -> str:
-    # Control characters (Cc) and invisible formatting (Cf: bidi overrides, zero-width
-    # spaces, ...) could hide or reorder text; whitespace was collapsed before this runs.
-    if text.isascii() and text.isprintable():
-        return text
-    return "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf"))
-
-
 def neutralise(text: str, limit: int) -> str:
     """*text* as one line of inert prose, cut at *limit* characters (``…`` marks a cut)."""
-    flat = _visible(_SPACE.sub(" ", text)).strip()
+    # Whitespace first (a line break becomes a space, not nothing), then what is hidden.
+    flat = strip_hidden(_SPACE.sub(" ", text)).strip()
     flat = _SPACE.sub(" ", flat)
     flat = _HASHES.sub("#", flat)
     flat = _FENCE.sub("'", flat)
@@ -61,21 +62,31 @@ def neutralise(text: str, limit: int) -> str:
 
 
 def _day(episode: Episode) -> str:
-    if not episode.timestamp:
+    stamp: Any = episode.timestamp
+    if not stamp or not isinstance(stamp, str):
         return "undated"
     try:
-        when = parse_time(episode.timestamp)
-    except ValueError:
+        return datetime.fromtimestamp(parse_time(stamp), UTC).strftime("%Y-%m-%d")
+    except (ValueError, OverflowError, OSError):
+        # A valid ISO time whose UTC day lies outside what datetime can hold (9999-12-31
+        # at -01:00) or what the platform's clock functions accept: shown without a date
+        # rather than failing the whole block, which would leave the prompt without memory.
         return "undated"
-    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d")
+
+
+def _score(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return f"score {value:.2f}" if math.isfinite(value) else None
 
 
 def render_item(episode: Episode) -> str:
     """One line for one episode: date, outcome, score, tools, the question and the lesson
     (or, without a lesson, the answer)."""
     facts = [_day(episode), episode.outcome]
-    if episode.score is not None:
-        facts.append(f"score {episode.score:.2f}")
+    score = _score(episode.score)
+    if score is not None:
+        facts.append(score)
     tools = [t for t in (neutralise(t, TOOL_CHARS) for t in episode.tools_used) if t]
     if tools:
         listed = ", ".join(tools[:MAX_TOOLS])
@@ -94,9 +105,10 @@ def render_item(episode: Episode) -> str:
 def render_block(episodes: Sequence[Episode], *, max_chars: int | None = None) -> str:
     """The block for *episodes* (best first); ``""`` when there is nothing to show.
 
-    With *max_chars*, whole items are dropped from the end (the lowest ranked) until the block
-    fits; the result never exceeds *max_chars*, and a budget too small for one item gives
-    ``""`` (never a header without items).
+    With *max_chars*, the items are taken best first and an item that would not fit in what is
+    left is skipped whole (never cut), while a lower-ranked, shorter one may still fit: the
+    block holds the best items that fit, in rank order. It never exceeds *max_chars*; ``""``
+    only when not even one item fits with the header (never a header without items).
 
     >>> render_block([]) == ""
     True
@@ -107,8 +119,10 @@ def render_block(episodes: Sequence[Episode], *, max_chars: int | None = None) -
 def fit_block(
     episodes: Sequence[Episode], *, max_chars: int | None = None
 ) -> tuple[str, list[Episode]]:
-    """:func:`render_block` and the episodes the block shows: a prefix of *episodes*, ``[]``
-    exactly when the block is ``""``. For callers that report what was injected.
+    """:func:`render_block` and the episodes the block shows, in the order shown: those of
+    *episodes* whose items fit, in their given order (a lower-ranked one may be shown when a
+    longer, better one was skipped); ``[]`` exactly when the block is ``""``. For callers that
+    report what was injected.
 
     >>> fit_block([])
     ('', [])
@@ -123,7 +137,7 @@ def fit_block(
     for episode in episodes:
         item = render_item(episode)
         if max_chars is not None and size + 1 + len(item) > max_chars:
-            break
+            continue  # too long for what is left; a shorter, lower-ranked item may fit
         lines.append(item)
         kept.append(episode)
         size += 1 + len(item)

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from ._agent import Agent, AgentResult, Tool, ToolArgumentsError
-from ._events import EventType, StreamEvent, StreamPolicy
+from ._events import EventType, StreamEvent, StreamPolicy, emit
 from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
 from ._hook import EpisodicHook, Recorded, describe, user_query
 from ._loop import LoopRecord, recorded_attempt, refine
@@ -107,7 +107,7 @@ class AgentStream:
                         yield event
             except Exception as exc:
                 if self._policy.allows(EventType.ERROR):
-                    yield StreamEvent(
+                    yield emit(
                         EventType.ERROR,
                         {"message": describe(exc), "error_type": type(exc).__name__},
                         aid,
@@ -116,7 +116,7 @@ class AgentStream:
         result = self._run.result
         assert result is not None
         if self._policy.allows(EventType.DONE):
-            yield StreamEvent(
+            yield emit(
                 EventType.DONE,
                 {
                     "text": result.text,
@@ -174,7 +174,7 @@ class _Run:
             for event in self._drain():
                 yield event
 
-        yield StreamEvent(EventType.AGENT_START, {"model": agent.model}, aid)
+        yield emit(EventType.AGENT_START, {"model": agent.model}, aid)
         cfg = agent.loop_config
         recorded: list[Recorded] = []
         if cfg is None:
@@ -221,7 +221,7 @@ class _Run:
         result.recorded = [r.episode for r in recorded if r.episode is not None]
         result.record_errors = [r.error for r in recorded if r.error is not None]
         self.result = result
-        yield StreamEvent(
+        yield emit(
             EventType.AGENT_DONE,
             {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
             aid,
@@ -305,10 +305,10 @@ class _Attempt:
                 delta = chunk.choices[0].delta
                 if delta.content:
                     parts.append(delta.content)
-                    yield StreamEvent(EventType.TEXT_DELTA, {"chunk": delta.content}, aid)
+                    yield emit(EventType.TEXT_DELTA, {"chunk": delta.content}, aid)
                 reasoning = getattr(delta, "reasoning_content", None)
                 if reasoning:
-                    yield StreamEvent(EventType.THINKING_DELTA, {"chunk": reasoning}, aid)
+                    yield emit(EventType.THINKING_DELTA, {"chunk": reasoning}, aid)
                 for tc in delta.tool_calls or []:
                     buf = calls.setdefault(tc.index or 0, {"id": "", "name": "", "args": ""})
                     if tc.id:
@@ -336,7 +336,7 @@ class _Attempt:
         for call in calls:
             args, problem = _parse_args(call["args"])
             parsed.append((call, args, problem))
-            yield StreamEvent(
+            yield emit(
                 EventType.TOOL_CALL,
                 {
                     "tool": call["name"],
@@ -395,7 +395,7 @@ class _Attempt:
                     ) from error
                 log.warning("tool %s failed: %s", call["name"], describe(error))
                 text = f"Error executing tool '{call['name']}': {describe(error)}"
-            yield StreamEvent(
+            yield emit(
                 EventType.TOOL_RESULT,
                 {
                     "tool": call["name"],

@@ -1,13 +1,16 @@
 """How the test suite opens each provider, in this process or in a worker process.
 
 Each provider kind registers a factory here; the conformance suite is parametrized over
-``KINDS``. A provider that does not pass the suite does not ship.
+``KINDS``. A provider that does not pass the suite does not ship. What a test relies on beyond
+the common contract is read from the provider class's declared capabilities, never guessed
+from the kind's name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from deepcrew_episodic.providers import FileMemoryProvider, InMemoryProvider, MemoryProvider
 
@@ -23,8 +26,23 @@ class Store:
         return OPENERS[self.kind](self.target)
 
     @property
+    def provider_class(self) -> type[MemoryProvider]:
+        return CLASSES[self.kind]()
+
+    @property
     def shared_across_processes(self) -> bool:
-        return self.kind != "dict"
+        return self.provider_class.shared_across_processes
+
+    @property
+    def holds_bytes(self) -> bool:
+        """Whether the store keeps bytes that another program may have written undecodable
+        (every kind but the in-process dict, which holds Python strings)."""
+        return self.kind in RAW_WRITERS
+
+    def write_raw(self, key: bytes, value: bytes) -> None:
+        """Store *key* and *value* as raw bytes, bypassing the provider: what another program
+        (or a disk error) can leave behind."""
+        RAW_WRITERS[self.kind](self.target, key, value)
 
 
 def _open_redis(url: str) -> MemoryProvider:
@@ -45,6 +63,18 @@ def _open_sqlite(path: str) -> MemoryProvider:
     return SQLiteMemoryProvider(path)
 
 
+def _redis_class() -> type[MemoryProvider]:
+    from deepcrew_episodic.providers import RedisMemoryProvider
+
+    return RedisMemoryProvider
+
+
+def _sqlite_class() -> type[MemoryProvider]:
+    from deepcrew_episodic.providers import SQLiteMemoryProvider
+
+    return SQLiteMemoryProvider
+
+
 OPENERS: dict[str, Callable[[str], MemoryProvider]] = {
     "dict": lambda target: InMemoryProvider(),
     "file": lambda target: FileMemoryProvider(target),
@@ -52,5 +82,65 @@ OPENERS: dict[str, Callable[[str], MemoryProvider]] = {
     "sqlite": _open_sqlite,
     "cluster": _open_cluster,
 }
+CLASSES: dict[str, Callable[[], type[MemoryProvider]]] = {
+    "dict": lambda: InMemoryProvider,
+    "file": lambda: FileMemoryProvider,
+    "redis": _redis_class,
+    "sqlite": _sqlite_class,
+    "cluster": _redis_class,
+}
 
 KINDS: list[str] = ["dict", "file", "redis", "sqlite", "cluster"]
+
+
+# --- raw writers: bytes as another program would leave them --------------------------------
+
+
+def _raw_file(target: str, key: bytes, value: bytes) -> None:
+    path = Path(target)
+    text = path.read_bytes().rstrip() if path.exists() else b"{}"
+    body = text[1:-1].strip()
+
+    def quoted(raw: bytes) -> bytes:
+        return b'"' + raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+
+    entry = quoted(key) + b": " + quoted(value)
+    path.write_bytes(b"{" + (body + b",\n" if body else b"") + entry + b"}\n")
+
+
+def _raw_sqlite(target: str, key: bytes, value: bytes) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(target)
+    with conn:
+        conn.execute(
+            "INSERT OR REPLACE INTO kv (key, value) VALUES (CAST(? AS TEXT), CAST(? AS TEXT))",
+            (key, value),
+        )
+    conn.close()
+
+
+def _raw_redis(url: str, key: bytes, value: bytes) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)  # a bytes client: no decoding either way
+    client.set(b"deepcrew:" + key, value)
+    client.close()
+
+
+def _raw_cluster(url: str, key: bytes, value: bytes) -> None:
+    from redis.cluster import RedisCluster
+
+    first, _, rest = key.partition(b":")
+    second, colon, tail = rest.partition(b":")
+    client = RedisCluster.from_url(url)
+    client.set(b"deepcrew:{" + first + b":" + second + b"}" + colon + tail, value)
+    client.close()
+
+
+RAW_WRITERS: dict[str, Callable[[str, bytes, bytes], None]] = {
+    "file": _raw_file,
+    "sqlite": _raw_sqlite,
+    "redis": _raw_redis,
+    "cluster": _raw_cluster,
+}

@@ -10,10 +10,13 @@ import json
 import os
 import pty
 import shutil
+import sqlite3
+import stat
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -22,6 +25,7 @@ import pytest
 from deepcrew_episodic import Episode, EpisodicMemory
 from deepcrew_episodic._cli import OUTCOMES, main
 from deepcrew_episodic._episode import OUTCOMES as EPISODE_OUTCOMES
+from deepcrew_episodic._unicode import is_hidden
 from deepcrew_episodic.providers import FileMemoryProvider
 
 SCRIPT = Path(sys.executable).with_name("deepcrew-episodic")
@@ -213,7 +217,7 @@ def test_no_store_is_a_usage_error(run: Run) -> None:
         (["--store", "x.json", "record", "--outcome", "great", "-q", "q"], "invalid choice"),
         (["--store", "x.json", "frobnicate"], "invalid choice"),
         (["--store", "x.json", "record"], "--query"),
-        (["--store", "x.json", "forget"], "--id or a filter"),
+        (["--store", "x.json", "forget"], "give --id, a filter"),
         (["--store", "x.json", "--max-age", "soon", "stats"], "not a duration"),
     ],
 )
@@ -323,10 +327,11 @@ def test_memory_store(run: Run) -> None:
 
 
 def test_bad_namespace_is_one_line(run: Run, store: str) -> None:
-    code, _, err = run("--store", store, "-n", "a:b", "record", "-q", "x")
+    code, _, err = run("--store", store, "-n", "a\x1b[2Jb\nforged", "record", "-q", "x")
     assert code == 1
     assert_one_clean_line(err)
     assert "invalid namespace" in err
+    assert "\x1b" not in err
 
 
 # --- reading commands -----------------------------------------------------------------------
@@ -768,3 +773,401 @@ def test_record_file_with_a_stored_id_writes_nothing(run: Run, store: str, tmp_p
     assert run("--store", store, "record", "--file", str(batch))[0] == 1
     code, out, _ = run("--store", store, "timeline", "--json")
     assert [e["query"] for e in json.loads(out)] == ["first"]
+
+
+# --- secrets of the store URL (issue 11, item 5) -----------------------------------------------
+
+NASTY_PASSWORDS = [
+    "hunter22-Secret",
+    "p@ss w#rd",
+    "a/b?c%41:d+e",
+    'it\'s "quoted" \\ back',
+    "pässwörd-ünïcode",
+    "plus+and space",
+]
+
+
+def spellings(password: str) -> set[str]:
+    """How a password could appear in output: as written, percent-encoded, escaped."""
+    from urllib.parse import quote, quote_plus
+
+    forms = {password, quote(password, safe=""), quote_plus(password), repr(password)[1:-1]}
+    forms |= {json.dumps(password)[1:-1], password.encode("unicode_escape").decode()}
+    return forms
+
+
+def assert_no_secret(text: str, *secrets: str) -> None:
+    for secret in secrets:
+        for form in spellings(secret):
+            assert form not in text, f"{form!r} leaked in {text!r}"
+
+
+def store_urls(password: str, port: int) -> list[str]:
+    from urllib.parse import quote
+
+    encoded = quote(password, safe="")
+    return [
+        f"redis://:{encoded}@127.0.0.1:{port}/0",
+        f"redis://agent-user:{encoded}@127.0.0.1:{port}/0",
+        f"redis://127.0.0.1:{port}/0?password={encoded}",
+        f"redis://127.0.0.1:{port}/0?username=agent-user&password={quote(password, safe='@ ')}",
+        f"redis://:{password}@127.0.0.1:{port}/0",  # as typed, not encoded
+    ]
+
+
+@pytest.mark.parametrize("password", NASTY_PASSWORDS)
+def test_no_output_carries_a_store_password_when_redis_is_unreachable(
+    run: Run, password: str
+) -> None:
+    # Port 1 on loopback: redis-py's own connection error, on every command path.
+    for url in store_urls(password, 1):
+        for command in (["stats"], ["stats", "--json"], ["recall", "x", "-v", "--json"],
+                        ["timeline"], ["export", "-o", "/nonexistent/x.jsonl"],
+                        ["record", "-q", "x"], ["shrink", "3", "--yes"]):  # fmt: skip
+            code, out, err = run("--store", url, *command)
+            assert code in (1, 2), (url, command, err)
+            assert out == ""
+            assert_one_clean_line(err)
+            assert_no_secret(err, password)
+            assert_no_secret(err, "agent-user")
+
+
+@pytest.mark.parametrize("password", NASTY_PASSWORDS[:3])
+def test_argparse_and_environment_errors_do_not_echo_a_password(run: Run, password: str) -> None:
+    from urllib.parse import quote
+
+    url = f"redis://:{quote(password, safe='')}@127.0.0.1:1/0"
+    for argv in (
+        [f"--sotre={url}", "stats"],  # argparse echoes an unknown option with its value
+        ["--store", url, "stats", "--since", "x"],
+        ["--store", url.replace("redis", "unix"), "stats"],  # not a store kind we know
+        ["stats", "--store", url, "--max-age", "99999999999d"],
+    ):
+        code, out, err = run(*argv)
+        assert code == 2, argv
+        assert_one_clean_line(err)
+        assert_no_secret(out + err, password)
+    done = cli("stats", env=clean_env(DEEPCREW_EPISODIC_STORE=url.replace("redis", "mongo")))
+    assert done.returncode == 2
+    assert_no_secret(done.stdout + done.stderr, password)
+
+
+@pytest.fixture(scope="module")
+def password_redis() -> Iterator[tuple[int, str]]:
+    """A real redis-server that requires a password full of URL-special characters."""
+    import redis
+    from redis_server import redis_server
+
+    password = "p@ss w#rd/?%:+'\"ü"
+    with redis_server() as (port, _proc):
+        client = redis.Redis(host="127.0.0.1", port=port)
+        client.config_set("requirepass", password)
+        client.close()
+        yield port, password
+
+
+@pytest.mark.redis
+def test_no_output_carries_the_password_of_a_real_redis(
+    run: Run, password_redis: tuple[int, str]
+) -> None:
+    from urllib.parse import quote
+
+    port, password = password_redis
+    for url in store_urls(password, port)[:1] + store_urls(password, port)[2:3]:
+        every = ""
+        for command in (
+            ["record", "-q", "Rotate the key", "--tag", "ops"],
+            ["record", "-q", f"the raw password was {password} in a log", "--json"],
+            ["recall", "rotate key", "-v"],
+            ["recall", "rotate key", "-v", "--json"],
+            ["timeline", "--json"],
+            ["stats"],
+            ["stats", "--json"],
+            ["export"],
+            ["forget", "--containing", "rotate", "--dry-run"],
+        ):
+            code, out, err = run("--store", url, "-n", "secrets", *command)
+            assert code == 0, (command, err)
+            every += out + err
+            if command[0] in ("stats", "recall", "timeline"):
+                json.loads(out) if "--json" in command else None
+        assert_no_secret(every, password)
+        assert "redis://:***@127.0.0.1" in every or "password=***" in every
+        # The episode quoting the password: scrubbed from every output, and said so.
+        assert "the raw password was *** in a log" in every
+        assert "occurrences of the store URL's credentials in the output with ***" in every
+        assert run("--store", url, "-n", "secrets", "clear", "--yes")[0] == 0
+    wrong = f"redis://:{quote(password[::-1], safe='')}@127.0.0.1:{port}/0"
+    code, out, err = run("--store", wrong, "stats", "-v" if False else "--json")
+    assert code == 1
+    assert_one_clean_line(err)
+    assert_no_secret(out + err, password, password[::-1])
+    done = cli("--store", store_urls(password, port)[1], "stats")  # a user that does not exist
+    assert done.returncode == 1
+    assert_one_clean_line(done.stderr)
+    assert_no_secret(done.stdout + done.stderr, password, "agent-user")
+
+
+# --- exports (item 8) -------------------------------------------------------------------------
+
+
+def test_export_follows_no_planted_symlink_and_keeps_the_store_private(
+    run: Run, store: str, tmp_path: Path
+) -> None:
+    seed(run, store)
+    os.chmod(store, 0o600)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("do not touch")
+    out_dir = tmp_path / "exports"
+    out_dir.mkdir()
+    target = out_dir / "backup.jsonl"
+    # Every name the old code wrote first, and the target itself, point at the victim.
+    (out_dir / ".backup.jsonl.tmp").symlink_to(victim)
+    target.symlink_to(victim)
+    code, _, err = run("--store", store, "export", "-o", str(target))
+    assert code == 0, err
+    assert victim.read_text() == "do not touch"
+    assert not target.is_symlink()
+    assert len(target.read_text().splitlines()) == 4
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in out_dir.iterdir()) == [".backup.jsonl.tmp", "backup.jsonl"]
+    # An existing world-readable export is replaced by one with the store's mode.
+    os.chmod(store, 0o640)
+    target.chmod(0o644)
+    assert run("--store", store, "export", "-o", str(target))[0] == 0
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    # A store with no file mode of its own (SQLite, Redis): 0600.
+    db = str(tmp_path / "e.db")
+    seed(run, db)
+    os.chmod(db, 0o644)
+    assert run("--store", db, "export", "-o", str(target))[0] == 0
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    code, _, err = run("--store", store, "export", "-o", str(out_dir))
+    assert code == 1
+    assert "is a directory" in err
+
+
+# --- stored text on the terminal (item 10) ----------------------------------------------------
+
+# (A lone surrogate makes a record undecodable: see the corrupt-record tests.)
+HOSTILE = "a\x1b[2J\x1b]0;t\x07b\u202eevil\u200bc\u2028d\nFORGED LINE\x9b1m\U000e0041\ufeff"
+
+
+def hidden_in(text: str) -> list[str]:
+    return [c for c in text if c != "\n" and (is_hidden(c) or c in "\u2028\u2029")]
+
+
+def test_every_stored_string_is_escaped_in_human_output(run: Run, store: str) -> None:
+    # Written around validation, as an old log or a hand edit would hold it.
+    fields = {"query": "refund " + HOSTILE, "response": HOSTILE, "reflection": HOSTILE,
+              "tags": [HOSTILE], "tools_used": [HOSTILE], "agent_id": HOSTILE,
+              "timestamp": "2026-01-01T00:00:00Z", "id": "ok-id-1"}  # fmt: skip
+    log = {
+        "episodic:default:__seq__": "1",
+        "episodic:default:e:1": json.dumps(fields),
+    }
+    Path(store).write_text(json.dumps(log))
+    outputs = []
+    for command in (["timeline"], ["recall", "refund", "-v"], ["forget", "--id", "ok-id-1",
+                    "--dry-run"], ["stats"], ["recall", "nothing " + HOSTILE]):  # fmt: skip
+        code, out, err = run("--store", store, *command)
+        assert code == 0, err
+        outputs.append(out + err)
+        assert not hidden_in(out + err), (command, out + err)
+        if command[0] in ("timeline", "forget"):
+            assert len(out.splitlines()) == 1  # one episode, one line: nothing forged
+    assert "\\x1b[2J" in outputs[0]  # spelled out, visible
+    assert "\\u202e" in outputs[0]
+    for command in (["timeline", "--json"], ["recall", "refund", "--json"], ["export"]):
+        code, out, err = run("--store", store, *command)
+        assert code == 0
+        assert not hidden_in(out + err), command
+        item = json.loads(out)[0] if "--json" in command else json.loads(out)
+        assert item["query"] == "refund " + HOSTILE  # machine output keeps the exact text
+
+
+def test_ids_are_validated_on_record_and_escaped_when_stored(
+    run: Run, store: str, tmp_path: Path
+) -> None:
+    batch = tmp_path / "batch.jsonl"
+    for bad in ("\x1b[2J", "x\nrecorded fake (success)", "a\u202eb", "a b"):
+        batch.write_text(json.dumps({"query": "q", "id": bad}))
+        code, out, err = run("--store", store, "record", "--file", str(batch))
+        assert code == 1
+        assert out == ""
+        assert_one_clean_line(err)
+        assert not hidden_in(err)
+    assert not Path(store).exists()  # nothing was recorded
+    # An id stored by hand (an old log) reaches no terminal raw: the record is undecodable.
+    log = {"episodic:default:__seq__": "1",
+           "episodic:default:e:1": json.dumps({"query": "q", "id": "\x1b[2Jx\ny"})}  # fmt: skip
+    Path(store).write_text(json.dumps(log))
+    for command in (["timeline"], ["stats"], ["export"], ["forget", "--corrupt", "--dry-run"]):
+        code, out, err = run("--store", store, *command)
+        assert code == 0
+        assert not hidden_in(out + err), command
+
+
+# --- absurd values (item 15) ------------------------------------------------------------------
+
+ABSURD = ["3000000d", "99999999999d", "9" * 400 + "s", "1e9d", "inf", "nan", "-5d", "0d",
+          "0.0000001s", "٣d", "²d", "9999-12-31T23:59-05:00", "0001-01-01T00:00+05:00",
+          "\u0661\u0662\u0663\u0664-\u0660\u0661-\u0660\u0661", "10000-01-01", "x" * 100000]  # fmt: skip
+
+
+VALID_EXTREMES = {
+    ("--max-age", "3000000d"),
+    ("timeline", "9999-12-31T23:59-05:00"),
+    ("timeline", "0001-01-01T00:00+05:00"),
+    ("forget", "9999-12-31T23:59-05:00"),
+    ("forget", "0001-01-01T00:00+05:00"),
+}
+
+
+@pytest.mark.parametrize("value", ABSURD)
+def test_absurd_durations_and_dates_are_usage_errors(run: Run, store: str, value: str) -> None:
+    assert run("--store", store, "record", "-q", "x")[0] == 0
+    for argv in (
+        ["timeline", "--since", value],
+        ["timeline", "--until", value],
+        ["forget", "--before", value, "--dry-run"],
+        ["--max-age", value, "stats"],
+        ["record", "-q", "y", "--forget-after", value],
+    ):
+        code, _, err = run("--store", store, *argv)
+        if code == 0:  # a value this option can hold (a retention of 8,000 years)
+            assert (argv[0], value) in VALID_EXTREMES, argv
+            continue
+        assert code == 2, (argv, err)
+        assert_one_clean_line(err)
+        assert len(err) < 400
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "٣", "²", "1.5", "1e3", "9" * 5000, "10" * 30, " "])
+def test_absurd_counts_are_usage_errors(run: Run, store: str, value: str) -> None:
+    for argv in (["recall", "x", "-k", value], ["timeline", "--limit", value],
+                 ["--max-episodes", value, "stats"], ["shrink", value, "--yes"]):  # fmt: skip
+        code, _, err = run("--store", store, *argv)
+        assert code == 2, (argv, err)
+        assert_one_clean_line(err)
+    env = clean_env(DEEPCREW_EPISODIC_STORE=store, DEEPCREW_EPISODIC_MAX_AGE="99999999999d")
+    done = cli("stats", env=env)
+    assert done.returncode == 2
+    assert_one_clean_line(done.stderr)
+
+
+@pytest.mark.parametrize("value", ["٣", "inf", "nan", "1e999", "0x10"])
+def test_absurd_scores_are_usage_errors(run: Run, store: str, value: str) -> None:
+    code, _, err = run("--store", store, "record", "-q", "x", "--score", value)
+    assert code == 2
+    assert_one_clean_line(err)
+
+
+def test_an_overflowing_duration_in_a_subprocess_is_one_line() -> None:
+    done = cli("--store", "x.json", "timeline", "--since", "3000000d")
+    assert done.returncode == 2
+    assert_one_clean_line(done.stderr)
+    assert "out of range" in done.stderr
+
+
+# --- ring sizes (item 1) ----------------------------------------------------------------------
+
+
+def test_a_smaller_max_episodes_never_shrinks_and_shrink_does(
+    run: Run, store: str, tmp_path: Path
+) -> None:
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(json.dumps({"query": f"ticket {i}"}) + "\n" for i in range(300)))
+    assert run("--store", store, "--max-episodes", "300", "record", "--file", str(batch))[0] == 0
+
+    def total() -> int:
+        return int(json.loads(run("--store", store, "stats", "--json")[1])["total"])
+
+    code, out, err = run("--store", store, "--max-episodes", "10", "sweep")
+    assert (code, out.strip()) == (0, "swept 0 keys (expired episodes and strays)")
+    assert "smaller than the log's ring (300)" in err
+    assert run("--store", store, "--max-episodes", "10", "record", "-q", "ticket 300")[0] == 0
+    first = json.loads(run("--store", store, "timeline", "--json")[1])[1]["id"]
+    assert run("--store", store, "--max-episodes", "10", "forget", "--id", first)[0] == 0
+    assert total() == 299  # 300 kept in a 300 ring (+1 recorded, -1 evicted), -1 forgotten
+    code, _, err = run("--store", store, "--max-episodes", "10", "import", str(batch))
+    assert code == 0
+    assert run("--store", store, "--max-episodes", "10", "clear")[0] == 1  # not confirmed
+    assert total() == 300
+    # shrink asks like clear: without a terminal and without --yes, nothing is deleted.
+    done = cli("--store", store, "shrink", "10")
+    assert done.returncode == 1
+    assert "not confirmed" in done.stderr
+    assert total() == 300
+    code, out, _ = run("--store", store, "shrink", "10", "--yes")
+    assert (code, out.strip()) == (0, "shrank namespace 'default' to 10 episodes: deleted 290")
+    stats = json.loads(run("--store", store, "stats", "--json")[1])
+    assert (stats["total"], stats["capacity"]) == (10, 10)
+    assert len(json.loads(Path(store).read_text())) < 20  # the payloads are gone from the file
+
+
+# --- undecodable records and unexpected errors (item 13) --------------------------------------
+
+
+def test_undecodable_sqlite_records_never_crash_and_forget_corrupt_deletes_them(
+    run: Run, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "e.db")
+    seed(run, db)
+    conn = sqlite3.connect(db)
+    with conn:
+        # Invalid UTF-8, inside a JSON string and as a whole value.
+        conn.execute(
+            "UPDATE kv SET value = CAST(? AS TEXT) WHERE key LIKE '%:e:1'",
+            (b'{"query": "caf\xe9 \xff refund", "id": "bad-1"}',),
+        )
+        conn.execute("UPDATE kv SET value = CAST(? AS TEXT) WHERE key LIKE '%:e:2'",
+                     (b"\xff\xfe\x00garbage",))  # fmt: skip
+    conn.close()
+    env = clean_env(PYTHONIOENCODING="ascii")  # a terminal that cannot even show "é"
+    for command in (["timeline"], ["timeline", "--json"], ["recall", "refund", "-v"],
+                    ["recall", "refund", "--json"], ["stats"], ["export"],
+                    ["forget", "--containing", "refund", "--dry-run"]):  # fmt: skip
+        done = cli("--store", db, *command, env=env)
+        assert done.returncode == 0, (command, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert not hidden_in(done.stdout + done.stderr)
+    stats = json.loads(run("--store", db, "stats", "--json")[1])
+    assert stats["corrupt"] >= 1
+    assert run("--store", db, "forget", "--corrupt")[0] == 1  # asks; no terminal: no
+    assert run("--store", db, "forget", "--corrupt", "--outcome", "success")[0] == 2
+    code, out, _ = run("--store", db, "forget", "--corrupt", "--yes")
+    assert code == 0
+    assert out.startswith(f"forgot {stats['corrupt']} corrupt records")
+    after = json.loads(run("--store", db, "stats", "--json")[1])
+    assert (after["corrupt"], after["total"]) == (0, stats["total"])
+
+
+@pytest.mark.redis
+def test_undecodable_redis_records_never_crash(run: Run, clean_redis: str) -> None:
+    import redis
+
+    seed(run, clean_redis)
+    client = redis.Redis.from_url(clean_redis)
+    try:
+        [key] = [k for k in client.keys("*") if k.endswith(b":e:1")]
+        client.set(key, b'{"query": "caf\xe9 refund \xed\xa0\x80"}')
+    finally:
+        client.close()
+    for command in (["timeline"], ["recall", "refund", "-v"], ["stats", "--json"], ["export"]):
+        code, out, err = run("--store", clean_redis, *command)
+        assert code == 0, err
+        assert not hidden_in(out + err)
+    assert run("--store", clean_redis, "forget", "--corrupt", "--yes")[0] == 0
+    assert json.loads(run("--store", clean_redis, "stats", "--json")[1])["corrupt"] == 0
+
+
+def test_an_error_that_is_not_ours_is_one_line(store: str, tmp_path: Path) -> None:
+    # json.loads raises RecursionError on deep nesting: nobody translates that one.
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "\x1b[2J")
+    for command in (["record", "--file", str(deep)], ["import", str(deep)]):
+        done = cli("--store", store, *command)
+        assert done.returncode == 1
+        assert_one_clean_line(done.stderr)
+        assert "RecursionError" in done.stderr

@@ -10,7 +10,8 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -23,7 +24,8 @@ from deepcrew_episodic import (
     EpisodicMemory,
     InvalidEpisodeError,
 )
-from deepcrew_episodic.providers import MemoryProvider
+from deepcrew_episodic.providers import InMemoryProvider, MemoryProvider
+from deepcrew_episodic.providers._base import as_provider
 
 pytestmark = pytest.mark.anyio
 WORKER = str(Path(__file__).with_name("_worker.py"))
@@ -111,17 +113,17 @@ async def _assert_the_newest_are_kept(
 ) -> None:
     """The last *kept* sequence numbers hold an episode: the newest ones.
 
-    A provider that appends in one atomic step (dict, file, SQLite) holds nothing else. One that
-    appends in two (Redis: increment, then write) can be left a payload below the ring when a
-    slow writer's write lands after its own eviction: no read path shows it, and ``sweep()``
-    deletes it.
+    A provider that appends in one atomic step (``atomic_increment_and_write``: dict, file,
+    SQLite) holds nothing else. One that appends in two (Redis: increment, then write) can be
+    left a payload below the ring when a slow writer's write lands after its own eviction: no
+    read path shows it, and ``sweep()`` deletes it.
     """
     prefix = f"episodic:{namespace}:e:"
     newest = set(range(written - kept + 1, written + 1))
     stored = {int(k[len(prefix) :]) for k in await provider.keys(prefix)}
     assert newest <= stored
     leftovers = stored - newest
-    if type(provider).increment_and_write is MemoryProvider.increment_and_write:
+    if not provider.atomic_increment_and_write:
         assert all(seq < min(newest) for seq in leftovers)
         memory = EpisodicMemory(provider, namespace=namespace, max_episodes=kept)
         assert await memory.sweep() == len(leftovers)
@@ -218,6 +220,8 @@ async def test_sigkill_mid_record_never_leaves_an_unreadable_log(store: Store) -
     assert total_seen > 0
     if store.kind == "file":
         json.loads(Path(store.target).read_text())
+        # every write removed the temporary files (whole copies) of the killed writers
+        assert sorted(p.name for p in Path(store.target).parent.glob(".*.tmp")) == []
 
 
 # --- 3. constant round trips ------------------------------------------------------------
@@ -488,3 +492,336 @@ async def test_unknown_fields_from_a_newer_writer_decode(provider: MemoryProvide
     loaded = await EpisodicMemory(provider, namespace="newer").load()
     assert [e.query for e in loaded] == ["first", "from the future"]
     assert loaded[1].outcome == "success"
+
+
+# --- compare-and-set (write_if) -------------------------------------------------------------
+
+
+async def test_write_if_sets_only_when_every_expected_value_holds(provider: MemoryProvider) -> None:
+    # None: absent, or "" (what the portable delete leaves)
+    assert await provider.write_if({"episodic:cas:a": None}, {"episodic:cas:a": "first"}) is True
+    assert await provider.write_if({"episodic:cas:a": None}, {"episodic:cas:a": "second"}) is False
+    assert await provider.retrieve("episodic:cas:a") == "first"
+    await provider.store("episodic:cas:empty", "")
+    assert (
+        await provider.write_if({"episodic:cas:empty": None}, {"episodic:cas:empty": "taken"})
+        is True
+    )
+    assert await provider.retrieve("episodic:cas:empty") == "taken"
+    # "" expects "" exactly, not an absent key
+    assert (
+        await provider.write_if({"episodic:cas:absent": ""}, {"episodic:cas:absent": "x"}) is False
+    )
+    assert await provider.retrieve("episodic:cas:absent") is None
+    await provider.store("episodic:cas:blank", "")
+    assert await provider.write_if({"episodic:cas:blank": ""}, {"episodic:cas:blank": "x"}) is True
+
+    # several keys: one mismatch changes nothing at all (no store, no delete)
+    await provider.write(
+        {"episodic:cas:1": "one", "episodic:cas:2": "two", "episodic:cas:gone": "doomed"}
+    )
+    before = await provider.keys("episodic:cas:")
+    assert not await provider.write_if(
+        {"episodic:cas:1": "one", "episodic:cas:2": "TWO", "episodic:cas:3": None},
+        {"episodic:cas:new": "x", "episodic:cas:1": "changed"},
+        ["episodic:cas:gone"],
+    )
+    assert await provider.keys("episodic:cas:") == before
+    assert await provider.retrieve_many(
+        ["episodic:cas:1", "episodic:cas:gone", "episodic:cas:new"]
+    ) == ["one", "doomed", None]
+    # all match: items stored, deletes done, and an item named in delete is stored
+    assert await provider.write_if(
+        {"episodic:cas:1": "one", "episodic:cas:2": "two", "episodic:cas:3": None},
+        {"episodic:cas:new": "x", "episodic:cas:1": "changed"},
+        ["episodic:cas:gone", "episodic:cas:1", "episodic:cas:never-was"],
+    )
+    assert await provider.retrieve_many(
+        ["episodic:cas:1", "episodic:cas:gone", "episodic:cas:new"]
+    ) == ["changed", None, "x"]
+    # no expectation: a plain write
+    assert await provider.write_if({}, {"episodic:cas:plain": "p"}, ["episodic:cas:new"]) is True
+    assert await provider.retrieve_many(["episodic:cas:plain", "episodic:cas:new"]) == ["p", None]
+
+
+async def test_write_if_has_exactly_one_winner_among_tasks(provider: MemoryProvider) -> None:
+    wins: list[str] = []
+
+    async def claim(me: str) -> None:
+        if await provider.write_if(
+            {"episodic:claim:id": None}, {"episodic:claim:id": me, f"episodic:claim:by:{me}": "1"}
+        ):
+            wins.append(me)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(50):
+            tg.start_soon(claim, f"t{i}")
+    assert len(wins) == 1
+    assert await provider.retrieve("episodic:claim:id") == wins[0]
+    assert await provider.keys("episodic:claim:by:") == [f"episodic:claim:by:{wins[0]}"]
+
+
+@pytest.mark.slow
+async def test_write_if_has_exactly_one_winner_among_processes(store: Store) -> None:
+    if not store.shared_across_processes:
+        pytest.skip(f"{store.kind} is private to its process")
+    procs, keys = 6, 40
+    start_at = f"{time.time() + 1.5:.3f}"  # every worker starts claiming at the same moment
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                WORKER,
+                "claim",
+                store.kind,
+                store.target,
+                start_at,
+                str(keys),
+                f"p{p}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for p in range(procs)
+    ]
+    won: dict[int, list[str]] = {i: [] for i in range(keys)}
+    for p, child in enumerate(children):
+        out, err = await anyio.to_thread.run_sync(child.communicate)
+        assert child.returncode == 0, err.decode()[-2000:]
+        for line in out.split():
+            won[int(line)].append(f"p{p}")
+    assert all(len(winners) == 1 for winners in won.values()), won
+    async with store.open() as provider:
+        stored = await provider.retrieve_many([f"claim:{i}" for i in range(keys)])
+    assert stored == [won[i][0] for i in range(keys)]
+    assert len({w[0] for w in won.values()}) > 1  # they did race: more than one process won
+
+
+# --- increment_and_write reading keys -------------------------------------------------------
+
+
+def _plus_one(seq: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+    return {
+        "episodic:bump:total": str(int(values["episodic:bump:total"] or 0) + 1),
+        f"episodic:bump:e:{seq}": "x",
+    }, []
+
+
+async def test_increment_and_write_applies_then_to_the_values_it_read(
+    provider: MemoryProvider,
+) -> None:
+    seen: list[tuple[int, dict[str, str | None]]] = []
+
+    def then(seq: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+        seen.append((seq, dict(values)))
+        return {f"episodic:read:e:{seq}": values["episodic:read:max"] or "none"}, [
+            f"episodic:read:e:{seq - 1}"
+        ]
+
+    await provider.store("episodic:read:max", "10")
+    assert (
+        await provider.increment_and_write(
+            "episodic:read:seq", then, initial=4, read=["episodic:read:max"]
+        )
+        == 5
+    )
+    assert (
+        await provider.increment_and_write(
+            "episodic:read:seq", then, read=["episodic:read:max", "episodic:read:absent"]
+        )
+        == 6
+    )
+    assert seen == [
+        (5, {"episodic:read:max": "10"}),
+        (6, {"episodic:read:max": "10", "episodic:read:absent": None}),
+    ]
+    assert await provider.keys("episodic:read:e:") == ["episodic:read:e:6"]
+    assert await provider.retrieve_many(["episodic:read:e:6", "episodic:read:seq"]) == ["10", "6"]
+
+
+async def test_increment_and_write_never_writes_on_stale_reads_under_concurrency(
+    provider: MemoryProvider,
+) -> None:
+    # Every call adds one to a total it read: a write based on a value another task changed
+    # in between would lose an update.
+    async with anyio.create_task_group() as tg:
+        for _ in range(100):
+            tg.start_soon(
+                lambda: provider.increment_and_write(
+                    "episodic:bump:seq", _plus_one, read=["episodic:bump:total"]
+                )
+            )
+    assert await provider.retrieve_many(["episodic:bump:seq", "episodic:bump:total"]) == [
+        "100",
+        "100",
+    ]
+    assert len(await provider.keys("episodic:bump:e:")) == 100
+
+
+@pytest.mark.slow
+async def test_increment_and_write_never_writes_on_stale_reads_across_processes(
+    store: Store,
+) -> None:
+    if not store.shared_across_processes:
+        pytest.skip(f"{store.kind} is private to its process")
+    procs, each = 4, 50
+    start_at = f"{time.time() + 1.5:.3f}"
+    children = [
+        subprocess.Popen(
+            [sys.executable, WORKER, "bump", store.kind, store.target, start_at, str(each)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(procs)
+    ]
+    for child in children:
+        _, err = await anyio.to_thread.run_sync(child.communicate)
+        assert child.returncode == 0, err.decode()[-2000:]
+    async with store.open() as provider:
+        total = procs * each
+        assert (
+            await provider.retrieve_many(["episodic:bump:seq", "episodic:bump:total"])
+            == [str(total)] * 2
+        )
+
+
+class Interfering(MemoryProvider):
+    """Uses the portable defaults, and changes ``key`` right after the first read of it, as a
+    writer in another process would between the default's read and its write."""
+
+    def __init__(self, key: str, value: str) -> None:
+        self.inner = InMemoryProvider()
+        self.change: tuple[str, str] | None = (key, value)
+
+    async def store(self, key: str, value: str) -> None:
+        await self.inner.store(key, value)
+
+    async def retrieve(self, key: str) -> str | None:
+        return await self.inner.retrieve(key)
+
+    async def search(self, query: str, top_k: int = 5) -> list[tuple[str, str]]:
+        return await self.inner.search(query, top_k)
+
+    async def clear(self) -> None:
+        await self.inner.clear()
+
+    async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
+        values = await self.inner.retrieve_many(keys)
+        if self.change is not None and self.change[0] in keys:
+            await self.inner.store(*self.change)
+            self.change = None
+        return values
+
+
+@pytest.mark.parametrize("wrap", [lambda p: p, as_provider], ids=["subclass", "duck-typed"])
+async def test_default_increment_and_write_reruns_then_when_a_read_key_changed(
+    wrap: Callable[[MemoryProvider], MemoryProvider],
+) -> None:
+    interfering = Interfering("ring", "3")
+    await interfering.store("ring", "5")
+    provider = wrap(interfering)
+    assert type(provider).increment_and_write is MemoryProvider.increment_and_write
+    calls: list[dict[str, str | None]] = []
+
+    def then(seq: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+        calls.append(dict(values))
+        return {f"e:{seq}": "body", "decided-with": values["ring"] or ""}, []
+
+    assert await provider.increment_and_write("seq", then, read=["ring"]) == 1
+    assert calls == [{"ring": "5"}, {"ring": "3"}]  # the stale decision was not applied
+    assert await provider.retrieve("decided-with") == "3"
+    assert await provider.retrieve("ring") == "3"
+
+
+# --- keys(prefix) with any character --------------------------------------------------------
+
+NAMESPACES = [
+    "support bot",
+    "tenant/42",
+    "agent:v2",
+    "agent",
+    "user@example.com",
+    "équipe",
+    "a*b?[c]{d}",
+    "x}y",
+    "x",
+    "a",
+    "a:",
+    "a;",
+    "a\\b",
+    "{a}",
+    "}",
+    "a\U0001f600",
+    "a\U0010ffff",
+    "a\uffff",
+    "a\x7f",
+    "a\u0080",
+    "a\ud7ff",
+    "a\ue000",
+    "\U0010ffff",
+    "a b\tc",
+    "%_",
+    "a\x00b",
+]
+
+
+async def test_keys_returns_exactly_the_keys_that_start_with_the_prefix(
+    provider: MemoryProvider,
+) -> None:
+    written = {
+        f"episodic:{ns}:{suffix}": f"value of {ns!r}"
+        for ns in NAMESPACES
+        for suffix in ("__seq__", "e:1", "e:10")
+    }
+    written["episodic:a"] = "a key that only looks related"
+    written["episodic:"] = "the bare prefix"
+    await provider.write(written)
+    prefixes = {""}
+    for key in written:  # every cut of every key: the namespace prefix and all its neighbours
+        prefixes.update(key[:i] for i in range(len("episodic:") - 1, len(key) + 1))
+    for prefix in sorted(prefixes):
+        expected = sorted(k for k in written if k.startswith(prefix))
+        assert await provider.keys(prefix) == expected, prefix
+    assert await provider.retrieve_many(list(written)) == list(written.values())
+    await provider.delete([f"episodic:{ns}:e:1" for ns in NAMESPACES])
+    assert await provider.keys("episodic:a:") == [
+        "episodic:a::__seq__",
+        "episodic:a::e:10",
+        "episodic:a:__seq__",
+        "episodic:a:e:10",
+    ]
+
+
+# --- bytes another program left undecodable -------------------------------------------------
+
+
+async def test_undecodable_stored_bytes_are_read_as_surrogates_and_can_be_deleted(
+    store: Store, provider: MemoryProvider
+) -> None:
+    if not store.holds_bytes:
+        pytest.skip(f"{store.kind} holds Python strings, never bytes")
+    memory = EpisodicMemory(provider, namespace="raw")
+    await memory.record(ep("readable before"))
+    await memory.record(ep("readable after"))
+    # another program overwrote episode 2, and left a key that is not UTF-8 either
+    store.write_raw(b"episodic:raw:e:2", b'{"query": "caf\xe9 \xff", "response": "r"}')
+    store.write_raw(b"episodic:raw:x\xe9", b"\xc3(")
+    bad_key = "episodic:raw:x\udce9"
+    listed = await provider.keys("episodic:raw:")
+    assert {"episodic:raw:e:1", "episodic:raw:e:2", bad_key} <= set(listed)
+    assert listed == sorted(listed)
+    assert await provider.retrieve_many(["episodic:raw:e:2", bad_key]) == [
+        '{"query": "caf\udce9 \udcff", "response": "r"}',
+        "\udcc3(",
+    ]
+    assert await provider.search("x\udce9", top_k=10) == [(bad_key, "\udcc3(")]
+    # the namespace stays readable: the record is corrupt, skipped and counted
+    fresh = EpisodicMemory(provider, namespace="raw")
+    assert [e.query for e in await fresh.load()] == ["readable before"]
+    assert fresh.counters.corrupt_records == 1
+    # a surrogate-holding string passed back names the original bytes
+    await provider.write({bad_key: "rewritten \udcff"})
+    assert await provider.retrieve(bad_key) == "rewritten \udcff"
+    await provider.delete([bad_key, "episodic:raw:e:2"])
+    assert bad_key not in await provider.keys("episodic:raw:")
+    assert await provider.retrieve_many(["episodic:raw:e:2", bad_key]) == [None, None]

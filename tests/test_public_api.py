@@ -37,6 +37,7 @@ PUBLIC = {
     "StorageError",
     "StreamEvent",
     "StreamPolicy",
+    "SyncEpisodicMemory",
     "ToolError",
     "Verdict",
     "Verifier",

@@ -99,8 +99,9 @@ async def test_a_cold_load_is_two_mgets_and_a_record_one_transaction(
     assert calls(nodes, "mget") == 2  # the index keys, then all 300 episodes
     assert calls(nodes, "get") == 0
     await writer.record(ep("invoice new"))
-    assert calls(nodes, "exec") == 1
-    assert calls(nodes, "evalsha") + calls(nodes, "eval") == 1  # the counter
+    # two scripts: the counter (which reads the ring size), then the compare-and-set write
+    assert calls(nodes, "evalsha") + calls(nodes, "eval") == 2
+    assert calls(nodes, "exec") == 0
 
 
 async def test_keys_with_braces_and_colons_round_trip(cluster: RedisMemoryProvider) -> None:
@@ -124,6 +125,31 @@ async def test_a_write_across_namespaces_lands_whole(cluster: RedisMemoryProvide
     items = {f"episodic:ns{i}:e:1": f"body {i}" for i in range(20)}
     await cluster.write(items, delete=["episodic:ns0:old", "episodic:ns7:old"])
     assert await cluster.retrieve_many(list(items)) == list(items.values())
+
+
+async def test_an_atomic_step_across_hash_slots_is_refused_and_writes_nothing(
+    cluster: RedisMemoryProvider,
+) -> None:
+    with pytest.raises(ConfigurationError, match="hash slots"):
+        await cluster.write_if({"episodic:a:x": None}, {"episodic:b:x": "1"})
+    with pytest.raises(ConfigurationError, match="hash slots"):
+        await cluster.write_if({"episodic:a:x": None}, {"episodic:a:x": "1"}, ["episodic:b:y"])
+    with pytest.raises(ConfigurationError, match="hash slots"):
+        await cluster.increment_and_write(
+            "episodic:a:__seq__", lambda seq, values: ({}, []), read=["episodic:b:__max__"]
+        )
+    assert await cluster.keys("") == []
+    # keys of one namespace share a slot, whatever characters the namespace holds
+    for ns in ("x}y", "a{b", "{c}", "agent:v2", "é\U0001f600"):
+        keys = [f"episodic:{ns}:{k}" for k in ("__seq__", "__max__", "e:1", "e:2")]
+        assert await cluster.write_if({keys[0]: None}, {keys[2]: "v"}, [keys[3]])
+        assert (
+            await cluster.increment_and_write(
+                keys[0], lambda seq, values, keys=keys: ({keys[3]: str(values)}, []), read=keys[1:2]
+            )
+            == 1
+        )
+        assert await cluster.retrieve_many(keys) == ["1", None, "v", str({keys[1]: None})]
 
 
 async def test_a_cluster_client_can_be_passed_in(cluster_target: str) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from datetime import timedelta
 
 import pytest
 
-from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory
+from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, InvalidEpisodeError
 from deepcrew_episodic._episode import now_iso
-from deepcrew_episodic._render import CAUTION, HEADER, render_block, render_item
+from deepcrew_episodic._render import CAUTION, HEADER, fit_block, render_block, render_item
 from deepcrew_episodic.providers import InMemoryProvider
 
 pytestmark = pytest.mark.anyio
@@ -98,7 +100,7 @@ def test_budget_is_never_exceeded_and_drops_whole_items_lowest_ranked_first(budg
         assert budget < len(HEADER) + len(CAUTION) + len(full[0]) + 2
         return
     kept = items(block)
-    assert kept == full[: len(kept)]  # whole items, best first, a prefix of the ranking
+    assert kept == full[: len(kept)]  # growing items: the best that fit are a prefix
     if len(kept) < len(full):  # the next item would not have fitted
         assert len(block) + 1 + len(full[len(kept)]) > budget
 
@@ -192,3 +194,86 @@ async def test_memory_render_never_shows_an_expired_episode() -> None:
     assert len(items(block)) == 1
     assert "Rotate the key again" in block
     assert memory.render([old, gone]) == ""
+
+
+# --- hidden characters (issue 11, item 9) --------------------------------------------------------
+
+HIDDEN = {
+    "variation selector": "\ufe0f",
+    "variation selector supplement": "\U000e0101",
+    "tag characters": "\U000e0069\U000e0067\U000e006e\U000e006f\U000e0072\U000e0065",
+    "hangul filler": "\u3164\u115f\u1160\uffa0",
+    "bidi": "\u202e\u2066\u2069\u200f",
+    "zero width": "\u200b\u200c\u200d\u2060\ufeff",
+    "private use": "\ue000\U000f0000",
+    "soft hyphen and mongolian": "\u00ad\u180e",
+}
+
+
+@pytest.mark.parametrize("hidden", HIDDEN.values(), ids=HIDDEN.keys())
+@pytest.mark.parametrize("field", ["query", "reflection", "response", "tools_used"])
+def test_hidden_characters_never_reach_the_block(hidden: str, field: str) -> None:
+    text = f"ok \U0001f600{hidden} fine"
+    value: object = [text] if field == "tools_used" else text
+    block = render_block([ep(**{field: value})])  # type: ignore[arg-type]
+    assert not any(c in block for c in hidden)
+    assert "ok \U0001f600 fine" in block
+
+
+# --- the budget keeps the best items that fit (item 11) -----------------------------------------
+
+
+def test_a_too_long_best_item_is_skipped_and_a_shorter_one_shown() -> None:
+    long, short, other = ep("long " * 30), ep("short"), ep("other " * 30)
+    frame = len(HEADER) + 1 + len(CAUTION)
+    budget = frame + 1 + len(render_item(short)) + 5
+    block, shown = fit_block([long, short, other], max_chars=budget)
+    assert shown == [short]
+    assert items(block) == [render_item(short)]
+    assert len(block) <= budget
+
+
+@pytest.mark.parametrize("budget", [*range(0, 400, 9), *range(400, 1600, 41)])
+def test_budget_keeps_the_best_items_that_fit_in_rank_order(budget: int) -> None:
+    episodes = [ep(f"Episode {i} " + "detail " * n) for i, n in enumerate([30, 2, 18, 0, 9, 25])]
+    block, shown = fit_block(episodes, max_chars=budget)
+    assert len(block) <= budget
+    assert items(block) == [render_item(e) for e in shown]
+    assert shown == [e for e in episodes if e in shown]  # rank order kept
+    used = len(block)
+    for episode in episodes:  # each left out would not have fitted
+        if episode not in shown:
+            assert (used or len(HEADER) + 1 + len(CAUTION)) + 1 + len(render_item(episode)) > budget
+    frame = len(HEADER) + 1 + len(CAUTION)
+    if any(frame + 1 + len(render_item(e)) <= budget for e in episodes):
+        assert block  # never empty when something fits
+
+
+# --- rendering never raises on a stored value (item 12) -----------------------------------------
+
+EXTREME_TIMES = [
+    "9999-12-31T23:59:59-01:00",
+    "9999-12-31T23:59:59.999999-23:59",
+    "0001-01-01T00:00:00+01:00",
+    "0001-01-01T00:30:00+23:59",
+]
+
+
+@pytest.mark.parametrize("stamp", EXTREME_TIMES)
+def test_an_unshowable_date_renders_undated(stamp: str) -> None:
+    built = [
+        Episode._trusted({"query": "q", "timestamp": stamp}),
+        Episode.from_json(json.dumps({"query": "q", "timestamp": stamp})),
+    ]
+    # Refused at construction is fine too; what is stored must still render.
+    with contextlib.suppress(InvalidEpisodeError):
+        built.append(Episode(query="q", timestamp=stamp))
+    for episode in built:
+        assert render_item(episode).startswith("- [undated; unknown]")
+        _, shown = fit_block([episode, ep()])
+        assert len(shown) == 2
+
+
+def test_a_stored_non_finite_score_renders_without_a_score() -> None:
+    episode = Episode._trusted({"query": "q", "score": float("nan")})
+    assert "score" not in render_item(episode)

@@ -69,6 +69,19 @@ class FlakyProvider(InMemoryProvider):
         self._check(self.fail_writes)
         await super().write(items, delete)
 
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        self._check(self.fail_writes)
+        return await super().write_if(expect, items, delete)
+
+    async def increment_and_write(self, key: str, then: Any, **options: Any) -> int:
+        self._check(self.fail_writes)
+        return await super().increment_and_write(key, then, **options)
+
     async def increment(self, key: str, **options: Any) -> int:
         # forwards whatever keywords the provider API takes (initial=, repair=, ...)
         self._check(self.fail_writes)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -21,6 +23,7 @@ from deepcrew_episodic import (
     StorageError,
 )
 from deepcrew_episodic.providers import FileMemoryProvider, SQLiteMemoryProvider
+from deepcrew_episodic.providers._sqlite import _KEYS_RANGE
 
 pytestmark = pytest.mark.anyio
 
@@ -104,18 +107,26 @@ async def test_increment_and_write_is_one_transaction(tmp_path: Path) -> None:
     async with SQLiteMemoryProvider(tmp_path / "e.db") as provider:
         await provider.store("seq", "not a number")
         with pytest.raises(CorruptDataError, match="seq"):
-            await provider.increment_and_write("seq", lambda n: ({f"e:{n}": "body"}, ()))
+            await provider.increment_and_write("seq", lambda n, v: ({f"e:{n}": "body"}, ()))
         assert await provider.keys("") == ["seq"]  # nothing of the failed step was written
 
-        def fail(n: int) -> tuple[dict[str, str], list[str]]:
+        calls: list[int] = []
+
+        def fail(n: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+            calls.append(n)
             raise RuntimeError("placing failed")
 
         await provider.store("seq", "7")
         with pytest.raises(RuntimeError):
-            await provider.increment_and_write("seq", fail)
+            await provider.increment_and_write("seq", fail, read=["ring"])
+        assert calls == [8]  # called once: the read happened inside the transaction
         assert await provider.retrieve("seq") == "7"  # the counter rolled back too
-        assert await provider.increment_and_write("seq", lambda n: ({f"e:{n}": "x"}, ["e:1"])) == 8
-        assert await provider.retrieve_many(["seq", "e:8"]) == ["8", "x"]
+        await provider.store("ring", "3")
+        placed = await provider.increment_and_write(
+            "seq", lambda n, v: ({f"e:{n}": v["ring"] or ""}, ["e:1"]), read=["ring"]
+        )
+        assert placed == 8
+        assert await provider.retrieve_many(["seq", "e:8"]) == ["8", "3"]
 
 
 async def test_increments_from_two_connections_never_collide(tmp_path: Path) -> None:
@@ -191,6 +202,8 @@ async def test_retrieve_many_beyond_sqlites_parameter_limit(tmp_path: Path) -> N
 async def test_keys_is_a_range_scan_with_exact_prefix_semantics(tmp_path: Path) -> None:
     path = tmp_path / "e.db"
     odd = ["a%b", "a_b", "a%", "ab", "é:1", "é:2", "éa", "\U0010ffff\U0010ffffx", "\U0010ffffy"]
+    # keys whose UTF-8 ends in 0xBF/0xFF-ish bytes, around where a naive successor overflows
+    odd += ["a\uffff", "a\uffff:1", "b\U0001ffff", "b\U00020000", "c\x7f", "c\x80", "c\udcff"]
     async with SQLiteMemoryProvider(path) as provider:
         await provider.write({k: "v" for k in odd})
         assert await provider.keys("a%") == ["a%", "a%b"]  # no LIKE wildcards
@@ -199,13 +212,59 @@ async def test_keys_is_a_range_scan_with_exact_prefix_semantics(tmp_path: Path) 
         assert await provider.keys("\U0010ffff") == ["\U0010ffffy", "\U0010ffff\U0010ffffx"]
         assert await provider.keys("\U0010ffff\U0010ffff") == ["\U0010ffff\U0010ffffx"]
         assert await provider.keys("") == sorted(odd)
+        for prefix in {k[:i] for k in odd for i in range(len(k) + 1)}:
+            assert await provider.keys(prefix) == sorted(k for k in odd if k.startswith(prefix))
     conn = sqlite3.connect(path)
     plan = conn.execute(
-        "EXPLAIN QUERY PLAN SELECT key FROM kv WHERE key >= ? AND key < ? ORDER BY key",
-        ("episodic:a:", "episodic:a;"),
+        f"EXPLAIN QUERY PLAN {_KEYS_RANGE}", ("episodic:a:", b"episodic:a;")
     ).fetchall()
     conn.close()
     assert "SEARCH kv USING PRIMARY KEY (key>? AND key<?)" in plan[0][3]
+
+
+# --- deleted text leaves every file -----------------------------------------------------------
+
+
+def _files_holding(directory: Path, needle: bytes) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if needle in p.read_bytes())
+
+
+@pytest.mark.parametrize("how", ["forget", "sweep", "clear", "delete"])
+async def test_deleted_text_is_in_no_file_of_the_store(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "e.db"
+    secret = b"4111-1111-1111-1111"
+    async with SQLiteMemoryProvider(path) as provider:
+        memory = EpisodicMemory(provider, namespace="pay", max_episodes=500)
+        for i in range(300):  # enough pages for splits and an automatic checkpoint or two
+            await memory.record(ep(f"refund order {i} " + "padding " * 20))
+        deadline = datetime.now(UTC) + timedelta(seconds=1)
+        doomed = await memory.record(
+            Episode(
+                query=f"card {secret.decode()} refund",
+                response="ok",
+                forget_after=deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            )
+        )
+        for i in range(20):  # the secret's page is rewritten after it, in the WAL
+            await memory.record(ep(f"later order {i}"))
+        assert _files_holding(tmp_path, secret)  # it is on disk (-wal at least)
+        if how == "forget":
+            assert await memory.forget(doomed.id) == 1
+        elif how == "sweep":
+            await anyio.sleep(1.1)  # past its forget_after
+            assert await memory.sweep() >= 1
+        elif how == "clear":
+            await memory.clear()
+        else:
+            keys = await provider.keys("episodic:pay:e:")
+            values = await provider.retrieve_many(keys)
+            await provider.delete(
+                [k for k, v in zip(keys, values, strict=True) if secret.decode() in (v or "")]
+            )
+        # the connection is still open: nothing is left to a later close or checkpoint
+        assert sorted(p.name for p in tmp_path.iterdir())[:1] == ["e.db"]
+        assert _files_holding(tmp_path, secret) == []
+        assert len(await memory.load()) == (0 if how == "clear" else 320)
 
 
 # --- any async backend ------------------------------------------------------------------------

@@ -30,6 +30,16 @@ class MemoryProvider(ABC):
     * ``shared_across_processes``: several OS processes may use the same store at once and the
       capability methods stay atomic between them (file, redis, sqlite). The dict provider is
       private to its process.
+    * ``atomic_increment_and_write``: :meth:`increment_and_write` raises the counter and applies
+      the write in one atomic step (dict, file, sqlite), so a writer that dies or stalls in
+      between cannot leave the counter advanced with nothing written, nor write after a later
+      writer has moved on. Redis takes two steps.
+
+    Keys and values are ``str``. A provider that stores bytes returns bytes that are not UTF-8
+    decoded with ``surrogateescape`` (lone surrogates U+DC80..U+DCFF) rather than raising, and
+    takes such a string passed back to it (to :meth:`delete`, :meth:`write`,
+    :meth:`retrieve_many`) as the original bytes, so that an undecodable value can be found
+    and deleted.
 
     Providers are async context managers; ``aclose()`` releases connections and handles.
 
@@ -40,6 +50,7 @@ class MemoryProvider(ABC):
     """
 
     shared_across_processes: ClassVar[bool] = False
+    atomic_increment_and_write: ClassVar[bool] = False
 
     # --- deepcrew-ai's contract -------------------------------------------------------
 
@@ -92,35 +103,74 @@ class MemoryProvider(ABC):
 
         The default is atomic between the tasks of one process only.
         """
-        async with _process_lock(self):
+        async with self._lock():
             raw = await self.retrieve(key)
             value = _parse_counter(key, raw, initial, repair)
             value += 1
             await self.store(key, str(value))
             return value
 
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        """Atomically: when every key of *expect* holds its expected value (``None``: the key
+        is absent or holds ``""``, which is what the portable :meth:`delete` leaves), store
+        *items*, delete *delete* and return ``True``; otherwise change nothing and return
+        ``False``. A compare-and-set over several keys.
+
+        The default is atomic between the tasks of one process only; providers shared across
+        processes override it with one atomic step (a transaction, a script, a file lock).
+        A provider without a real :meth:`delete` leaves ``""`` behind, which ``None`` still
+        matches, so a claim made with ``write_if({key: None}, ...)`` can be made again after
+        the key is deleted.
+        """
+        async with self._lock():
+            current = await self.retrieve_many(list(expect))
+            if any(_differs(v, expect[k]) for k, v in zip(expect, current, strict=True)):
+                return False
+            await self.write(items, delete)
+            return True
+
     async def increment_and_write(
         self,
         key: str,
-        then: Callable[[int], tuple[Mapping[str, str], Collection[str]]],
+        then: Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]],
         *,
         initial: int = 0,
         repair: int | None = None,
+        read: Sequence[str] = (),
     ) -> int:
-        """Increment the counter *key* (see :meth:`increment`), then apply ``then(new_value)`` (items to store, keys to
-        delete); return the new value.
+        """Increment the counter *key* (see :meth:`increment`), then apply
+        ``then(new_value, values)`` (items to store, keys to delete), where *values* maps each
+        key of *read* to its current value; return the new value.
 
-        The default takes two steps (``increment`` then ``write``): a writer that dies between
-        them leaves the counter advanced and nothing written, never a partial write. Providers
-        that can do both in one atomic step (one file replace, one transaction) override it.
+        The write is applied only while the keys of *read* still hold the values ``then`` saw:
+        a decision taken on them (which episode falls out of the ring) cannot be overtaken by a
+        concurrent change. ``then`` may therefore be called more than once; it must not have
+        side effects.
+
+        The default takes two steps (``increment``, then :meth:`write_if`, retried with fresh
+        values when they changed): a writer that dies between them leaves the counter advanced
+        and nothing written, never a partial write. Providers that can do it all in one atomic
+        step (one file replace, one transaction) override it.
         """
         value = await self.increment(key, initial=initial, repair=repair)
-        items, delete = then(value)
-        await self.write(items, delete)
-        return value
+        while True:
+            current = await self.retrieve_many(list(read)) if read else []
+            values = dict(zip(read, current, strict=True))
+            items, delete = then(value, values)
+            if await self.write_if(values, items, delete):
+                return value
 
     async def aclose(self) -> None:  # noqa: B027 - a no-op unless the provider holds resources
         """Release connections and handles. Idempotent."""
+
+    def _lock(self) -> Mutex:
+        """The lock that makes the portable defaults atomic between the tasks of a process."""
+        return _process_lock(self)
 
     async def __aenter__(self) -> Self:
         return self
@@ -132,6 +182,12 @@ class MemoryProvider(ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _differs(value: str | None, expected: str | None) -> bool:
+    if expected is None:
+        return value is not None and value != ""
+    return value != expected
 
 
 def _parse_counter(key: str, raw: str | None, initial: int, repair: int | None = None) -> int:
@@ -175,12 +231,9 @@ class _ForeignProvider(MemoryProvider):
     async def clear(self) -> None:
         await self._inner.clear()
 
-    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
+    def _lock(self) -> Mutex:
         # Lock on the wrapped object: every wrapper of one backend shares the lock.
-        async with _process_lock(self._inner):
-            value = _parse_counter(key, await self.retrieve(key), initial, repair) + 1
-            await self.store(key, str(value))
-            return value
+        return _process_lock(self._inner)
 
     async def aclose(self) -> None:
         close = getattr(self._inner, "aclose", None)

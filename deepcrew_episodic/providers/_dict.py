@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
-from ._base import MemoryProvider, _parse_counter, substring_search
+from ._base import MemoryProvider, _differs, _parse_counter, substring_search
 
 __all__ = ["InMemoryProvider"]
 
@@ -15,6 +15,8 @@ class InMemoryProvider(MemoryProvider):
     Every method completes without yielding to the event loop, so each is atomic between
     the tasks of the process.
     """
+
+    atomic_increment_and_write = True
 
     def __init__(self) -> None:
         self._data: dict[str, str] = {}
@@ -36,9 +38,7 @@ class InMemoryProvider(MemoryProvider):
         return [get(k) for k in keys]
 
     async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
-        self._data.update(items)
-        for key in delete:
-            self._data.pop(key, None)
+        self._apply(items, delete)
 
     async def delete(self, keys: Iterable[str]) -> None:
         for key in keys:
@@ -51,3 +51,38 @@ class InMemoryProvider(MemoryProvider):
         value = _parse_counter(key, self._data.get(key), initial, repair) + 1
         self._data[key] = str(value)
         return value
+
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        get = self._data.get
+        if any(_differs(get(k), v) for k, v in expect.items()):
+            return False
+        self._apply(items, delete)
+        return True
+
+    async def increment_and_write(
+        self,
+        key: str,
+        then: Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]],
+        *,
+        initial: int = 0,
+        repair: int | None = None,
+        read: Sequence[str] = (),
+    ) -> int:
+        # No await in here: nothing can change the read keys between the read and the write.
+        value = _parse_counter(key, self._data.get(key), initial, repair) + 1
+        get = self._data.get
+        items, delete = then(value, {k: get(k) for k in read})
+        self._apply(items, delete)
+        self._data[key] = str(value)
+        return value
+
+    def _apply(self, items: Mapping[str, str], delete: Collection[str]) -> None:
+        self._data.update(items)
+        for key in delete:
+            if key not in items:
+                self._data.pop(key, None)

@@ -8,10 +8,20 @@ How it stays correct:
 * Writes run under an exclusive ``flock`` on a sidecar ``<name>.lock`` file (and a thread lock
   within the process), write a temporary file in the same directory and ``os.replace`` it over
   the original, so a reader or a killed writer only ever sees a whole old or a whole new file.
+  Temporary files are created ``0600`` (``O_EXCL``) and named after their writer's pid; every
+  write removes those left by a writer that died (see :meth:`FileMemoryProvider._sweep_orphans`).
+  A rewrite keeps the store file's mode; a new store file is ``0600``.
+* Compare-and-set (``write_if``) and ``increment_and_write`` read what they depend on and write
+  inside that one locked replace: atomic across processes.
 * Each writer stamps a fresh token into the lock file *before* replacing the data, so every
   process can tell cheaply whether its cached copy is still current.
 * A file that cannot be decoded raises :class:`CorruptDataError` naming it, and is never
   written to: the provider refuses every write until the file is repaired.
+* Every ``OSError`` (a read-only directory, a full disk, a directory where the file should be)
+  becomes :class:`StorageError` naming the path, the original kept as ``__cause__``.
+* Values that are not valid Unicode (lone surrogates, what ``surrogateescape`` makes of bytes
+  that are not UTF-8) are stored as JSON escapes and read back unchanged; a file holding bytes
+  that are not UTF-8 inside its strings is read with ``surrogateescape``.
 * All file I/O runs in a worker thread; the event loop never blocks on the disk.
 """
 
@@ -19,20 +29,29 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
-import tempfile
+import stat
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
-from ._base import MemoryProvider, _parse_counter, substring_search
+from ._base import MemoryProvider, _differs, _parse_counter, substring_search
 
 __all__ = ["FileMemoryProvider", "read_file_store"]
 
+log = logging.getLogger("deepcrew_episodic")
+
 T = TypeVar("T")
 _Sig = tuple[int, int, int]
+_Change = Callable[[dict[str, str]], tuple[Iterable[str], dict[str, str] | None] | None]
+# A temporary file this old is an orphan even when a process with its writer's pid is alive
+# (the pid may have been reused): no write takes this long.
+_ORPHAN_GRACE_SECONDS = 60.0
 
 
 class FileMemoryProvider(MemoryProvider):
@@ -55,6 +74,7 @@ class FileMemoryProvider(MemoryProvider):
     """
 
     shared_across_processes = True
+    atomic_increment_and_write = True
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         # Through a symlink, replace the target, not the link (os.replace would swap the link
@@ -72,8 +92,10 @@ class FileMemoryProvider(MemoryProvider):
         self._sig: _Sig | None = None
         self._loaded = False
         self._lock_fd: int | None = None
-        self._swept = False
+        # The store file's permission bits, kept on every rewrite (None: no file yet).
+        self._mode: int | None = None
         self._pid = os.getpid()
+        self._tmp_prefix = f".{self._path.name}."
 
     @property
     def path(self) -> Path:
@@ -103,7 +125,13 @@ class FileMemoryProvider(MemoryProvider):
         return await self._read(lambda d: [d.get(k) for k in keys])
 
     async def keys(self, prefix: str) -> list[str]:
-        return await self._read(lambda d: sorted(k for k in d if k.startswith(prefix)))
+        def listed(data: dict[str, str]) -> list[str]:
+            # Listing is how forget, sweep and clear start, and they may end up writing
+            # nothing: the orphans go now (under the shared lock no writer is mid-write).
+            self._sweep_orphans()
+            return sorted(k for k in data if k.startswith(prefix))
+
+        return await self._read(listed)
 
     async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
         _check_values(items)
@@ -124,21 +152,43 @@ class FileMemoryProvider(MemoryProvider):
         await self._modify({}, change)
         return result[0]
 
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        _check_values(items)
+        matched: list[bool] = []
+
+        def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]] | None:
+            get = data.get
+            if any(_differs(get(k), v) for k, v in expect.items()):
+                return None  # nothing changes, nothing is written
+            matched.append(True)
+            return delete, dict(items)
+
+        await self._modify({}, change)
+        return bool(matched)
+
     async def increment_and_write(
         self,
         key: str,
-        then: Callable[[int], tuple[Mapping[str, str], Collection[str]]],
+        then: Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]],
         *,
         initial: int = 0,
         repair: int | None = None,
+        read: Sequence[str] = (),
     ) -> int:
-        # One locked replace for both steps: half the I/O of increment + write.
+        # One locked replace for both steps (half the I/O of increment + write); the read keys
+        # are read under the same lock, so `then` runs once on values nobody can change.
         result: list[int] = []
 
         def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]]:
             value = _parse_counter(key, data.get(key), initial, repair) + 1
             result.append(value)
-            items, delete = then(value)
+            get = data.get
+            items, delete = then(value, {k: get(k) for k in read})
             _check_values(items)
             return delete, {**items, key: str(value)}
 
@@ -153,24 +203,24 @@ class FileMemoryProvider(MemoryProvider):
 
     async def _read(self, fn: Callable[[dict[str, str]], T]) -> T:
         def run() -> T:
-            with self._guard(), self._flock(fcntl.LOCK_SH):
+            with self._translated("read"), self._guard(), self._flock(fcntl.LOCK_SH):
                 self._refresh()
                 return fn(self._data)
 
         return await _off_loop(run)
 
-    async def _modify(
-        self,
-        items: dict[str, str],
-        change: Callable[[dict[str, str]], tuple[Iterable[str], dict[str, str] | None]],
-    ) -> None:
-        """Apply *items*, then what *change* computes from the current data, in one replace."""
+    async def _modify(self, items: dict[str, str], change: _Change) -> None:
+        """Apply *items*, then what *change* computes from the current data, in one replace.
+        When *change* returns ``None``, nothing is written."""
 
         def run() -> None:
-            with self._guard(), self._flock(fcntl.LOCK_EX):
+            with self._translated("write"), self._guard(), self._flock(fcntl.LOCK_EX):
                 self._refresh()
                 self._sweep_orphans()
-                doomed, more = change(self._data)
+                changed = change(self._data)
+                if changed is None:
+                    return
+                doomed, more = changed
                 updates = {**items, **(more or {})}
                 data = self._data
                 if self._fragments is None:
@@ -188,10 +238,21 @@ class FileMemoryProvider(MemoryProvider):
         await _off_loop(run)
 
     def _close_lock_file(self) -> None:
-        with self._guard():
+        with self._translated("close"), self._guard():
             if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+                fd, self._lock_fd = self._lock_fd, None
+                os.close(fd)
+
+    @contextmanager
+    def _translated(self, op: str) -> Iterator[None]:
+        """The one place where the file system's errors become ours."""
+        try:
+            yield
+        except OSError as exc:
+            where = exc.filename or self._path
+            raise StorageError(
+                f"cannot {op} {self._path} ({where}): {exc.strerror or exc}"
+            ) from exc
 
     def _guard(self) -> threading.Lock:
         """The in-process mutex, made anew in a forked child.
@@ -214,7 +275,12 @@ class FileMemoryProvider(MemoryProvider):
         if self._lock_fd is None:
             try:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
-                self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+                # Whoever may write the store must be able to open its lock file too.
+                try:
+                    lock_mode = stat.S_IMODE(os.stat(self._path).st_mode)
+                except FileNotFoundError:
+                    lock_mode = 0o600
+                self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, lock_mode)
             except OSError as exc:
                 raise StorageError(f"cannot open lock file {self._lock_path}: {exc}") from exc
         return _Flock(self._lock_fd, mode)
@@ -230,10 +296,12 @@ class FileMemoryProvider(MemoryProvider):
             st = os.stat(self._path)
         except FileNotFoundError:
             self._data, self._fragments, self._sig, self._token = {}, None, None, token
+            self._mode = None
             self._loaded = True
             return
         except OSError as exc:
             raise StorageError(f"cannot stat {self._path}: {exc}") from exc
+        self._mode = stat.S_IMODE(st.st_mode)
         sig = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._loaded and sig == self._sig and token == self._token:
             return
@@ -264,9 +332,16 @@ class FileMemoryProvider(MemoryProvider):
         else:
             parts.append(b"}\n")
         directory = self._path.parent
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{self._path.name}.", suffix=".tmp")
+        # O_EXCL: a fresh file of ours, never someone's planted link; 0600 until it is whole.
+        tmp = directory / f"{self._tmp_prefix}{os.getpid()}.{os.urandom(6).hex()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise StorageError(f"cannot write {self._path}: {exc}") from exc
         try:
             try:
+                if self._mode is not None and self._mode != 0o600:
+                    os.fchmod(fd, self._mode)  # a rewrite keeps the store file's mode
                 _write_all(fd, parts)
                 if self._fsync:
                     os.fsync(fd)
@@ -288,14 +363,37 @@ class FileMemoryProvider(MemoryProvider):
         self._token = token
 
     def _sweep_orphans(self) -> None:
-        """Remove temp files left by writers that died mid-write (we hold the write lock,
-        so no live writer owns one)."""
-        if self._swept:
-            return
-        self._swept = True
-        for stray in self._path.parent.glob(f".{self._path.name}.*.tmp"):
-            with _suppress_oserror():
-                stray.unlink()
+        """Remove temp files left by writers that died mid-write: each one is a whole copy of
+        the store, which ``forget`` must not leave behind.
+
+        Runs on every write and every :meth:`keys`, under the lock (exclusive or shared), so
+        no writer of ours is mid-write. A temp
+        file still counts as live while its writer's pid is alive and it is younger than a
+        grace period: a safety margin for a writer the lock cannot exclude (a file system
+        without working ``flock``). A name without a pid is an older version's, always
+        written under the same lock.
+        """
+        prefix = self._tmp_prefix
+        now = time.time()
+        with os.scandir(self._path.parent) as entries:
+            strays = [e for e in entries if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+        for entry in strays:
+            parts = entry.name[len(prefix) : -len(".tmp")].split(".")
+            pid = int(parts[0]) if len(parts) == 2 and parts[0].isdigit() else None
+            try:
+                if (
+                    pid is not None
+                    and pid != os.getpid()
+                    and _alive(pid)
+                    and now - entry.stat(follow_symlinks=False).st_mtime < _ORPHAN_GRACE_SECONDS
+                ):
+                    continue
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue  # another writer removed it first
+            except OSError as exc:
+                # The write itself goes on (it may still succeed); the copy stays, said aloud.
+                log.warning("cannot remove the orphaned temporary file %s: %s", entry.path, exc)
 
 
 def read_file_store(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -308,7 +406,7 @@ def read_file_store(path: str | os.PathLike[str]) -> dict[str, str]:
     """
     provider = FileMemoryProvider(path)
     try:
-        with provider._guard(), provider._flock(fcntl.LOCK_SH):
+        with provider._translated("read"), provider._guard(), provider._flock(fcntl.LOCK_SH):
             provider._refresh()
             return provider._data  # a new dict, shared with nobody once the provider is gone
     finally:
@@ -341,6 +439,16 @@ class _suppress_oserror:
         return exc_type is not None and issubclass(exc_type, OSError)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
 def _fragment(key: str, value: str) -> bytes:
     return (json.dumps(key) + ": " + json.dumps(value)).encode()
 
@@ -369,7 +477,13 @@ def _fsync_dir(directory: Path) -> None:
 
 def _decode(path: Path, raw: bytes) -> dict[str, str]:
     try:
-        data = json.loads(raw)
+        try:
+            data = json.loads(raw)
+        except UnicodeDecodeError:
+            # Bytes that are not UTF-8 inside a string (a hand edit in another encoding): they
+            # come back as lone surrogates, which the core reports as a corrupt record, instead
+            # of making the whole file unreadable.
+            data = json.loads(raw.decode("utf-8", "surrogateescape"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptDataError(
             f"{path} is not valid JSON ({exc}); it was left untouched. "

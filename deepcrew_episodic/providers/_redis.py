@@ -9,14 +9,22 @@ keys of one hash slot. So in cluster mode each key carries a hash tag made of it
 ``<prefix>{episodic:ns}:e:5``. Every key of one episodic namespace therefore lives in one slot,
 and the episode log's reads and writes stay single batches and atomic transactions; different
 namespaces spread over the cluster. A ``write`` that spans several slots (keys of several
-namespaces) is one transaction per slot. ``keys(prefix)`` scans every master.
+namespaces) is one transaction per slot. ``keys(prefix)`` scans every master. A
+``write_if`` or ``increment_and_write`` is one Lua script, so all its keys must share a slot
+(they do when they belong to one namespace); otherwise it raises :class:`ConfigurationError`.
+
+Keys and values go to redis-py with ``encoding_errors="surrogateescape"``: stored bytes that are
+not UTF-8 come back as lone surrogates instead of failing the whole read, and such a string
+passed back refers to the original bytes (so an undecodable record can be deleted). A client
+passed in as *client* keeps its own settings.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
@@ -35,7 +43,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 __all__ = ["RedisMemoryProvider"]
 
 # Create the counter at `initial` when absent (or set it to `repair` when it is not an integer
-# and a repair value is given), then INCR it: one atomic step on the server.
+# and a repair value is given), then INCR it: one atomic step on the server. Returns the new
+# value followed by the values of KEYS[2..] (the keys increment_and_write reads).
 _INCREMENT = """
 local current = redis.call('GET', KEYS[1])
 if not current then
@@ -43,7 +52,33 @@ if not current then
 elseif ARGV[2] ~= '' and not string.match(current, '^%-?%d+$') then
   redis.call('SET', KEYS[1], ARGV[2])
 end
-return redis.call('INCR', KEYS[1])
+local reply = {redis.call('INCR', KEYS[1])}
+for i = 2, #KEYS do
+  reply[i] = redis.call('GET', KEYS[i])
+end
+return reply
+"""
+# A compare-and-set over several keys. KEYS: the expected keys, the keys to store, the keys to
+# delete. ARGV: how many expected keys and keys to store; per expected key "0" (absent or "")
+# or "1" followed by the value; the values to store. Returns 1 when it wrote, 0 when not.
+_WRITE_IF = """
+local expected, stored = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = 1, expected do
+  local want = ARGV[2 + i]
+  local have = redis.call('GET', KEYS[i])
+  if string.sub(want, 1, 1) == '0' then
+    if have and have ~= '' then return 0 end
+  elseif have ~= string.sub(want, 2) then
+    return 0
+  end
+end
+for i = 1, stored do
+  redis.call('SET', KEYS[expected + i], ARGV[2 + expected + i])
+end
+for i = expected + stored + 1, #KEYS do
+  redis.call('UNLINK', KEYS[i])
+end
+return 1
 """
 _SCAN_BATCH = 1000
 _GLOB = re.compile(r"([*?\[\]\\])")
@@ -112,7 +147,10 @@ class RedisMemoryProvider(MemoryProvider):
                 )
             try:
                 self._client = RedisCluster.from_url(
-                    url, decode_responses=True, max_connections=max_connections
+                    url,
+                    decode_responses=True,
+                    encoding_errors="surrogateescape",
+                    max_connections=max_connections,
                 )
             except (ValueError, redis_exceptions.RedisClusterException) as exc:
                 raise ConfigurationError(f"invalid redis cluster URL {url!r}: {exc}") from exc
@@ -126,13 +164,19 @@ class RedisMemoryProvider(MemoryProvider):
                 # A blocking pool makes a burst of concurrent calls wait for a connection
                 # instead of failing with "Too many connections".
                 pool = redis_asyncio.BlockingConnectionPool.from_url(
-                    url, decode_responses=True, max_connections=max_connections
+                    url,
+                    decode_responses=True,
+                    encoding_errors="surrogateescape",
+                    max_connections=max_connections,
                 )
                 self._client = redis_asyncio.Redis(connection_pool=pool)
             except ValueError as exc:
                 raise ConfigurationError(f"invalid redis URL {url!r}: {exc}") from exc
             self._owns_client = True
-        self._increment = self._client.register_script(_INCREMENT)
+        self._ready = not self._cluster
+        self._init_lock = asyncio.Lock()
+        self._increment = _Script(self._client, _INCREMENT)
+        self._write_if = _Script(self._client, _WRITE_IF)
 
     @property
     def client(self) -> Any:
@@ -165,8 +209,28 @@ class RedisMemoryProvider(MemoryProvider):
         # or a '}' cannot end the tag early); the filter in keys() settles the rest.
         return f"{self._pattern_prefix}{{{_glob(prefix)}*"
 
-    def _call(self, op: str, key: str) -> AbstractAsyncContextManager[None]:
-        return _guarded(self._gate, op, key)
+    @asynccontextmanager
+    async def _call(self, op: str, key: str) -> AsyncIterator[None]:
+        async with _guarded(self._gate, op, key):
+            if not self._ready:
+                await self._initialize()
+            yield
+
+    async def _initialize(self) -> None:
+        # A cold cluster client hit by a burst of concurrent first commands fails inside
+        # redis-py (each one starts discovering the nodes); one discovery, awaited by all.
+        async with self._init_lock:
+            if not self._ready:
+                await self._client.initialize()
+                self._ready = True
+
+    def _one_slot(self, op: str, full: list[str]) -> None:
+        """A script runs on one node: in cluster mode its keys must share a hash slot."""
+        if self._cluster and len({self._client.keyslot(k) for k in full}) > 1:
+            raise ConfigurationError(
+                f"redis cluster {op}: the keys {full[:4]!r}... are in different hash slots; "
+                f"one call may only touch keys of one namespace"
+            )
 
     # --- deepcrew-ai's contract -------------------------------------------------------
 
@@ -259,14 +323,60 @@ class RedisMemoryProvider(MemoryProvider):
         return found
 
     async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
+        value, _ = await self._increment_and_read(key, (), initial, repair)
+        return value
+
+    async def _increment_and_read(
+        self, key: str, read: Sequence[str], initial: int, repair: int | None
+    ) -> tuple[int, dict[str, str | None]]:
+        full = [self._key(key), *(self._key(k) for k in read)]
+        self._one_slot("increment_and_write", full)
         args = [initial, "" if repair is None else repair]
         try:
             async with self._call("INCR", key):
-                return int(await self._increment(keys=[self._key(key)], args=args))
+                reply = await self._increment(keys=full, args=args)
         except StorageError as exc:
             if "not an integer" in str(exc.__cause__):
                 raise CorruptDataError(f"counter {key!r} does not hold an integer") from exc
             raise
+        return int(reply[0]), {k: _text(v) for k, v in zip(read, reply[1:], strict=True)}
+
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        if not expect:
+            await self.write(items, delete)
+            return True
+        doomed = [k for k in delete if k not in items]
+        full = [self._key(k) for k in (*expect, *items, *doomed)]
+        self._one_slot("write_if", full)
+        args: list[str | int] = [len(expect), len(items)]
+        args += ["0" if v is None else "1" + v for v in expect.values()]
+        args += list(items.values())
+        async with self._call("EVALSHA write_if", next(iter(expect))):
+            return bool(await self._write_if(keys=full, args=args))
+
+    async def increment_and_write(
+        self,
+        key: str,
+        then: Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]],
+        *,
+        initial: int = 0,
+        repair: int | None = None,
+        read: Sequence[str] = (),
+    ) -> int:
+        # Two scripts: the increment reads the keys `then` depends on, the write checks they
+        # still hold those values (and is retried with fresh ones when they changed).
+        wanted = list(read)
+        value, values = await self._increment_and_read(key, wanted, initial, repair)
+        while True:
+            items, delete = then(value, values)
+            if await self.write_if(values, items, delete):
+                return value
+            values = dict(zip(wanted, await self.retrieve_many(wanted), strict=True))
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -276,9 +386,29 @@ class RedisMemoryProvider(MemoryProvider):
                     await self._client.connection_pool.disconnect()
 
 
+class _Script:
+    """A Lua script run by its SHA, and sent whole (EVAL) to a server that does not know it.
+
+    redis-py's ``register_script`` answers NOSCRIPT with a SCRIPT LOAD to every node, which
+    races with the commands in flight on a cluster client (a concurrent burst of first calls
+    fails inside redis-py); EVAL caches the script on the node that needs it, in one step.
+    """
+
+    def __init__(self, client: Any, source: str) -> None:
+        self._client = client
+        self._source = source
+        self._sha = hashlib.sha1(source.encode()).hexdigest()
+
+    async def __call__(self, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        try:
+            return await self._client.evalsha(self._sha, len(keys), *keys, *args)
+        except redis_exceptions.NoScriptError:
+            return await self._client.eval(self._source, len(keys), *keys, *args)
+
+
 def _text(value: Any) -> str | None:
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
+    if isinstance(value, bytes):  # a client passed in without decode_responses
+        return value.decode("utf-8", "surrogateescape")
     return value  # type: ignore[no-any-return]
 
 

@@ -10,10 +10,18 @@ How it stays correct and fast:
   journaling), never half a transaction.
 * Every write is one ``BEGIN IMMEDIATE`` transaction, so two writers never both hold a read
   lock and then deadlock on the upgrade; a busy database is waited for (``timeout``), not
-  failed. ``increment`` reads and upserts the counter inside that transaction: atomic across
-  processes.
+  failed. ``increment``, ``write_if`` and ``increment_and_write`` read what they depend on and
+  write inside that transaction: atomic across processes.
 * ``retrieve_many`` is one query (the keys travel as one JSON array), ``keys(prefix)`` a range
   scan of the primary key, so a batch costs one trip to the worker thread whatever its size.
+* Deleted text is gone from every file of the store when a deleting call returns:
+  ``secure_delete`` zeroes it in the database pages, and a ``TRUNCATE`` checkpoint empties the
+  ``-wal`` file that still holds the pages as they were. Ring evictions inside
+  ``increment_and_write`` skip the checkpoint (it costs two fsyncs); the next explicit delete
+  or an automatic checkpoint clears them.
+* Stored text that is not UTF-8 (written by another program) is read with
+  ``surrogateescape`` instead of failing the whole read, and a string holding such surrogates
+  is bound as the original bytes (``CAST(? AS TEXT)``), so that it can be found and deleted.
 * All SQLite calls run in a worker thread (``anyio.to_thread``); the event loop never blocks
   on the disk. Any async backend anyio supports works (asyncio, trio).
 * A file that is not a SQLite database raises :class:`CorruptDataError` naming it and is never
@@ -25,6 +33,7 @@ How it stays correct and fast:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -36,9 +45,11 @@ from typing import TypeVar
 import anyio.to_thread
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
-from ._base import MemoryProvider, _parse_counter, substring_search
+from ._base import MemoryProvider, _differs, _parse_counter, substring_search
 
 __all__ = ["SQLiteMemoryProvider"]
+
+log = logging.getLogger("deepcrew_episodic")
 
 T = TypeVar("T")
 
@@ -76,6 +87,7 @@ class SQLiteMemoryProvider(MemoryProvider):
     """
 
     shared_across_processes = True
+    atomic_increment_and_write = True
 
     def __init__(
         self, path: str | os.PathLike[str], *, timeout: float = 30.0, fsync: bool = False
@@ -114,6 +126,7 @@ class SQLiteMemoryProvider(MemoryProvider):
         def run(conn: sqlite3.Connection) -> None:
             with _transaction(conn):
                 conn.execute("DELETE FROM kv")
+            self._checkpoint(conn)
 
         await self._run("clear", run)
 
@@ -124,56 +137,71 @@ class SQLiteMemoryProvider(MemoryProvider):
             return []
         wanted = list(keys)
         _check_strings(wanted, ())
+        # Keys JSON cannot carry to SQLite as they are (a NUL, bytes that are not UTF-8) are
+        # looked up one by one; the rest travel together.
+        odd = [k for k in wanted if not _json_safe(k)]
+        plain = [k for k in wanted if _json_safe(k)] if odd else wanted
+        odd_bound = [(k, _bind(k)) for k in odd]
 
         def run(conn: sqlite3.Connection) -> list[str | None]:
             # One statement for any number of keys: they travel as one JSON array, which
             # also avoids SQLite's limit on bound parameters.
-            rows = conn.execute(
-                "SELECT kv.key, kv.value FROM json_each(?) AS j JOIN kv ON kv.key = j.value",
-                (json.dumps(wanted),),
-            ).fetchall()
-            found = dict(rows)
+            found = dict(
+                conn.execute(
+                    "SELECT kv.key, kv.value FROM json_each(?) AS j JOIN kv ON kv.key = j.value",
+                    (json.dumps(plain, ensure_ascii=False),),
+                ).fetchall()
+            )
+            for key, bound in odd_bound:
+                row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
+                if row is not None:
+                    found[key] = row[0]
             return [found.get(k) for k in wanted]
 
         return await self._run("read", run)
 
     async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
-        _check_strings(items, items.values())
-        pairs = list(items.items())
-        doomed = [(k,) for k in delete if k not in items]
+        pairs, doomed = _bound_change(items, delete)
         if not pairs and not doomed:
             return
 
         def run(conn: sqlite3.Connection) -> None:
             with _transaction(conn):
                 _apply(conn, pairs, doomed)
+            if doomed:
+                self._checkpoint(conn)
 
         await self._run("write", run)
 
     async def delete(self, keys: Iterable[str]) -> None:
-        doomed = [(k,) for k in keys]
+        doomed = [(_bind(k),) for k in keys]
         if not doomed:
             return
 
         def run(conn: sqlite3.Connection) -> None:
             with _transaction(conn):
-                conn.executemany("DELETE FROM kv WHERE key = ?", doomed)
+                conn.executemany(_DELETE, doomed)
+            self._checkpoint(conn)
 
         await self._run("delete", run)
 
     async def keys(self, prefix: str) -> list[str]:
+        start = _bind(prefix)
         end = _prefix_end(prefix)
 
         def run(conn: sqlite3.Connection) -> list[str]:
-            # A range of the primary key: only the matching keys are visited. SQLite's
-            # BINARY order is UTF-8 byte order, which is code point order, Python's order.
+            # A range of the primary key: only the matching keys are visited. SQLite's BINARY
+            # order is the order of the stored bytes, so the bounds are bytes too (see
+            # _prefix_end); the check in Python settles the rare key whose bytes start with
+            # the prefix's without its text doing so (invalid UTF-8 in the prefix).
             if end is None:
-                cursor = conn.execute("SELECT key FROM kv WHERE key >= ? ORDER BY key", (prefix,))
+                cursor = conn.execute(_KEYS_FROM, (start,))
             else:
-                cursor = conn.execute(
-                    "SELECT key FROM kv WHERE key >= ? AND key < ? ORDER BY key", (prefix, end)
-                )
-            return [row[0] for row in cursor]
+                cursor = conn.execute(_KEYS_RANGE, (start, end))
+            found = [row[0] for row in cursor if row[0].startswith(prefix)]
+            # Byte order and code point order differ only around lone surrogates.
+            found.sort()
+            return found
 
         return await self._run("keys", run)
 
@@ -184,21 +212,51 @@ class SQLiteMemoryProvider(MemoryProvider):
 
         return await self._run("increment", run)
 
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        expected = [(_bind(k), v) for k, v in expect.items()]
+        pairs, doomed = _bound_change(items, delete)
+
+        def run(conn: sqlite3.Connection) -> bool:
+            # The write lock is taken before the read: nobody changes the keys in between.
+            with _transaction(conn):
+                for bound, value in expected:
+                    row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
+                    if _differs(row[0] if row else None, value):
+                        return False
+                _apply(conn, pairs, doomed)
+            if doomed:
+                self._checkpoint(conn)
+            return True
+
+        return await self._run("write", run)
+
     async def increment_and_write(
         self,
         key: str,
-        then: Callable[[int], tuple[Mapping[str, str], Collection[str]]],
+        then: Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]],
         *,
         initial: int = 0,
         repair: int | None = None,
+        read: Sequence[str] = (),
     ) -> int:
-        # One transaction: the counter and what it places commit together or not at all.
+        bound_read = [(k, _bind(k)) for k in read]
+
+        # One transaction: the counter, the read keys and what it places commit together or
+        # not at all, so `then` runs once, on values no other writer can change meanwhile.
         def run(conn: sqlite3.Connection) -> int:
             with _transaction(conn):
                 value = _increment(conn, key, initial, repair)
-                items, delete = then(value)
-                _check_strings(items, items.values())
-                _apply(conn, list(items.items()), [(k,) for k in delete if k not in items])
+                values: dict[str, str | None] = {}
+                for name, bound in bound_read:
+                    row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
+                    values[name] = row[0] if row else None
+                items, delete = then(value, values)
+                _apply(conn, *_bound_change(items, delete))
                 return value
 
         return await self._run("increment", run)
@@ -214,6 +272,20 @@ class SQLiteMemoryProvider(MemoryProvider):
         await anyio.to_thread.run_sync(run)
 
     # --- machinery ------------------------------------------------------------------------
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        """Copy the WAL into the database and truncate it: the pages as they were before a
+        delete leave the ``-wal`` file (``secure_delete`` has zeroed them in the new ones)."""
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            # A reader in another connection still uses the WAL past the timeout; the delete
+            # stands, and the next checkpoint empties the WAL.
+            log.warning(
+                "sqlite %s: deleted text may remain in %s-wal until the next checkpoint "
+                "(another connection is reading)",
+                self._path,
+                self._path.name,
+            )
 
     async def _run(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
@@ -238,6 +310,7 @@ class SQLiteMemoryProvider(MemoryProvider):
             isolation_level=None,  # transactions are explicit (BEGIN IMMEDIATE)
             check_same_thread=False,  # worker threads vary; self._mutex serialises use
         )
+        conn.text_factory = _text
         try:
             # Reading the header comes first: a file that is not a database, or a database
             # that is not ours, is refused before anything is written to it (even the switch
@@ -245,6 +318,7 @@ class SQLiteMemoryProvider(MemoryProvider):
             self._check_schema(conn)
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._fsync else 'NORMAL'}")
+            conn.execute("PRAGMA secure_delete = ON")  # a deleted value is zeroed, not left
         except BaseException:
             conn.close()
             raise
@@ -281,24 +355,80 @@ class SQLiteMemoryProvider(MemoryProvider):
                 )
 
 
-_UPSERT = "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+# Every key and value is bound through CAST(? AS TEXT): a str binds as text, and the bytes of
+# a string that held undecodable bytes (see _bind) as the same text they were read from.
+_UPSERT = (
+    "INSERT INTO kv (key, value) VALUES (CAST(? AS TEXT), CAST(? AS TEXT)) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+_SELECT_VALUE = "SELECT value FROM kv WHERE key = CAST(? AS TEXT)"
+_DELETE = "DELETE FROM kv WHERE key = CAST(? AS TEXT)"
+_KEYS_FROM = "SELECT key FROM kv WHERE key >= CAST(? AS TEXT) ORDER BY key"
+_KEYS_RANGE = (
+    "SELECT key FROM kv WHERE key >= CAST(? AS TEXT) AND key < CAST(? AS TEXT) ORDER BY key"
+)
+_Bound = str | bytes
+
+
+def _text(raw: bytes) -> str:
+    """SQLite's text as ``str``; bytes that are not UTF-8 become lone surrogates."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _bind(text: str) -> _Bound:
+    """*text* as SQLite should get it: itself, or the original bytes when it holds the lone
+    surrogates that ``surrogateescape`` made of bytes that are not UTF-8."""
+    if not isinstance(text, str):
+        _check_strings((text,), ())
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:  # a surrogate no byte decodes to
+            raise ConfigurationError(
+                f"SQLiteMemoryProvider stores text only: {text[:60]!r} is not valid Unicode "
+                f"text ({exc.reason} at {exc.start})"
+            ) from None
+    return text
+
+
+def _json_safe(key: str) -> bool:
+    """Whether *key* survives a trip through SQLite's JSON functions unchanged."""
+    if key.isascii():
+        return "\x00" not in key
+    return "\x00" not in key and not any("\udc80" <= c <= "\udcff" for c in key)
+
+
+def _bound_change(
+    items: Mapping[str, str], delete: Collection[str]
+) -> tuple[list[tuple[_Bound, _Bound]], list[tuple[_Bound]]]:
+    _check_strings(items, items.values())
+    pairs = [(_bind(k), _bind(v)) for k, v in items.items()]
+    doomed = [(_bind(k),) for k in delete if k not in items]
+    return pairs, doomed
 
 
 def _increment(conn: sqlite3.Connection, key: str, initial: int, repair: int | None) -> int:
     """Add one to the counter *key*; the caller holds the write lock (BEGIN IMMEDIATE)."""
-    row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+    bound = _bind(key)
+    row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
     value = _parse_counter(key, row[0] if row else None, initial, repair) + 1
-    conn.execute(_UPSERT, (key, str(value)))
+    conn.execute(_UPSERT, (bound, str(value)))
     return value
 
 
 def _apply(
-    conn: sqlite3.Connection, pairs: list[tuple[str, str]], doomed: list[tuple[str]]
+    conn: sqlite3.Connection,
+    pairs: list[tuple[_Bound, _Bound]],
+    doomed: list[tuple[_Bound]],
 ) -> None:
     if pairs:
         conn.executemany(_UPSERT, pairs)
     if doomed:
-        conn.executemany("DELETE FROM kv WHERE key = ?", doomed)
+        conn.executemany(_DELETE, doomed)
 
 
 def _stamp(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -344,18 +474,17 @@ def _translated(path: Path, op: str) -> Iterator[None]:
         raise StorageError(f"sqlite {op} on {path} failed: {exc}") from exc
 
 
-def _prefix_end(prefix: str) -> str | None:
-    """The smallest string greater than every string that starts with *prefix* (``None``
-    when there is none: an empty prefix, or only U+10FFFF characters)."""
-    chars = list(prefix)
-    while chars:
-        code = ord(chars[-1]) + 1
-        if code <= 0x10FFFF:
-            if 0xD800 <= code <= 0xDFFF:  # surrogates cannot be stored; skip past them
-                code = 0xE000
-            chars[-1] = chr(code)
-            return "".join(chars)
-        chars.pop()
+def _prefix_end(prefix: str) -> bytes | None:
+    """The smallest byte string greater than the bytes of every key that starts with *prefix*
+    (``None`` when there is none: an empty prefix, or one of 0xFF bytes only). Computed on the
+    bytes SQLite compares, so any character works, whatever its UTF-8 length; the bound need
+    not be valid UTF-8 since it is only compared."""
+    raw = bytearray(prefix.encode("utf-8", "surrogateescape"))
+    while raw:
+        if raw[-1] < 0xFF:
+            raw[-1] += 1
+            return bytes(raw)
+        raw.pop()
     return None
 
 

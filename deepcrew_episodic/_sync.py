@@ -1,0 +1,223 @@
+"""``SyncEpisodicMemory``: the same memory for code that does not ``await``.
+
+Scripts, notebooks and WSGI applications call ``memory.recall(...)`` without an event loop of
+their own. This facade owns one: a daemon thread runs an anyio event loop with a blocking portal,
+and every method sends the matching :class:`EpisodicMemory` coroutine to it and waits for the
+result. There is one implementation of the memory, the async one; this module only carries calls
+across threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Coroutine, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+from ._episode import Episode
+from ._exceptions import ConfigurationError
+from ._memory import EpisodicMemory, MemoryStats, TimeLike
+from ._recall import Scored
+
+__all__ = ["SyncEpisodicMemory"]
+
+T = TypeVar("T")
+
+
+class SyncEpisodicMemory:
+    """:class:`EpisodicMemory` with plain (blocking) methods.
+
+    Takes the same arguments as :class:`EpisodicMemory`, or an existing one (whose provider
+    must then be used from this object only). Close it (``close()`` or a ``with`` block) to
+    close the provider and stop its event-loop thread.
+
+    Example::
+
+        from deepcrew_episodic import Episode, SyncEpisodicMemory
+        from deepcrew_episodic.providers import SQLiteMemoryProvider
+
+        with SyncEpisodicMemory(SQLiteMemoryProvider("episodes.db"), namespace="bot") as memory:
+            memory.record(Episode(query="Rotate the API key", response="Done", outcome="success"))
+            print(memory.render(memory.recall("how do I rotate a key?")))
+    """
+
+    def __init__(self, backend: Any, *, backend_name: str = "asyncio", **options: Any) -> None:
+        if isinstance(backend, EpisodicMemory):
+            if options:
+                raise ConfigurationError(
+                    f"an EpisodicMemory was given: its options are already set, not "
+                    f"{', '.join(sorted(options))}"
+                )
+            self.memory = backend
+        else:
+            self.memory = EpisodicMemory(backend, **options)
+        self._portal, self._thread = _start_loop(backend_name)
+        self._closed = False
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T:
+        if self._closed:
+            raise ConfigurationError("this SyncEpisodicMemory is closed")
+        result: T = self._portal.call(lambda: fn(*args, **kwargs))
+        return result
+
+    def record(self, episode: Episode | Any) -> Episode:
+        """See :meth:`EpisodicMemory.record`."""
+        return self._call(self.memory.record, episode)
+
+    def recall(
+        self,
+        query: str,
+        top_k: int | None = None,
+        *,
+        intent: str = "any",
+        tags: Collection[str] | None = None,
+        outcome: str | Collection[str] | None = None,
+        since: TimeLike | None = None,
+    ) -> list[Episode]:
+        """See :meth:`EpisodicMemory.recall`."""
+        return self._call(
+            self.memory.recall, query, top_k, intent=intent, tags=tags, outcome=outcome, since=since
+        )
+
+    def explain(
+        self,
+        query: str,
+        top_k: int | None = None,
+        *,
+        intent: str = "any",
+        tags: Collection[str] | None = None,
+        outcome: str | Collection[str] | None = None,
+        since: TimeLike | None = None,
+    ) -> list[Scored]:
+        """See :meth:`EpisodicMemory.explain`."""
+        return self._call(
+            self.memory.explain,
+            query,
+            top_k,
+            intent=intent,
+            tags=tags,
+            outcome=outcome,
+            since=since,
+        )
+
+    def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
+        """See :meth:`EpisodicMemory.render` (no I/O: runs here)."""
+        return self.memory.render(episodes, max_chars=max_chars)
+
+    def load(self) -> list[Episode]:
+        """See :meth:`EpisodicMemory.load`."""
+        return self._call(self.memory.load)
+
+    def stats(self) -> MemoryStats:
+        """See :meth:`EpisodicMemory.stats`."""
+        return self._call(self.memory.stats)
+
+    def forget(
+        self,
+        ids: str | Collection[str] | None = None,
+        *,
+        outcome: str | Collection[str] | None = None,
+        tags: Collection[str] | None = None,
+        before: TimeLike | None = None,
+        containing: str | None = None,
+        corrupt: bool = False,
+    ) -> int:
+        """See :meth:`EpisodicMemory.forget`."""
+        return self._call(
+            self.memory.forget,
+            ids,
+            outcome=outcome,
+            tags=tags,
+            before=before,
+            containing=containing,
+            corrupt=corrupt,
+        )
+
+    def sweep(self) -> int:
+        """See :meth:`EpisodicMemory.sweep`."""
+        return self._call(self.memory.sweep)
+
+    def shrink(self, max_episodes: int) -> int:
+        """See :meth:`EpisodicMemory.shrink`."""
+        return self._call(self.memory.shrink, max_episodes)
+
+    def clear(self) -> None:
+        """See :meth:`EpisodicMemory.clear`."""
+        self._call(self.memory.clear)
+
+    # --- properties ---------------------------------------------------------------------------
+
+    @property
+    def namespace(self) -> str:
+        return self.memory.namespace
+
+    @property
+    def max_episodes(self) -> int:
+        return self.memory.max_episodes
+
+    @property
+    def max_age(self) -> timedelta | None:
+        return self.memory.max_age
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the provider and stop the event-loop thread. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self._call(self.memory.backend.aclose)
+        finally:
+            self._closed = True
+            self._portal.call(self._portal.stop)
+            self._thread.join()
+
+    def __enter__(self) -> SyncEpisodicMemory:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<SyncEpisodicMemory namespace={self.namespace!r} {state}>"
+
+
+def _start_loop(backend_name: str) -> tuple[Any, threading.Thread]:
+    """An event loop in a daemon thread (a forgotten ``close()`` never blocks the interpreter's
+    exit), serving calls through a blocking portal."""
+    from anyio import run
+    from anyio.from_thread import BlockingPortal
+
+    ready = threading.Event()
+    holder: dict[str, Any] = {}
+
+    async def serve() -> None:
+        async with BlockingPortal() as portal:
+            holder["portal"] = portal
+            ready.set()
+            await portal.sleep_until_stopped()
+
+    def main() -> None:
+        try:
+            run(serve, backend=backend_name)
+        except BaseException as exc:  # reported to the constructor below
+            holder["error"] = exc
+            ready.set()
+
+    thread = threading.Thread(target=main, name="deepcrew-episodic-sync", daemon=True)
+    thread.start()
+    ready.wait()
+    if "error" in holder:
+        raise ConfigurationError(
+            f"cannot start an event loop on backend {backend_name!r}: {holder['error']}"
+        ) from holder["error"]
+    return holder["portal"], thread

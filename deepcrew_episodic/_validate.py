@@ -1,0 +1,84 @@
+"""Argument checks, written once and used by every public entry point.
+
+Each check returns the value (converted where that is lossless, an int to a float) or raises
+:class:`~deepcrew_episodic.ConfigurationError` naming the argument and what it holds. ``bool`` is
+never taken for a number: ``recall_k=True`` is a mistake, not the integer 1.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+from ._exceptions import ConfigurationError
+
+__all__ = ["integer", "number", "optional_integer", "optional_number", "positive_duration"]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def integer(
+    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """*value* as an int (not a bool, not a float), within bounds."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be an integer, not {_show(value)}")
+    if minimum is not None and value < minimum:
+        raise ConfigurationError(f"{name} must be an integer >= {minimum}, not {_show(value)}")
+    if maximum is not None and value > maximum:
+        raise ConfigurationError(f"{name} must be an integer <= {maximum:,}, not {_show(value)}")
+    return value
+
+
+def optional_integer(name: str, value: Any, *, minimum: int | None = None) -> int | None:
+    return None if value is None else integer(name, value, minimum=minimum)
+
+
+def number(
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+) -> float:
+    """*value* as a finite float (an int or a float, not a bool, not a string), within bounds."""
+    if not _is_number(value):
+        raise ConfigurationError(f"{name} must be a number, not {_show(value)}")
+    try:
+        result = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ConfigurationError(f"{name} must be a finite number, not {_show(value)}") from None
+    if not math.isfinite(result):
+        raise ConfigurationError(f"{name} must be a finite number, not {value!r}")
+    if minimum is not None and (result <= minimum if exclusive_minimum else result < minimum):
+        relation = ">" if exclusive_minimum else ">="
+        raise ConfigurationError(f"{name} must be {relation} {minimum:g}, not {value!r}")
+    if maximum is not None and result > maximum:
+        raise ConfigurationError(f"{name} must be <= {maximum:g}, not {value!r}")
+    return result
+
+
+def optional_number(
+    name: str, value: Any, *, minimum: float | None = None, exclusive_minimum: bool = False
+) -> float | None:
+    if value is None:
+        return None
+    return number(name, value, minimum=minimum, exclusive_minimum=exclusive_minimum)
+
+
+def positive_duration(name: str, value: Any) -> timedelta:
+    """A :class:`~datetime.timedelta` longer than zero."""
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ConfigurationError(f"{name} must be a positive timedelta, not {_show(value)}")
+    return value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
