@@ -86,7 +86,7 @@ async def test_namespaces_spread_over_the_masters_and_keys_scans_them_all(
     assert await cluster.keys("episodic:team1:") == [f"episodic:team1:{k}" for k in per_namespace]
 
 
-async def test_a_cold_load_is_two_mgets_and_a_record_one_transaction(
+async def test_a_cold_load_is_two_mgets_and_a_record_two_scripts(
     cluster: RedisMemoryProvider, nodes: list[redis.Redis]
 ) -> None:
     writer = EpisodicMemory(cluster, namespace="billing", max_episodes=1000)
