@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._agent import Agent, AgentResult
+    from ._agent import Agent
     from ._episode import Episode, Outcome
     from ._events import EventType, StreamEvent, StreamPolicy
     from ._exceptions import (
@@ -35,12 +35,13 @@ if TYPE_CHECKING:
     )
     from ._hook import EpisodicHook, Recalled, Recorded
     from ._log import Counters
-    from ._loop import LLMVerifier, LoopConfig, Verdict, Verifier
     from ._memory import EpisodicMemory, MemoryStats
     from ._recall import Scored
     from ._redact import Redactor
+    from ._result import AgentResult
     from ._runner import AgentStream, run_agent, stream_agent
     from ._sync import SyncEpisodicMemory
+    from ._verify import LLMVerifier, LoopConfig, Verdict, Verifier
 
 __version__ = "0.1.0"
 
@@ -52,7 +53,7 @@ logging.getLogger("deepcrew_episodic").addHandler(logging.NullHandler())
 _EXPORTS: dict[str, str] = {
     "Agent": "._agent",
     "AgentError": "._exceptions",
-    "AgentResult": "._agent",
+    "AgentResult": "._result",
     "AgentStream": "._runner",
     "ConfigurationError": "._exceptions",
     "CorruptDataError": "._exceptions",
@@ -63,8 +64,8 @@ _EXPORTS: dict[str, str] = {
     "EpisodicMemoryError": "._exceptions",
     "EventType": "._events",
     "InvalidEpisodeError": "._exceptions",
-    "LLMVerifier": "._loop",
-    "LoopConfig": "._loop",
+    "LLMVerifier": "._verify",
+    "LoopConfig": "._verify",
     "MaxTurnsError": "._exceptions",
     "MemoryStats": "._memory",
     "MissingDependencyError": "._exceptions",
@@ -78,8 +79,8 @@ _EXPORTS: dict[str, str] = {
     "StreamPolicy": "._events",
     "SyncEpisodicMemory": "._sync",
     "ToolError": "._exceptions",
-    "Verdict": "._loop",
-    "Verifier": "._loop",
+    "Verdict": "._verify",
+    "Verifier": "._verify",
     "VerifierError": "._exceptions",
     "run_agent": "._runner",
     "stream_agent": "._runner",

@@ -1,4 +1,4 @@
-"""``Agent`` (what to run), ``AgentResult`` (what a run produced) and tools from callables.
+"""``Agent`` (what to run) and its tools, made from plain callables.
 
 A tool is a plain Python function, sync or async. Its JSON schema comes from its type hints
 (pydantic builds each parameter's schema, so ``int``, ``list[str]``, ``X | None``,
@@ -20,15 +20,14 @@ from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 import anyio
 from pydantic import TypeAdapter, ValidationError
 
-from ._episode import Episode
 from ._exceptions import ConfigurationError
 from ._validate import integer
 
 if TYPE_CHECKING:
-    from ._loop import LoopConfig
     from ._memory import EpisodicMemory
+    from ._verify import LoopConfig
 
-__all__ = ["Agent", "AgentResult", "Tool", "ToolArgumentsError"]
+__all__ = ["Agent", "Tool", "ToolArgumentsError"]
 
 ToolErrors = Literal["report", "raise"]
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -109,40 +108,6 @@ class Agent:
                 raise ConfigurationError(f"two tools are named {tool.name!r}")
             tools[tool.name] = tool
         return tools
-
-
-@dataclass
-class AgentResult:
-    """What a run produced (deepcrew-ai's fields, plus what memory did).
-
-    ``tool_calls`` holds ``{"tool", "args", "agent_id", "id", "error"}`` per call, every
-    iteration of a loop included. ``recalled`` are the episodes injected before the run,
-    ``recorded`` the episodes this run stored (one, or one per loop iteration).
-    ``recall_error`` / ``record_errors`` say why memory was skipped; the run itself went on.
-    """
-
-    agent_id: str
-    text: str
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    model: str = ""
-    confidence: float | None = None
-    loop_iterations: int = 0
-    episodes_recalled: int = 0
-    recalled: list[Episode] = field(default_factory=list)
-    recorded: list[Episode] = field(default_factory=list)
-    recall_error: str | None = None
-    record_errors: list[str] = field(default_factory=list)
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    @property
-    def tools_used(self) -> list[str]:
-        """Names of the tools called, sorted, each once."""
-        return sorted({str(call["tool"]) for call in self.tool_calls})
 
 
 class ToolArgumentsError(Exception):

@@ -46,7 +46,8 @@ class Recalled:
     """What :meth:`EpisodicHook.before_run` found.
 
     ``messages`` is the conversation to send to the model: the input with the block inserted
-    (or the input unchanged when nothing was recalled or recall failed).
+    (or the input unchanged when nothing was recalled or recall failed). ``events`` are the
+    stream events this call emitted (also sent to ``on_event``), for a runner to yield.
     """
 
     messages: list[dict[str, Any]]
@@ -54,6 +55,7 @@ class Recalled:
     episodes: list[Episode] = field(default_factory=list)
     block: str = ""
     error: str | None = None
+    events: tuple[StreamEvent, ...] = ()
 
     @property
     def count(self) -> int:
@@ -62,10 +64,12 @@ class Recalled:
 
 @dataclass(frozen=True)
 class Recorded:
-    """What :meth:`EpisodicHook.after_run` stored: the episode, or why it could not."""
+    """What :meth:`EpisodicHook.after_run` stored: the episode, or why it could not, and the
+    stream events the call emitted (also sent to ``on_event``)."""
 
     episode: Episode | None
     error: str | None = None
+    events: tuple[StreamEvent, ...] = ()
 
 
 class EpisodicHook:
@@ -148,15 +152,15 @@ class EpisodicHook:
             self.memory.counters.recall_failures += 1
             error = describe(exc)
             log.warning("episodic recall failed (%s); the run goes on without it", error)
-            await self._emit(EventType.EPISODE_RECALL_FAILED, _error_data(exc))
-            return Recalled(original, text, error=error)
+            event = await self._emit(EventType.EPISODE_RECALL_FAILED, _error_data(exc))
+            return Recalled(original, text, error=error, events=(event,))
         if not block:
             return Recalled(original, text)
-        await self._emit(
+        event = await self._emit(
             EventType.EPISODE_RECALLED,
             {"count": len(shown), "ids": [e.id for e in shown], "query": text},
         )
-        return Recalled(insert_system(original, block), text, shown, block)
+        return Recalled(insert_system(original, block), text, shown, block, events=(event,))
 
     async def after_run(
         self,
@@ -241,22 +245,23 @@ class EpisodicHook:
             self.memory.counters.record_failures += 1
             error = describe(exc)
             log.warning("recording the %s episode failed (%s)", outcome, error)
-            await self._emit(
+            event = await self._emit(
                 EventType.EPISODE_RECORD_FAILED, {"outcome": outcome, **_error_data(exc)}
             )
-            return Recorded(None, error)
-        await self._emit(
+            return Recorded(None, error, events=(event,))
+        event = await self._emit(
             EventType.EPISODE_RECORDED,
             {"outcome": stored.outcome, "score": stored.score, "id": stored.id},
         )
-        return Recorded(stored)
+        return Recorded(stored, events=(event,))
 
-    async def _emit(self, event: EventType, data: dict[str, Any]) -> None:
-        if self.on_event is None:
-            return
-        result = self.on_event(emit(event, data, self.agent_id))
-        if inspect.isawaitable(result):
-            await result
+    async def _emit(self, kind: EventType, data: dict[str, Any]) -> StreamEvent:
+        event = emit(kind, data, self.agent_id)
+        if self.on_event is not None:
+            result = self.on_event(event)
+            if inspect.isawaitable(result):
+                await result
+        return event
 
 
 def describe(error: BaseException) -> str:

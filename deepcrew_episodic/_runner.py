@@ -19,11 +19,12 @@ from typing import Any
 
 import anyio
 
-from ._agent import Agent, AgentResult, Tool, ToolArgumentsError
+from ._agent import Agent, Tool, ToolArgumentsError
 from ._events import EventType, StreamEvent, StreamPolicy, emit
 from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
 from ._hook import EpisodicHook, Recorded, describe, user_query
-from ._loop import LoopRecord, recorded_attempt, refine
+from ._loop import Refinement, Task, recorded_attempt
+from ._result import AgentResult
 
 __all__ = ["AgentStream", "run_agent", "stream_agent"]
 
@@ -145,17 +146,10 @@ class _Run:
         self.messages = list(messages)
         self.agent_id = agent_id or agent.name
         self.result: AgentResult | None = None
-        self._pending: list[StreamEvent] = []
-
-    def _drain(self) -> list[StreamEvent]:
-        events = list(self._pending)
-        self._pending.clear()  # in place: the hooks hold this list's append
-        return events
 
     def _hook(self, memory: Any) -> EpisodicHook | None:
-        if memory is None:
-            return None
-        return EpisodicHook(memory, agent_id=self.agent_id, on_event=self._pending.append)
+        # The hook's events come back on its results; the run yields them in order.
+        return None if memory is None else EpisodicHook(memory, agent_id=self.agent_id)
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         agent, aid = self.agent, self.agent_id
@@ -171,53 +165,45 @@ class _Run:
         if recall_hook is not None:
             recalled = await recall_hook.before_run(history, query=query)
             history = recalled.messages
-            for event in self._drain():
+            for event in recalled.events:
                 yield event
 
         yield emit(EventType.AGENT_START, {"model": agent.model}, aid)
         cfg = agent.loop_config
         recorded: list[Recorded] = []
+        record_hook = recall_hook
+        if cfg is not None and cfg.episodic_memory is not None:
+            record_hook = self._hook(cfg.episodic_memory)
+        task = Task(
+            query, history, aid, record_hook, lambda msgs: _Attempt(agent, tools, msgs, aid)
+        )
         if cfg is None:
-            record_hook = recall_hook
-            attempt = _Attempt(agent, tools, history, aid)
-            run = recorded_attempt(
-                attempt, query=query, hook=record_hook, drain=self._drain, recorded=recorded
-            )
-            async with aclosing(run) as events:
+            attempt = task.attempt(history)
+            async with aclosing(recorded_attempt(attempt, task, recorded)) as events:
                 async for event in events:
                     yield event
             result = attempt.result()
         else:
-            record_hook = self._hook(cfg.episodic_memory or agent.episodic_memory)
-            loop = LoopRecord()
-            loop_events = refine(
-                cfg,
-                query=query,
-                messages=history,
-                attempt=lambda msgs: _Attempt(agent, tools, msgs, aid),
-                hook=record_hook,
-                drain=self._drain,
-                agent_id=aid,
-                record=loop,
-            )
-            async with aclosing(loop_events) as events:
+            loop = Refinement(cfg, task)
+            async with aclosing(loop.events()) as events:
                 async for event in events:
                     yield event
-            result = _loop_result(loop)
+            result = loop.result()
             recorded.extend(loop.recorded)
 
         if recalled is not None:
             result.recalled = list(recalled.episodes)
             result.episodes_recalled = recalled.count
             result.recall_error = recalled.error
+        after: tuple[StreamEvent, ...] = ()
         if cfg is None and record_hook is not None:
             # Recorded before AGENT_DONE is yielded: a consumer that stops reading at
             # AGENT_DONE must not cost the episode. Its event still follows AGENT_DONE.
-            recorded.append(
-                await record_hook.after_run(
-                    query, result.text, score=result.confidence, tools_used=result.tools_used
-                )
+            done = await record_hook.after_run(
+                query, result.text, score=result.confidence, tools_used=result.tools_used
             )
+            recorded.append(done)
+            after = done.events
         result.recorded = [r.episode for r in recorded if r.episode is not None]
         result.record_errors = [r.error for r in recorded if r.error is not None]
         self.result = result
@@ -226,19 +212,8 @@ class _Run:
             {"input_tokens": result.input_tokens, "output_tokens": result.output_tokens},
             aid,
         )
-        for event in self._drain():
+        for event in after:
             yield event
-
-
-def _loop_result(loop: LoopRecord) -> AgentResult:
-    """The last iteration's answer, with every iteration's tokens and tool calls."""
-    last = loop.results[-1]
-    last.tool_calls = [call for r in loop.results for call in r.tool_calls]
-    last.input_tokens = sum(r.input_tokens for r in loop.results)
-    last.output_tokens = sum(r.output_tokens for r in loop.results)
-    last.loop_iterations = len(loop.results)
-    last.confidence = loop.verdicts[-1].score
-    return last
 
 
 class _Attempt:

@@ -24,7 +24,7 @@ from deepcrew_episodic import (
     run_agent,
     stream_agent,
 )
-from deepcrew_episodic._loop import parse_verdict
+from deepcrew_episodic._verify import parse_verdict
 from deepcrew_episodic.providers import InMemoryProvider
 
 pytestmark = pytest.mark.anyio

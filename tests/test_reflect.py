@@ -41,7 +41,7 @@ async def test_the_lesson_is_stored_and_rendered(llm: ScriptedLLM) -> None:
     lesson = "Run the users-table migration before the deploy, off-peak."
     llm.script(Reply.text(lesson))
     memory = reflecting(llm)
-    stored = await memory.record(RUN)
+    stored = await memory.record(dataclasses.replace(RUN))
     assert stored.reflection == lesson
     [loaded] = await memory.load()
     assert loaded.reflection == lesson
@@ -62,7 +62,7 @@ async def test_the_lesson_is_stored_and_rendered(llm: ScriptedLLM) -> None:
 async def test_none_leaves_the_reflection_empty(llm: ScriptedLLM, answer: str) -> None:
     llm.script(Reply.text(answer))
     memory = reflecting(llm)
-    stored = await memory.record(RUN)
+    stored = await memory.record(dataclasses.replace(RUN))
     assert stored.reflection is None
     assert (await memory.load())[0].reflection is None
     assert memory.counters.reflection_failures == 0
@@ -77,7 +77,7 @@ async def test_a_hanging_model_times_out_and_the_episode_is_kept(
     memory = reflecting(llm, timeout=0.5)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="deepcrew_episodic"):
-        stored = await memory.record(RUN)
+        stored = await memory.record(dataclasses.replace(RUN))
     assert time.monotonic() - started < 5
     assert stored.reflection is None
     assert [e.id for e in await memory.load()] == [stored.id]
@@ -92,7 +92,7 @@ async def test_a_failing_model_never_loses_the_episode(
     llm.script(Reply.error(status, "reflector unavailable"))
     memory = reflecting(llm)
     with caplog.at_level(logging.WARNING, logger="deepcrew_episodic"):
-        stored = await memory.record(RUN)
+        stored = await memory.record(dataclasses.replace(RUN))
     assert stored.reflection is None
     assert len(await memory.load()) == 1
     assert memory.counters.reflection_failures == 1
