@@ -50,7 +50,7 @@ import re
 import unicodedata
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Literal
@@ -161,188 +161,44 @@ def _term(word: str) -> str:
 
 # --- the stemmer ----------------------------------------------------------------------------
 #
-# M. F. Porter's suffix-stripping algorithm ("An algorithm for suffix stripping", Program 14(3),
-# 1980), steps 1a to 5b, with the plural (1a) and final-y (1c) rules of Porter2 (Snowball
-# English), which keep "status", "deploy" and "key" whole, and one addition: a stem ending in
-# "ifi" loses its "i", so that notify / notified meet notification ("notif").
-# Only lower-case ASCII words of three letters or more are stemmed; words with digits, other
-# scripts and short words pass through unchanged.
+# Snowball's stemmers (the snowballstemmer package; it uses PyStemmer's C build when that is
+# installed): English (Porter2) for ASCII words, and Russian, Greek or Arabic for words in those
+# scripts. One addition to English: a stem ending in "ifi" loses its "i", so that notify /
+# notified meet notification ("notif"). Words with digits, short words and other scripts pass
+# through unchanged (Chinese and Japanese are matched by bigrams instead).
 
-_VOWELS = frozenset("aeiou")
-
-
-def _is_consonant(word: str, i: int) -> bool:
-    c = word[i]
-    if c in _VOWELS:
-        return False
-    if c == "y":
-        return i == 0 or not _is_consonant(word, i - 1)
-    return True
-
-
-def _measure(stem_: str) -> int:
-    """Porter's m: the number of vowel-consonant sequences in ``[C](VC){m}[V]``."""
-    m = 0
-    i, n = 0, len(stem_)
-    while i < n and _is_consonant(stem_, i):
-        i += 1
-    while i < n:
-        while i < n and not _is_consonant(stem_, i):
-            i += 1
-        if i >= n:
-            break
-        m += 1
-        while i < n and _is_consonant(stem_, i):
-            i += 1
-    return m
-
-
-def _has_vowel(stem_: str) -> bool:
-    return any(not _is_consonant(stem_, i) for i in range(len(stem_)))
-
-
-def _double_consonant(word: str) -> bool:
-    return len(word) >= 2 and word[-1] == word[-2] and _is_consonant(word, len(word) - 1)
-
-
-def _cvc(word: str) -> bool:
-    """Ends consonant-vowel-consonant, the last not w, x or y ("hop", not "how")."""
-    n = len(word)
-    return (
-        n >= 3
-        and _is_consonant(word, n - 3)
-        and not _is_consonant(word, n - 2)
-        and _is_consonant(word, n - 1)
-        and word[-1] not in "wxy"
-    )
-
-
-_STEP2 = (
-    ("ational", "ate"),
-    ("tional", "tion"),
-    ("enci", "ence"),
-    ("anci", "ance"),
-    ("izer", "ize"),
-    ("abli", "able"),
-    ("alli", "al"),
-    ("entli", "ent"),
-    ("eli", "e"),
-    ("ousli", "ous"),
-    ("ization", "ize"),
-    ("ation", "ate"),
-    ("ator", "ate"),
-    ("alism", "al"),
-    ("iveness", "ive"),
-    ("fulness", "ful"),
-    ("ousness", "ous"),
-    ("aliti", "al"),
-    ("iviti", "ive"),
-    ("biliti", "ble"),
-)
-_STEP3 = (
-    ("icate", "ic"),
-    ("ative", ""),
-    ("alize", "al"),
-    ("iciti", "ic"),
-    ("ical", "ic"),
-    ("ful", ""),
-    ("ness", ""),
-)
-_STEP4 = (
-    "al",
-    "ance",
-    "ence",
-    "er",
-    "ic",
-    "able",
-    "ible",
-    "ant",
-    "ement",
-    "ment",
-    "ent",
-    "ion",
-    "ou",
-    "ism",
-    "ate",
-    "iti",
-    "ous",
-    "ive",
-    "ize",
+_NON_LATIN = (
+    ("russian", re.compile(r"[\u0400-\u04ff]+")),
+    ("greek", re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]+")),
+    ("arabic", re.compile(r"[\u0600-\u06ff]+")),
 )
 
 
-def _replace(word: str, rules: Iterable[tuple[str, str]], min_measure: int) -> str:
-    # The longest matching suffix decides; if its condition fails, no shorter one is tried.
-    best: tuple[str, str] | None = None
-    for suffix, replacement in rules:
-        if word.endswith(suffix) and (best is None or len(suffix) > len(best[0])):
-            best = (suffix, replacement)
-    if best is None:
-        return word
-    base = word[: len(word) - len(best[0])]
-    return base + best[1] if _measure(base) > min_measure else word
+@functools.cache
+def _stemmer(language: str) -> Callable[[str], str]:
+    import snowballstemmer
 
-
-def _step1(word: str) -> str:
-    # 1a: plurals (Porter2's rules: "status" and "gas" keep their s, "ties" -> "tie")
-    if word.endswith("sses"):
-        word = word[:-2]
-    elif word.endswith(("ies", "ied")):
-        word = word[:-2] if len(word) > 4 else word[:-1]
-    elif word.endswith(("us", "ss")):
-        pass
-    elif word.endswith("s") and _has_vowel(word[:-2]):
-        word = word[:-1]
-    # 1b: -ed, -ing
-    if word.endswith("eed"):
-        if _measure(word[:-3]) > 0:
-            word = word[:-1]
-    else:
-        for suffix in ("ed", "ing"):
-            if word.endswith(suffix) and _has_vowel(word[: -len(suffix)]):
-                word = word[: -len(suffix)]
-                if word.endswith(("at", "bl", "iz")):
-                    word += "e"
-                elif _double_consonant(word) and word[-1] not in "lsz":
-                    word = word[:-1]
-                elif _measure(word) == 1 and _cvc(word):
-                    word += "e"
-                break
-    # 1c: y -> i after a consonant that is not the first letter (Porter2: "retry" -> "retri"
-    # but "deploy" stays, so that it meets "deployment")
-    if len(word) > 2 and word.endswith("y") and _is_consonant(word, len(word) - 2):
-        word = word[:-1] + "i"
+    word: Callable[[str], str] = snowballstemmer.stemmer(language).stemWord
     return word
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
-    """The stem of one folded word (Porter 1980, plus ``-ifi`` -> ``-if``).
+    """The stem of one folded word.
 
     >>> [stem(w) for w in ("deploys", "deploying", "deployment", "configuration", "rotated")]
     ['deploy', 'deploy', 'deploy', 'configur', 'rotat']
     """
-    if len(word) < 3 or _NOT_STEMMABLE.search(word):
+    if len(word) < 3:
         return word
-    word = _step1(word)
-    word = _replace(word, _STEP2, 0)
-    word = _replace(word, _STEP3, 0)
-    # step 4, with "ion" only after s or t
-    best = max((s for s in _STEP4 if word.endswith(s)), key=len, default=None)
-    if best is not None:
-        base = word[: len(word) - len(best)]
-        if _measure(base) > 1 and (best != "ion" or base.endswith(("s", "t"))):
-            word = base
-    # 5a: final e
-    if word.endswith("e"):
-        m = _measure(word[:-1])
-        if m > 1 or (m == 1 and not _cvc(word[:-1])):
-            word = word[:-1]
-    # 5b: -ll
-    if word.endswith("ll") and _measure(word) > 1:
-        word = word[:-1]
-    if word.endswith("ifi") and len(word) > 4:
-        word = word[:-1]
+    if word.isascii():
+        if _NOT_STEMMABLE.search(word):
+            return word
+        stemmed = _stemmer("english")(word)
+        return stemmed[:-1] if stemmed.endswith("ifi") and len(stemmed) > 4 else stemmed
+    for language, script in _NON_LATIN:
+        if script.fullmatch(word):
+            return _stemmer(language)(word)
     return word
 
 

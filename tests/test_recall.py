@@ -17,6 +17,7 @@ from deepcrew_episodic._recall import (
     RECENCY_WEIGHT,
     RecallIndex,
     episode_terms,
+    fold,
     relevance,
     stem,
     terms,
@@ -120,9 +121,23 @@ def test_stemmer_keeps_words_that_only_look_inflected(word: str) -> None:
     assert stem(word) == word
 
 
-def test_stemmer_leaves_short_words_digits_and_other_scripts_alone() -> None:
-    for word in ("ci", "db", "s3", "ec2", "x86", "1182", "http2", "部署", "ошибки"):
+def test_stemmer_leaves_short_words_digits_and_scripts_it_has_no_stemmer_for_alone() -> None:
+    for word in ("ci", "db", "s3", "ec2", "x86", "1182", "http2", "部署", "ทดสอบ", "테스트"):
         assert stem(word) == word
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        ("ошибки", "ошибка", "ошибку"),  # Russian: errors / error (nominative, accusative)
+        ("платежи", "платеж", "платежа"),  # payments / payment
+        ("πληρωμές", "πληρωμή"),  # Greek: payments / payment (accents folded)
+    ],
+    ids=lambda f: f[0],
+)
+def test_other_scripts_are_stemmed_by_their_own_language(family: tuple[str, ...]) -> None:
+    assert len({stem(w) for w in (fold(x) for x in family)}) == 1, family
+    assert len({frozenset(terms(w)) for w in family}) == 1
 
 
 def test_families_meet_through_terms() -> None:
