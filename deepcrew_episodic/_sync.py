@@ -124,6 +124,7 @@ class SyncEpisodicMemory:
         before: TimeLike | None = None,
         containing: str | None = None,
         corrupt: bool = False,
+        dry_run: bool = False,
     ) -> int:
         """See :meth:`EpisodicMemory.forget`."""
         return self._call(
@@ -134,7 +135,31 @@ class SyncEpisodicMemory:
             before=before,
             containing=containing,
             corrupt=corrupt,
+            dry_run=dry_run,
         )
+
+    def select(
+        self,
+        ids: str | Collection[str] | None = None,
+        *,
+        outcome: str | Collection[str] | None = None,
+        tags: Collection[str] | None = None,
+        before: TimeLike | None = None,
+        containing: str | None = None,
+    ) -> list[Episode]:
+        """See :meth:`EpisodicMemory.select`."""
+        return self._call(
+            self.memory.select,
+            ids,
+            outcome=outcome,
+            tags=tags,
+            before=before,
+            containing=containing,
+        )
+
+    def is_expired(self, episode: Episode) -> bool:
+        """See :meth:`EpisodicMemory.is_expired` (no I/O: runs here)."""
+        return self.memory.is_expired(episode)
 
     def sweep(self) -> int:
         """See :meth:`EpisodicMemory.sweep`."""

@@ -33,6 +33,9 @@ def test_every_operation_without_await(store: Store) -> None:
         assert memory.stats().total == 2
         with pytest.raises(InvalidEpisodeError):  # errors cross the thread unchanged
             memory.record(Episode(query="again", id=stored.id))
+        assert [e.id for e in memory.select(containing="billing")] == [stored.id]
+        assert not memory.is_expired(stored)
+        assert memory.forget(stored.id, dry_run=True) == 1
         assert memory.forget(stored.id) == 1
         assert memory.sweep() == 0
         memory.record(Episode(query="three"))
