@@ -298,7 +298,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "id": _episode_id,
     "forget_after": _deadline,
 }
-# Stored records written before ids were checked keep the id they have (the CLI escapes it).
+# Decoding accepts any stored id (a hand-edited or imported record keeps its id; the CLI escapes
+# what it prints): only new episodes are held to the id rules.
 _DECODE_CHECKS = {**_CHECKS, "id": _text}
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
 # Every field but the required query, with its default.

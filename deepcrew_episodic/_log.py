@@ -516,9 +516,9 @@ class EpisodeLog:
         return episodes
 
     async def stray_keys(self) -> list[str]:
-        """Keys below the log's ring (left by a writer that died before its eviction, by an
-        older version of this library, or by deepcrew-ai) and stale id claims: no read path
-        shows them any more."""
+        """Keys below the log's ring (left by a writer that died before its eviction, by a
+        writer whose write landed after it was evicted, or by deepcrew-ai) and stale id
+        claims: no read path shows them any more."""
         keys = await self.owned_keys()
         # The head is read after the listing: an episode written in between is inside this
         # head's range, so it can never be mistaken for a stray.

@@ -305,7 +305,7 @@ class EpisodicMemory:
         if dry_run:
             return len(selected) + len(bad)
         if selected or bad:
-            # Payloads below the log's ring go too (a dead writer's, an old version's), and
+            # Payloads below the log's ring go too (a dead writer's, a late writer's), and
             # the id claims of what is deleted, so that no copy is left behind.
             strays = await self._log.stray_keys()
             claims = [self._log.claim_key(ep.id) for _, ep in selected]
