@@ -106,7 +106,7 @@ def main() -> None:
         anyio.run(fill, store, 100)
         recall = ["recall", "refund order for a customer", "--store", str(store)]
         library = (
-            "import deepcrew_episodic._cli, deepcrew_episodic._memory,"
+            "import deepcrew_episodic.cli, deepcrew_episodic._memory,"
             " deepcrew_episodic.providers._file, deepcrew_episodic.providers._dict"
         )
         event_loop = "import anyio, anyio._backends._asyncio"

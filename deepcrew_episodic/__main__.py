@@ -1,6 +1,6 @@
 """``python -m deepcrew_episodic``: the same command as ``deepcrew-episodic``."""
 
-from ._cli import main
+from .cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from ._episode import Episode
 from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeError
@@ -564,6 +564,20 @@ class EpisodeLog:
     def corrupt_keys(self) -> list[str]:
         """The keys of the undecodable records in this memory's range as of the last sync."""
         return [self.entry_key(s, self._legacy) for s in sorted(self._bad)]
+
+
+async def list_namespaces(provider: MemoryProvider) -> list[str]:
+    """The namespaces that hold a log in *provider* (ours, and deepcrew-ai's with an index),
+    sorted."""
+    found: set[str] = set()
+    for key in await provider.keys("episodic:"):
+        rest = key[len("episodic:") :]
+        encoded, sep, tail = rest.partition(":")
+        if sep and (tail in _OWN or _ENTRY.fullmatch(tail) or _CLAIM.fullmatch(tail)):
+            found.add(unquote(encoded, errors="surrogateescape"))
+        if rest.endswith(":__meta__") and len(rest) > len(":__meta__"):
+            found.add(rest[: -len(":__meta__")])
+    return sorted(found)
 
 
 def decode_entry(raw: str) -> Episode:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ._episode import FIELDS, OUTCOMES, Episode, new_id, now_iso, parse_time
 from ._exceptions import ConfigurationError, InvalidEpisodeError
-from ._log import Changes, Counters, EpisodeLog
+from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, RecallIndex, Scored
 from ._redact import Redactor, as_redactor
 from ._render import render_block
@@ -356,10 +356,25 @@ class EpisodicMemory:
         """
         memory = cls(backend, **options)
         if "max_episodes" not in options:
-            ring = (await memory._log.read_head()).ring
-            if ring is not None:
-                memory._log.max = ring
+            head = await memory._log.read_head()
+            if head.ring is not None:
+                memory._log.max = head.ring
+            elif head.legacy is not None:
+                # deepcrew-ai keeps no ring size: its slot count is at least the one it used.
+                memory._log.max = max(memory._log.max, head.legacy.count)
         return memory
+
+    @staticmethod
+    async def namespaces(backend: MemoryProvider | Any) -> list[str]:
+        """The namespaces that hold a log in *backend* (this library's and deepcrew-ai's),
+        sorted.
+
+        Example::
+
+            for namespace in await EpisodicMemory.namespaces(backend):
+                print(namespace, (await EpisodicMemory(backend, namespace=namespace).stats()).total)
+        """
+        return await list_namespaces(as_provider(backend))
 
     async def shrink(self, max_episodes: int) -> int:
         """Lower the log's ring size to *max_episodes* and delete every episode outside it;

@@ -4,6 +4,7 @@ stores (JSON file, SQLite, the redis-server fixture)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
 import json
@@ -22,10 +23,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+import deepcrew_episodic
 from deepcrew_episodic import Episode, EpisodicMemory
-from deepcrew_episodic._cli import OUTCOMES, main
 from deepcrew_episodic._episode import OUTCOMES as EPISODE_OUTCOMES
 from deepcrew_episodic._unicode import is_hidden
+from deepcrew_episodic.cli import main
+from deepcrew_episodic.cli._parse import OUTCOMES
 from deepcrew_episodic.providers import FileMemoryProvider
 
 SCRIPT = Path(sys.executable).with_name("deepcrew-episodic")
@@ -287,17 +290,19 @@ def test_redis_store(clean_redis: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "message"),
+    ("url", "message", "status"),
     [
-        ("redis://127.0.0.1:1/0", "cannot reach redis at redis://127.0.0.1:1/0"),
-        ("redis://:hunter22@127.0.0.1:1/0", "cannot reach redis at redis://:***@127.0.0.1:1/0"),
-        ("redis://127.0.0.1:notaport/0", "redis"),
-        ("redis://:hunter22@127.0.0.1:notaport/0", "redis://:***@127.0.0.1:notaport/0"),
+        ("redis://127.0.0.1:1/0", "cannot reach redis at redis://127.0.0.1:1/0", 1),
+        ("redis://:hunter22@127.0.0.1:1/0", "cannot reach redis at redis://:***@127.0.0.1:1/0", 1),
+        ("unix://:hunter22@/nonexistent/redis.sock", "cannot reach redis at unix://:***@", 1),
+        # A URL that does not parse is a usage error, like any value that does not parse.
+        ("redis://127.0.0.1:notaport/0", "invalid redis URL", 2),
+        ("redis://:hunter22@127.0.0.1:notaport/0", "redis://:***@127.0.0.1:notaport/0", 2),
     ],
 )
-def test_unreachable_or_bad_redis_is_one_line(url: str, message: str) -> None:
+def test_unreachable_or_bad_redis_is_one_line(url: str, message: str, status: int) -> None:
     done = cli("--store", url, "stats")
-    assert done.returncode == 1
+    assert done.returncode == status
     assert_one_clean_line(done.stderr)
     assert message in done.stderr
     assert "hunter22" not in done.stderr
@@ -496,6 +501,19 @@ def test_import_a_hand_written_deepcrew_ai_log(run: Run, store: str, tmp_path: P
     assert "imported 3" in out  # the target namespace picks the source namespace
 
 
+def test_a_deepcrew_ai_log_larger_than_the_default_ring_is_read_whole(run: Run, store: str) -> None:
+    # deepcrew-ai records its slot count, not a ring size of ours: all 150 slots are shown.
+    log = {"episodic:support:__meta__": json.dumps({"count": 150, "next": 0})}
+    for i in range(150):
+        log[f"episodic:support:{i}"] = json.dumps({"query": f"ticket {i}", "response": "done"})
+    Path(store).write_text(json.dumps(log))
+    code, out, err = run("--store", store, "-n", "support", "timeline", "--json")
+    assert code == 0, err
+    assert [e["query"] for e in json.loads(out)] == [f"ticket {i}" for i in range(150)]
+    code, out, _ = run("--store", store, "-n", "support", "stats", "--json")
+    assert json.loads(out)["capacity"] == 150
+
+
 @pytest.mark.skipif(importlib.util.find_spec("deepcrew") is None, reason="deepcrew-ai missing")
 def test_import_a_log_written_by_deepcrew_ai(tmp_path: Path) -> None:
     legacy = tmp_path / "legacy.json"
@@ -665,7 +683,9 @@ def test_reading_a_file_store_imports_no_heavy_package(store: str, command: list
     assert done.returncode == 0
     assert "refund order" in done.stdout or command == ["stats"]
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
-    assert "deepcrew_episodic._memory" in imported  # the measurement saw the real path
+    # The measurement saw the real path (_memory itself loads through the package's lazy
+    # __getattr__, i.e. importlib, which -X importtime does not report; its imports it does).
+    assert {"deepcrew_episodic._log", "deepcrew_episodic._recall"} <= imported
     heavy = {"litellm", "openai", "redis", "httpx", "pydantic", "pydantic_core", "asyncio", "anyio"}
     assert not {m for m in imported if m.split(".")[0] in heavy}
 
@@ -840,7 +860,7 @@ def test_argparse_and_environment_errors_do_not_echo_a_password(run: Run, passwo
     for argv in (
         [f"--sotre={url}", "stats"],  # argparse echoes an unknown option with its value
         ["--store", url, "stats", "--since", "x"],
-        ["--store", url.replace("redis", "unix"), "stats"],  # not a store kind we know
+        ["--store", url.replace("redis", "memcached"), "stats"],  # not a store kind we know
         ["stats", "--store", url, "--max-age", "99999999999d"],
     ):
         code, out, err = run(*argv)
@@ -1171,3 +1191,391 @@ def test_an_error_that_is_not_ours_is_one_line(store: str, tmp_path: Path) -> No
         assert done.returncode == 1
         assert_one_clean_line(done.stderr)
         assert "RecursionError" in done.stderr
+
+
+# --- the command on the public API (issue 12, item 2) -------------------------------------------
+
+PACKAGE = Path(__file__).resolve().parent.parent / "deepcrew_episodic"
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module an ``import from`` names, inside the package *module* is in."""
+    if not node.level:
+        return node.module or ""
+    is_package = module.endswith(".__init__")
+    parts = module.removesuffix(".__init__").split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    return ".".join(rel.parts)
+
+
+def private_uses(path: Path, root: Path) -> list[str]:
+    """What a module of the CLI uses that is not the library's public API: an import of a
+    private module or name, and any ``x._name`` on an object that is not its own (``self``)."""
+    import deepcrew_episodic._unicode as unicode_module
+    import deepcrew_episodic.providers as providers
+
+    public = {
+        "deepcrew_episodic": set(deepcrew_episodic.__all__),
+        "deepcrew_episodic.providers": set(providers.__all__),
+        # The terminal-safety rule the library states once; the CLI applies the same one.
+        "deepcrew_episodic._unicode": set(unicode_module.__all__),
+    }
+    module = _module_name(path, root).replace(".__init__", "") + (
+        ".__init__" if path.name == "__init__.py" else ""
+    )
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        where = f"{path.name}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node)
+            if not target.startswith("deepcrew_episodic") or target.startswith(
+                "deepcrew_episodic.cli"
+            ):
+                continue
+            allowed = public.get(target)
+            for alias in node.names:
+                if allowed is None or alias.name not in allowed:
+                    found.append(f"{where}: from {target} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            found += [
+                f"{where}: import {a.name}"
+                for a in node.names
+                if a.name.startswith("deepcrew_episodic.")
+                and a.name not in public
+                and not a.name.startswith("deepcrew_episodic.cli")
+            ]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            own = isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}
+            if not own and not (node.attr.startswith("__") and node.attr.endswith("__")):
+                found.append(f"{where}: ._{node.attr.lstrip('_')} on {ast.unparse(node.value)}")
+    return found
+
+
+def test_the_cli_uses_only_the_public_api() -> None:
+    root = PACKAGE
+    modules = sorted((root / "cli").glob("*.py"))
+    assert {m.name for m in modules} >= {"__init__.py", "_main.py", "_store.py"}
+    assert not (root / "_cli.py").exists()
+    found = [use for path in modules for use in private_uses(path, root)]
+    assert found == []
+
+
+def test_the_public_api_check_catches_what_the_old_cli_did(tmp_path: Path) -> None:
+    # The old module: EpisodicMemory's private state, and an EpisodeLog built by hand.
+    package = tmp_path / "deepcrew_episodic"
+    (package / "cli").mkdir(parents=True)
+    old = package / "cli" / "_old.py"
+    old.write_text(
+        textwrap.dedent(
+            """
+            from .. import EpisodicMemory, Episode
+            from .._log import EpisodeLog, encode_namespace
+            from ..providers._file import read_file_store
+            import deepcrew_episodic._memory
+            async def run(memory, args):
+                await memory._sync()
+                cached = memory._log.cached()
+                self._ok = 1
+                return await memory._select(ids=args.ids), memory._expired(1, 0.0)
+            """
+        )
+    )
+    found = private_uses(old, package)
+    assert len(found) == 8, found
+    assert not [f for f in found if "Episode," in f or "_ok" in f]
+    for name in ("EpisodeLog", "encode_namespace", "read_file_store", "deepcrew_episodic._memory",
+                 "_sync", "_log", "_select", "_expired"):  # fmt: skip
+        assert any(name in f for f in found), name
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of the package at *root* and the package modules it imports, at any level
+    of the module (a lazy import inside a function counts), except under ``if TYPE_CHECKING``."""
+    modules = {
+        _module_name(p, root).removesuffix(".__init__"): p for p in sorted(root.rglob("*.py"))
+    }
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+
+    def type_checking(node: ast.AST) -> bool:
+        test = getattr(node, "test", None)
+        return isinstance(node, ast.If) and (
+            (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        )
+
+    for name, path in modules.items():
+        module = name + ".__init__" if path.name == "__init__.py" else name
+        pending: list[ast.AST] = [ast.parse(path.read_text(), str(path))]
+        while pending:
+            node = pending.pop()
+            if type_checking(node):
+                pending += getattr(node, "orelse", [])
+                continue
+            pending += ast.iter_child_nodes(node)
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(module, node)
+                # "from pkg import mod" imports the module pkg.mod; "from mod import name", mod.
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                    for a in node.names
+                ]
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    graph = import_graph(PACKAGE)
+    assert "deepcrew_episodic.cli._main" in graph
+    assert "deepcrew_episodic.providers._open" in graph["deepcrew_episodic.providers"]
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_sees_lazy_imports_and_skips_type_checking(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "a.py": "from .b import B\n",
+        "b.py": "def f():\n    from . import a\n",  # lazy: still a cycle a <-> b
+        "c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import D\n",
+        "d.py": "from .c import C\n",  # c -> d only for the type checker: no cycle
+        "sub/__init__.py": "from .e import E\n",
+        "sub/e.py": "from .. import sub\nfrom ..a import x\n",  # sub <-> sub.e
+    }
+    for name, text in files.items():
+        (package / name).write_text(text)
+    cycles = import_cycles(import_graph(package))
+    assert sorted(cycles) == [["pkg.a", "pkg.b"], ["pkg.sub", "pkg.sub.e"]]
+
+
+# --- open_provider ----------------------------------------------------------------------------
+
+
+def test_open_provider_names_every_kind(tmp_path: Path) -> None:
+    from deepcrew_episodic.providers import (
+        InMemoryProvider,
+        RedisMemoryProvider,
+        SQLiteMemoryProvider,
+        open_provider,
+    )
+
+    assert type(open_provider("memory:")) is InMemoryProvider
+    assert type(open_provider(str(tmp_path / "e.json"))) is FileMemoryProvider
+    for name in ("e.db", "e.sqlite", "e.sqlite3", "E.DB"):
+        assert type(open_provider(str(tmp_path / name))) is SQLiteMemoryProvider
+    for url in ("redis://127.0.0.1:1/0", "rediss://u:p@127.0.0.1:1/0",
+                "unix:///tmp/none.sock", "REDIS://127.0.0.1:1/0?client_name=bot.json"):  # fmt: skip
+        provider = open_provider(url)
+        assert type(provider) is RedisMemoryProvider, url
+        assert type(provider.client).__name__ == "Redis"
+    for url in ("redis+cluster://127.0.0.1:1", "rediss+cluster://127.0.0.1:1"):
+        provider = open_provider(url)
+        assert type(provider.client).__name__ == "RedisCluster", url
+    assert list(tmp_path.iterdir()) == []  # nothing is created before the first call
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("notes.txt", "unknown store 'notes.txt'"),
+        ("mongo://admin:hunter22@db.internal/agents", "unknown store kind 'mongo://...'"),
+        ("redis://:hunter22@127.0.0.1:notaport/0", "invalid redis URL"),
+        ("redis://127.0.0.1:1/0?password=hunter22&cluster=true", "redis+cluster://"),
+        ("memory:extra", "use 'memory:'"),
+        ("", "non-empty string"),
+    ],
+)
+def test_open_provider_refuses_an_unknown_spec_without_echoing_a_password(
+    spec: str, message: str
+) -> None:
+    from deepcrew_episodic import ConfigurationError
+    from deepcrew_episodic.providers import open_provider
+
+    with pytest.raises(ConfigurationError) as caught:
+        open_provider(spec)
+    assert message in str(caught.value)
+    assert "hunter22" not in str(caught.value)
+    if "unknown" in message:
+        assert "expected a path ending in .json" in str(caught.value)
+
+
+def test_open_provider_create_false_refuses_a_missing_file(tmp_path: Path) -> None:
+    from deepcrew_episodic import StorageError
+    from deepcrew_episodic.providers import open_provider
+
+    for name in ("missing.json", "missing.db"):
+        with pytest.raises(StorageError, match="no store at") as caught:
+            open_provider(str(tmp_path / name), create=False)
+        assert isinstance(caught.value.__cause__, FileNotFoundError)
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(StorageError, match="is a directory"):
+        open_provider(str(tmp_path / "dir.json"))
+    assert [p.name for p in tmp_path.iterdir()] == ["dir.json"]  # no file, no lock file
+
+
+def test_open_provider_passes_options_and_opens_a_working_store(tmp_path: Path) -> None:
+    from deepcrew_episodic import ConfigurationError
+    from deepcrew_episodic.providers import open_provider
+
+    async def scenario() -> None:
+        for spec in (str(tmp_path / "e.json"), str(tmp_path / "e.db")):
+            async with open_provider(spec, fsync=True) as backend:
+                memory = EpisodicMemory(backend, namespace="ops", max_episodes=7)
+                await memory.record(Episode(query="Rotate the key"))
+            async with open_provider(spec, create=False) as backend:
+                memory = await EpisodicMemory.open(backend, namespace="ops")
+                assert memory.max_episodes == 7  # the log's own ring
+                assert [e.query for e in await memory.load()] == ["Rotate the key"]
+
+    anyio.run(scenario)
+    with pytest.raises(ConfigurationError, match="takes no options"):
+        open_provider("memory:", fsync=True)
+    with pytest.raises(TypeError):
+        open_provider(str(tmp_path / "x.json"), no_such_option=1)
+
+
+def test_open_provider_snapshot_reads_a_json_file_without_an_event_loop(tmp_path: Path) -> None:
+    from deepcrew_episodic import ConfigurationError
+    from deepcrew_episodic.cli._store import run_now
+    from deepcrew_episodic.providers import InMemoryProvider, open_provider
+
+    path = tmp_path / "e.json"
+
+    async def fill() -> None:
+        async with open_provider(str(path)) as backend:
+            await EpisodicMemory(backend).record(Episode(query="Refund order 9"))
+
+    anyio.run(fill)
+    before = path.read_bytes()
+    copy = open_provider(str(path), snapshot=True)
+    assert type(copy) is InMemoryProvider
+
+    async def read_and_write() -> list[str]:
+        memory = await EpisodicMemory.open(copy)
+        await memory.clear()  # a snapshot is a copy: the file never sees this
+        return [e.query for e in await EpisodicMemory(InMemoryProvider()).load()]
+
+    assert run_now(read_and_write()) == []
+    assert run_now(EpisodicMemory.open(open_provider(str(path), snapshot=True))).max_episodes == 100
+    assert path.read_bytes() == before
+    for spec in (str(tmp_path / "e.db"), "memory:", "redis://127.0.0.1:1/0"):
+        with pytest.raises(ConfigurationError, match="snapshot"):
+            open_provider(spec, snapshot=True)
+
+
+def test_register_provider_adds_a_scheme_or_a_suffix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from deepcrew_episodic import ConfigurationError
+    from deepcrew_episodic.providers import (
+        InMemoryProvider,
+        _open,
+        open_provider,
+        register_provider,
+    )
+
+    # The registry is process-wide: this test's registrations end with it.
+    monkeypatch.setattr(_open, "_SCHEMES", dict(_open._SCHEMES))
+    monkeypatch.setattr(_open, "_SUFFIXES", dict(_open._SUFFIXES))
+    calls: list[tuple[str, bool, dict[str, object]]] = []
+
+    def factory(spec: str, *, create: bool, **options: object) -> InMemoryProvider:
+        calls.append((spec, create, options))
+        return InMemoryProvider()
+
+    register_provider("kv://", factory)
+    register_provider("scratch:", factory)
+    register_provider(".LMDB", factory)
+    assert type(open_provider("kv://host/1", create=False, size=3)) is InMemoryProvider
+    open_provider("scratch:anything")
+    open_provider(str(tmp_path / "x.lmdb"))
+    assert calls == [
+        ("kv://host/1", False, {"size": 3}),
+        ("scratch:anything", True, {}),
+        (str(tmp_path / "x.lmdb"), True, {}),
+    ]
+    register_provider(".json", factory)  # a later registration replaces a built-in one
+    assert type(open_provider(str(tmp_path / "y.json"))) is InMemoryProvider
+    for bad in ("", "x", "1kv://", ".", "a/b.c", "k v:"):
+        with pytest.raises(ConfigurationError, match="neither a scheme"):
+            register_provider(bad, factory)
+    with pytest.raises(ConfigurationError, match="callable"):
+        register_provider("kv2:", "not a factory")  # type: ignore[arg-type]
+
+
+def test_optional_dependencies_load_only_for_their_kind(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from deepcrew_episodic.providers import open_provider
+        open_provider({str(tmp_path / "e.json")!r})
+        open_provider("memory:")
+        assert not {{"redis", "sqlite3"}} & set(sys.modules), sorted(sys.modules)
+        sys.modules["redis"] = None  # redis-py not installed
+        from deepcrew_episodic import MissingDependencyError
+        try:
+            open_provider("redis://:hunter22@127.0.0.1:1/0")
+        except MissingDependencyError as exc:
+            assert "pip install 'deepcrew-episodic[redis]'" in str(exc), exc
+            assert "hunter22" not in str(exc)
+        else:
+            raise AssertionError("no MissingDependencyError")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=clean_env(), timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.redis
+def test_a_redis_cluster_store_by_its_scheme(cluster_target: str) -> None:
+    url = cluster_target.replace("redis://", "redis+cluster://")
+    recorded = cli("--store", url, "-n", "bot", "record", "-q", "Escalate ticket 5")
+    assert recorded.returncode == 0, recorded.stderr
+    found = cli("--store", url, "-n", "bot", "recall", "escalate ticket", "--json")
+    assert [e["query"] for e in json.loads(found.stdout)] == ["Escalate ticket 5"]
+    refused = cli("--store", cluster_target + "/0?cluster=true", "stats")
+    assert refused.returncode == 2
+    assert "redis+cluster://" in refused.stderr

@@ -65,3 +65,31 @@ async def test_time_moves_without_sleeping(provider: MemoryProvider) -> None:
 async def test_select_needs_a_criterion(provider: MemoryProvider) -> None:
     with pytest.raises(ConfigurationError, match="clear"):
         await EpisodicMemory(provider).select()
+
+
+async def test_namespaces_lists_every_log_of_a_store(provider: MemoryProvider) -> None:
+    for namespace in ("support", "agent:v2", "équipe 1", "a*b"):
+        await EpisodicMemory(provider, namespace=namespace).record(Episode(query="q"))
+    await provider.write(
+        {
+            "episodic:legacy bot:__meta__": '{"count": 1, "next": 0}',
+            "episodic:legacy bot:0": '{"query": "old"}',
+            "unrelated:key": "x",
+        }
+    )
+    assert await EpisodicMemory.namespaces(provider) == sorted(
+        ["support", "agent:v2", "équipe 1", "a*b", "legacy bot"]
+    )
+
+
+async def test_open_reads_a_deepcrew_log_larger_than_the_default_whole(
+    provider: MemoryProvider,
+) -> None:
+    import json
+
+    items = {"episodic:big:__meta__": json.dumps({"count": 150, "next": 0})}
+    items.update({f"episodic:big:{i}": json.dumps({"query": f"old {i}"}) for i in range(150)})
+    await provider.write(items)
+    opened = await EpisodicMemory.open(provider, namespace="big")
+    assert opened.max_episodes == 150
+    assert len(await opened.load()) == 150

@@ -9,7 +9,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from deepcrew_episodic._cli import run_now
+from deepcrew_episodic.cli._store import run_now
 from deepcrew_episodic._mutex import Mutex
 
 pytestmark = pytest.mark.anyio

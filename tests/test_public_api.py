@@ -52,6 +52,8 @@ PROVIDERS = {
     "MemoryProvider",
     "RedisMemoryProvider",
     "SQLiteMemoryProvider",
+    "open_provider",
+    "register_provider",
 }
 
 

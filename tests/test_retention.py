@@ -21,7 +21,7 @@ from llm_server import Reply, ScriptedLLM
 from stores import Store
 
 from deepcrew_episodic import Agent, ConfigurationError, Episode, EpisodicMemory, run_agent
-from deepcrew_episodic._cli import main
+from deepcrew_episodic.cli import main
 from deepcrew_episodic.providers import FileMemoryProvider, InMemoryProvider, MemoryProvider
 
 pytestmark = pytest.mark.anyio

@@ -1,5 +1,7 @@
-"""Storage providers. ``RedisMemoryProvider`` and ``SQLiteMemoryProvider`` are imported on first
-use, so a bare install never imports redis-py, and sqlite3 (10 ms) loads only when used."""
+"""Storage providers, and :func:`open_provider` to open one from a string (``"episodes.db"``,
+``"redis://host:6379/0"``, ``"memory:"``). ``RedisMemoryProvider`` and ``SQLiteMemoryProvider``
+are imported on first use, so a bare install never imports redis-py, and sqlite3 (10 ms) loads
+only when used."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ._base import MemoryProvider
 from ._dict import InMemoryProvider
 from ._file import FileMemoryProvider
+from ._open import open_provider, register_provider
 
 if TYPE_CHECKING:
     from ._redis import RedisMemoryProvider
@@ -19,6 +22,8 @@ __all__ = [
     "MemoryProvider",
     "RedisMemoryProvider",
     "SQLiteMemoryProvider",
+    "open_provider",
+    "register_provider",
 ]
 
 

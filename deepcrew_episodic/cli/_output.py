@@ -1,0 +1,357 @@
+"""What reaches the terminal, made safe in one place.
+
+Every line of human output is escaped (:func:`escape_hidden`: control, format and invisible
+characters, line breaks), so stored text (ids included) can neither drive the terminal nor forge
+a line; JSON output escapes the same characters as ``\\uXXXX``. Every stream (stdout, stderr,
+JSON, exports, argparse's own messages, warnings) passes through :class:`Scrubber`, which removes
+the secrets of every store URL the command was given: a password in any of its spellings, and
+the user name that goes with it. Also here: how an episode is laid out on one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import sys
+import unicodedata
+from typing import TYPE_CHECKING, Any
+
+from .._unicode import escape_hidden, is_hidden
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+    from .. import Episode, Scored
+
+PROG = "deepcrew-episodic"
+REDACTED = "***"
+# Generic redaction, whatever the URL: userinfo (user:password@ or token@) and a password
+# given as a query parameter.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/@:]*)(:?)[^\s/@]*@")
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;][a-z_]*(?:password|passwd|pwd|secret|token)=)[^&\s]*?"
+    r"(?=$|[&\s]|[:,;)'\"]\s|[:,;)'\"]$)"
+)
+_SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token")
+
+
+# --- secrets ----------------------------------------------------------------------------------
+
+
+def url_secrets(spec: str) -> set[str]:
+    """The secrets in a store URL, as written and as a client would decode them: the
+    password in the userinfo or in a ``?password=`` parameter (read both the way
+    ``urllib`` and redis-py parse it and naively, up to the last ``@``, since an unencoded
+    ``#``, ``/`` or ``?`` in a password changes how a parser splits the URL), and the user
+    name that goes with a password."""
+    if "://" not in spec:
+        return set()
+    from urllib.parse import unquote, unquote_plus, urlsplit
+
+    raw: set[str] = set()
+    users: set[str] = set()
+    rest = spec.partition("://")[2]
+    if "@" in rest:
+        _user, colon, password = rest.rpartition("@")[0].partition(":")
+        # Not when the "@" is in a "?password=" value (redis://h:1/0?password=a@b).
+        if colon and password and not re.search(r"(?i)[?&;]\w*password=", password):
+            raw.add(password)
+    if not ambiguous_url(spec):
+        # (An ambiguous URL is refused before any client reads it: see Settings.)
+        try:
+            parts = urlsplit(spec)
+            if parts.password:
+                raw.add(parts.password)
+                users.add(parts.username or "")
+        except ValueError:  # a malformed URL (an unclosed "[") is still scrubbed naively
+            pass
+    query_user = ""
+    for key, value in re.findall(r"[?&;#]([^=&;#?]*)=([^&;]*)", spec):
+        name = unquote_plus(key).lower()
+        if any(word in name for word in _SECRET_KEYS):
+            raw.add(value)
+            raw.add(value.partition("#")[0])
+        elif name == "username":
+            query_user = value
+    if query_user and raw:
+        users.add(query_user)
+    secrets: set[str] = set()
+    for value in raw | users:
+        # redis-py percent-decodes a query value that parse_qs already decoded: both, and more.
+        secrets |= {value, unquote(value), unquote_plus(value), unquote(unquote_plus(value))}
+    # "default" is Redis's built-in user name, and what an empty user name means: no secret.
+    return {s for s in secrets if s and s != "default"}
+
+
+def ambiguous_url(spec: str) -> bool:
+    """Whether *spec* has a password followed by an unencoded ``#``, ``/`` or ``?`` before its
+    last ``@``: every URL parser then ends the userinfo early and reads a piece of the
+    password as the host, port or path (redis-py would send it to a host in an error)."""
+    rest = spec.partition("://")[2]
+    userinfo = rest.rpartition("@")[0]
+    return (
+        ":" in userinfo
+        and any(c in userinfo for c in "#/?")
+        and not re.search(r"(?i)[?&;]\w*password=", userinfo)
+    )
+
+
+def secret_forms(secret: str) -> set[str]:
+    """Every spelling of *secret* an output could carry: raw, Unicode-normalised, percent-
+    encoded (either case of hex, ``+`` or ``%20`` for a space), and escaped the ways a
+    ``repr``, JSON or :func:`escape_hidden` spell it."""
+    from urllib.parse import quote, quote_plus
+
+    bases = {secret, unicodedata.normalize("NFC", secret), unicodedata.normalize("NFD", secret)}
+    forms: set[str] = set()
+    for text in bases:
+        encoded = {quote(text, safe=""), quote(text), quote_plus(text, safe=""), quote_plus(text)}
+        encoded |= {re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), e) for e in encoded}
+        slashed = text.replace("\\", "\\\\")
+        escaped = {
+            repr(text)[1:-1],
+            text.encode("unicode_escape").decode("ascii"),
+            json.dumps(text)[1:-1],
+            json.dumps(text, ensure_ascii=False)[1:-1],
+            json_text(json.dumps(text, ensure_ascii=False))[1:-1],
+            slashed.replace("'", "\\'"),
+            slashed.replace('"', '\\"'),
+        }
+        forms |= {text} | encoded | escaped
+    forms |= {escape_hidden(f) for f in forms}
+    return {f for f in forms if f}
+
+
+class Scrubber:
+    """Removes every known spelling of the store's secrets from a text (see
+    :func:`url_secrets` and :func:`secret_forms`), and with ``generic`` also any URL's userinfo
+    and ``password=`` parameter. Counts what it removed from data."""
+
+    def __init__(self) -> None:
+        self._forms: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self.removed_from_data = 0
+
+    def learn(self, spec: str) -> None:
+        for secret in url_secrets(spec):
+            self._forms |= secret_forms(secret)
+        if self._forms:
+            # Longest first, so that no shorter form leaves a piece of a longer one behind.
+            ordered = sorted(self._forms, key=lambda f: (-len(f), f))
+            self._pattern = re.compile("|".join(map(re.escape, ordered)))
+
+    def known(self, text: str) -> tuple[str, int]:
+        if self._pattern is None:
+            return text, 0
+        # Repeated: a removal can join two pieces into another spelling ("hun" "***" ...).
+        total = 0
+        while True:
+            text, count = self._pattern.subn(REDACTED, text)
+            total += count
+            if not count:
+                return text, total
+
+    def __call__(self, text: str, *, generic: bool = True) -> str:
+        text = self.known(text)[0]
+        if generic:
+            text = _USERINFO.sub(_redact_userinfo, text)
+            text = _QUERY_SECRET.sub(rf"\1{REDACTED}", text)
+        return text
+
+    def data(self, value: Any) -> Any:
+        """*value* (JSON-like) with the known secrets removed from every string in it."""
+        if isinstance(value, str):
+            text, count = self.known(value)
+            self.removed_from_data += count
+            return text
+        if isinstance(value, dict):
+            return {self.data(k): self.data(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.data(v) for v in value]
+        return value
+
+
+def _redact_userinfo(match: re.Match[str]) -> str:
+    scheme, user, colon = match.groups()
+    if not colon:
+        return f"{scheme}{REDACTED}@"
+    return f"{scheme}{REDACTED if user else ''}:{REDACTED}@"
+
+
+class Output:
+    """Where every byte the command prints goes through: escaped, scrubbed, and never failing
+    on a character the stream cannot encode."""
+
+    def __init__(self) -> None:
+        self.scrub = Scrubber()
+
+    def line(self, stream: SupportsWrite[str], text: str) -> None:
+        """One line of human output: every hidden character spelled out, secrets removed."""
+        safe = self.scrub(escape_hidden(self.scrub(text)))
+        self.write(stream, safe + "\n")
+
+    def text(self, stream: SupportsWrite[str], text: str) -> None:
+        """Several lines of human output (argparse's help and messages)."""
+        for piece in text.splitlines():
+            self.line(stream, piece)
+
+    def data(self, stream: SupportsWrite[str], text: str) -> None:
+        """Machine output (JSON, JSONL), already escaped by :func:`to_json`."""
+        text, count = self.scrub.known(text)
+        self.scrub.removed_from_data += count
+        self.write(stream, text)
+
+    @staticmethod
+    def write(stream: SupportsWrite[str], text: str) -> None:
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:
+            # A stream that cannot carry a character (LANG=C, a Latin-1 terminal).
+            encoding = getattr(stream, "encoding", None) or "ascii"
+            stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+
+OUTPUT = Output()
+
+
+def safe_label(store: str) -> str:
+    """The store as shown in messages: no secret of a URL is ever printed."""
+    scrub = Scrubber()
+    scrub.learn(store)
+    return scrub(store)
+
+
+class SafeFormatter(logging.Formatter):
+    """The library's warnings, one escaped and scrubbed line each (never a traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+        return OUTPUT.scrub(escape_hidden(OUTPUT.scrub(text)))
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def out(text: str = "") -> None:
+    """One line of human output on stdout (escaped and scrubbed: see :class:`Output`)."""
+    OUTPUT.line(sys.stdout, text)
+
+
+def note(text: str) -> None:
+    OUTPUT.line(sys.stderr, f"{PROG}: {text}")
+
+
+def last_words(line: str) -> None:
+    """One line on stderr, unless stderr itself is gone (then there is no one to tell)."""
+    with contextlib.suppress(OSError, ValueError):
+        OUTPUT.line(sys.stderr, line)
+
+
+_NOT_PLAIN = re.compile(r"[^\x20-\x7e\n]")
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # a surrogate pair, as JSON spells a code point beyond the BMP
+        high, low = divmod(code - 0x10000, 0x400)
+        return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
+    return f"\\u{code:04x}"
+
+
+def json_text(text: str) -> str:
+    # Outside strings json.dumps writes only printable ASCII and (with indent) line breaks,
+    # so every other hidden character found here is inside a string, where \uXXXX is exact.
+    return _NOT_PLAIN.sub(
+        lambda m: (
+            _json_escape(m.group())
+            if is_hidden(m.group()) or unicodedata.category(m.group()) in ("Zl", "Zp")
+            else m.group()
+        ),
+        text,
+    )
+
+
+def to_json(value: Any, indent: int | None = None) -> str:
+    """JSON that keeps readable text readable and spells every hidden character (controls,
+    the C1 range json.dumps leaves raw, bidi and zero-width characters, lone surrogates from
+    undecodable bytes, line separators) as ``\\uXXXX``: the data is exact, the terminal safe."""
+    return json_text(json.dumps(OUTPUT.scrub.data(value), ensure_ascii=False, indent=indent))
+
+
+def dump(value: Any) -> None:
+    OUTPUT.data(sys.stdout, to_json(value, indent=2) + "\n")
+
+
+def confirm(question: str) -> bool:
+    """Ask on the terminal. Without one (a pipe, /dev/null, a closed stdin) the answer is no:
+    a script must say --yes, and nothing ever waits on a stdin that will never answer."""
+    stdin = sys.stdin
+    try:
+        interactive = stdin is not None and stdin.isatty()
+    except (ValueError, OSError):
+        interactive = False
+    if not interactive:
+        return False
+    OUTPUT.write(sys.stderr, OUTPUT.scrub(escape_hidden(f"{question} [y/N] ")))
+    sys.stderr.flush()
+    answer = stdin.readline()
+    return answer.strip().lower() in {"y", "yes"}
+
+
+# --- episodes on one line ---------------------------------------------------------------------
+
+
+def shown(text: str) -> str:
+    """A value as quoted in a message (the output escapes it), cut: it may be megabytes long."""
+    return f"'{text[:60]}…'" if len(text) > 60 else f"'{text}'"
+
+
+def one_line(text: str, limit: int) -> str:
+    # No line break splits an item; the other hidden characters are escaped by out().
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def _when(episode: Episode) -> str:
+    stamp = episode.timestamp
+    return f"{stamp[:10]} {stamp[11:16]}" if len(stamp) >= 16 else (stamp or "undated").ljust(16)
+
+
+def _score(episode: Episode) -> str:
+    return f"{episode.score:.2f}" if episode.score is not None else "  - "
+
+
+def timeline_line(episode: Episode) -> str:
+    tags = "  " + one_line(" ".join(f"#{t}" for t in episode.tags), 80) if episode.tags else ""
+    return (
+        f"{_when(episode)}  {episode.outcome:<8} {_score(episode)}  "
+        f"{one_line(episode.query, 70)}{tags}  [{episode.id[:12]}]"
+    )
+
+
+def recall_lines(rank: int, found: Scored, verbose: bool) -> list[str]:
+    ep = found.episode
+    lines = [f"{rank}. {_when(ep)}  {ep.outcome:<8} {_score(ep)}  {one_line(ep.query, 90)}"]
+    if ep.reflection:
+        lines.append(f"   lesson: {one_line(ep.reflection, 160)}")
+    elif ep.response:
+        lines.append(f"   answer: {one_line(ep.response, 160)}")
+    if verbose:
+        lines.append(f"   score {found.score:.3f}: {found.why()}")
+        extra = [f"id {ep.id}"]
+        if ep.tags:
+            extra.append("tags " + ", ".join(ep.tags))
+        if ep.tools_used:
+            extra.append("tools " + ", ".join(ep.tools_used))
+        lines.append("   " + one_line("  ".join(extra), 200))
+    return lines
+
+
+def size_text(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / 1024 / 1024:.1f} MiB"

@@ -1,0 +1,337 @@
+"""The command line: its grammar (argparse), and the values it accepts, checked whole.
+
+Durations, dates and counts take ASCII digits only and must fit what a date or duration can
+hold; anything else is a usage error (status 2) in one line, like argparse's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, NoReturn
+
+from ._errors import UsageError
+from ._output import OUTPUT, PROG, shown
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+STORE_ENV = "DEEPCREW_EPISODIC_STORE"
+NAMESPACE_ENV = "DEEPCREW_EPISODIC_NAMESPACE"
+MAX_EPISODES_ENV = "DEEPCREW_EPISODIC_MAX_EPISODES"
+MAX_AGE_ENV = "DEEPCREW_EPISODIC_MAX_AGE"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_MAX_EPISODES = 100
+# Far above any real ring or result count, and small enough that every store keeps it exactly.
+MAX_COUNT = 1_000_000_000
+# The same values as Episode's outcomes (a test keeps them equal); repeated here so that
+# parsing the command line imports nothing of the library.
+OUTCOMES = ("success", "failure", "partial", "unknown")
+INTENTS = ("any", "what_failed", "what_worked")
+
+# ASCII digits only: re's \d, int() and float() also take "٣" (Arabic-Indic three).
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhdw])", re.ASCII)
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
+_INTEGER = re.compile(r"\+?[0-9]+", re.ASCII)
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its messages (which echo arguments, a ``--store`` URL included)
+    escaped and scrubbed like every other output."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message:
+            OUTPUT.text(file or sys.stderr, message)
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error: one line (no usage block), exit status 2."""
+        command = self.prog.removeprefix(PROG).strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"{PROG}: error: {where}{' '.join(message.split())} (see --help)\n")
+
+
+# --- values on the command line -------------------------------------------------------------
+
+
+class _OutOfRange(argparse.ArgumentTypeError):
+    """A value of the right form that no date or duration can hold."""
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` (or a combination: ``1d12h``)."""
+    compact = text.strip().lower()
+    parts = list(_DURATION.finditer(compact))
+    if not parts or "".join(p.group(0) for p in parts).replace(" ", "") != compact.replace(" ", ""):
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is not a duration (use a number and a unit: 90s, 30m, 12h, 7d, 2w)"
+        )
+    try:
+        value = timedelta(seconds=sum(float(p.group(1)) * _UNITS[p.group(2)] for p in parts))
+    except (OverflowError, ValueError):
+        raise _OutOfRange(
+            f"{shown(text)} is too long a duration (at most {timedelta.max.days} days)"
+        ) from None
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"{shown(text)}: a duration must be positive")
+    return value
+
+
+def _parse_iso(text: str) -> datetime:
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    if not value.isascii():
+        raise ValueError("not ASCII")  # fromisoformat takes "٢٠٢٤-..." too
+    moment = datetime.fromisoformat(value)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def parse_when(text: str, *, end_of_day: bool = False) -> datetime:
+    """A point in time: a duration meaning "that long ago" (``7d``), or an ISO-8601 date or
+    time (naive means UTC). With *end_of_day*, a bare date means the end of that day."""
+    try:
+        ago: timedelta | None = parse_duration(text)
+    except _OutOfRange:
+        raise
+    except argparse.ArgumentTypeError:
+        ago = None
+    try:
+        if ago is not None:
+            return datetime.now(UTC) - ago
+        try:
+            moment = _parse_iso(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} is neither a duration (7d, 12h) nor an ISO-8601 date or time"
+            ) from None
+        if end_of_day and _DATE_ONLY.fullmatch(text.strip()):
+            moment += timedelta(days=1)
+        moment.astimezone(UTC)  # a time every later comparison can use
+        return moment
+    except OverflowError:
+        raise _OutOfRange(f"{shown(text)} is out of range (years 1 to 9999)") from None
+
+
+def parse_until(text: str) -> datetime:
+    return parse_when(text, end_of_day=True)
+
+
+def parse_forget_after(text: str) -> str:
+    """When an episode expires: a duration from now (``30d``) or an ISO-8601 time."""
+    try:
+        try:
+            moment = datetime.now(UTC) + parse_duration(text)
+        except _OutOfRange:
+            raise
+        except argparse.ArgumentTypeError:
+            try:
+                moment = _parse_iso(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{shown(text)} is neither a duration from now (30d) nor an ISO-8601 time"
+                ) from None
+        utc = moment.astimezone(UTC)
+    except OverflowError:
+        raise _OutOfRange(f"{shown(text)} is out of range (years 1 to 9999)") from None
+    # Not strftime: it writes year 5 as "5", not "0005".
+    return (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T"
+        f"{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}Z"
+    )
+
+
+def positive_int(text: str) -> int:
+    if not _INTEGER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer")
+    value = int(text.strip())
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: must be at least 1")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: must be at most {MAX_COUNT}")
+    return value
+
+
+def score_value(text: str) -> float:
+    if not _NUMBER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number")
+    return value
+
+
+# --- the parser -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # The shared options are declared on the top parser and on every sub-parser, with
+    # SUPPRESS as default, so they work before or after the command and a later absence
+    # never overrides an earlier value.
+    common = Parser(add_help=False)
+    where = common.add_argument_group("store")
+    where.add_argument(
+        "--store",
+        default=argparse.SUPPRESS,
+        metavar="STORE",
+        help=f"a .json file, a .db/.sqlite file, a redis://, rediss://, unix:// or "
+        f"redis+cluster:// URL, or memory: (default: ${STORE_ENV})",
+    )
+    where.add_argument(
+        "-n",
+        "--namespace",
+        default=argparse.SUPPRESS,
+        help=f"the log within the store (default: ${NAMESPACE_ENV}, else {DEFAULT_NAMESPACE!r})",
+    )
+    where.add_argument(
+        "--max-episodes",
+        type=positive_int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help=f"ring size to read with (default: ${MAX_EPISODES_ENV}, else the log's own, else "
+        f"{DEFAULT_MAX_EPISODES}); a larger value grows the ring on a write, a smaller one never "
+        f"shrinks it (see 'shrink')",
+    )
+    where.add_argument(
+        "--max-age",
+        type=parse_duration,
+        default=argparse.SUPPRESS,
+        metavar="AGE",
+        help=f"retention: hide (and let sweep delete) episodes older than this, e.g. 90d "
+        f"(default: ${MAX_AGE_ENV}, else none)",
+    )
+
+    parser = Parser(
+        prog=PROG,
+        parents=[common],
+        description="Look inside an agent's episodic memory, and make it forget.",
+        epilog="Run '%(prog)s COMMAND --help' for a command's options. Guide: docs/cli.md",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help: str, *, reading: bool = False) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help, description=help)
+        if reading:
+            sub.add_argument("--json", action="store_true", help="machine-readable output")
+        return sub
+
+    def filters(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--outcome", action="append", choices=OUTCOMES, help="keep this outcome (repeatable)"
+        )
+        sub.add_argument(
+            "--tag", action="append", dest="tags", metavar="TAG", help="keep this tag (repeatable)"
+        )
+
+    rec = command("record", "record an episode (from flags, or from a JSON or JSONL file)")
+    rec.add_argument("--query", "-q", help="what the agent was asked")
+    rec.add_argument("--response", "-r", default="", help="what it answered")
+    rec.add_argument("--outcome", choices=OUTCOMES, default="unknown")
+    rec.add_argument("--score", type=score_value, help="how well it went (a number)")
+    rec.add_argument("--tool", action="append", dest="tools", default=[], metavar="TOOL")
+    rec.add_argument("--tag", action="append", dest="tags", default=[], metavar="TAG")
+    rec.add_argument("--reflection", help="a one-line lesson")
+    rec.add_argument("--agent-id", default="")
+    rec.add_argument(
+        "--forget-after",
+        type=parse_forget_after,
+        metavar="WHEN",
+        help="expire the episode: a duration from now (30d) or an ISO-8601 time",
+    )
+    rec.add_argument(
+        "--file",
+        "-f",
+        metavar="PATH",
+        help="read episodes from a JSON object, a JSON array or JSONL ('-': stdin)",
+    )
+    rec.add_argument("--json", action="store_true", help="print the stored episodes as JSON")
+
+    rc = command("recall", "the episodes most relevant to a query, best first", reading=True)
+    rc.add_argument("query", metavar="QUERY")
+    rc.add_argument("-k", "--top-k", type=positive_int, default=3, metavar="N")
+    rc.add_argument("--intent", choices=INTENTS, default="any")
+    rc.add_argument("-v", "--verbose", action="store_true", help="show each score and why")
+    filters(rc)
+
+    tl = command("timeline", "episodes in the order they were recorded", reading=True)
+    tl.add_argument("--since", type=parse_when, metavar="WHEN", help="7d, 12h, or a date/time")
+    tl.add_argument(
+        "--until", type=parse_until, metavar="WHEN", help="before this (a date includes the day)"
+    )
+    tl.add_argument("--limit", type=positive_int, metavar="N", help="only the newest N")
+    filters(tl)
+
+    command(
+        "stats", "counts by outcome, size, oldest and newest, expired and corrupt", reading=True
+    )
+
+    ex = command("export", "every episode as JSONL (oldest first)")
+    ex.add_argument("-o", "--output", metavar="PATH", help="write to a file, not stdout")
+
+    im = command("import", "add episodes from JSONL, or from a log written by deepcrew-ai")
+    im.add_argument("path", metavar="PATH", help="the file ('-': stdin)")
+    im.add_argument(
+        "--from-namespace",
+        metavar="NS",
+        help="the namespace to read in a deepcrew-ai file (default: --namespace if present, "
+        "else its only one)",
+    )
+
+    fg = command("forget", "delete episodes for real: by --id, or by a filter")
+    fg.add_argument("--id", action="append", dest="ids", metavar="ID", help="(repeatable)")
+    filters(fg)
+    fg.add_argument("--before", type=parse_when, metavar="WHEN", help="recorded before this")
+    fg.add_argument("--containing", metavar="TEXT", help="text in any field (case-insensitive)")
+    fg.add_argument(
+        "--corrupt",
+        action="store_true",
+        help="delete the stored records that cannot be decoded ('stats' counts them); alone",
+    )
+    fg.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    fg.add_argument("-y", "--yes", action="store_true", help="do not ask (filter deletions)")
+
+    cl = command("clear", "delete every episode of the namespace")
+    cl.add_argument("-y", "--yes", action="store_true", help="do not ask")
+
+    command("sweep", "delete expired episodes and stray keys for real")
+
+    sh = command("shrink", "lower the log's ring size to N, deleting the older episodes for good")
+    sh.add_argument("size", type=positive_int, metavar="N", help="the new ring size")
+    sh.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    return parser
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def has_filter(args: argparse.Namespace) -> bool:
+    return any(
+        value is not None for value in (args.outcome, args.tags, args.before, args.containing)
+    )
+
+
+def check_usage(args: argparse.Namespace) -> None:
+    """Combinations argparse cannot express, checked before any store is opened."""
+    if args.command == "record":
+        flags = (
+            args.query is not None or args.response or args.reflection or args.tools or args.tags
+        )
+        if args.file is not None and flags:
+            raise UsageError("record: give either --file or the episode's flags, not both")
+        if args.file is None and args.query is None:
+            raise UsageError("record: --query (or --file) is required")
+    if args.command == "forget":
+        if args.corrupt and (args.ids or has_filter(args)):
+            raise UsageError("forget: --corrupt selects undecodable records; give it alone")
+        if not args.corrupt and not args.ids and not has_filter(args):
+            raise UsageError(
+                "forget: give --id, a filter (--outcome, --tag, --before, --containing) or "
+                "--corrupt; 'clear' deletes everything"
+            )

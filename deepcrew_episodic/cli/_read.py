@@ -1,0 +1,200 @@
+"""The reading commands: ``recall``, ``timeline``, ``stats``, ``export``.
+
+None of them writes to the store (``export -o`` writes a file of its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._errors import CliError
+from ._output import OUTPUT, dump, note, out, recall_lines, shown, size_text, timeline_line, to_json
+from ._store import Settings, hint_if_empty, off_the_loop
+
+if TYPE_CHECKING:
+    from .. import EpisodicMemory
+
+HISTOGRAM_WIDTH = 30
+# An export holds the store's data: it gets the JSON store file's permission bits, and these
+# for a store that has none of its own (redis, sqlite, memory:).
+EXPORT_MODE = 0o600
+
+
+async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    found = await memory.explain(
+        args.query, args.top_k, intent=args.intent, tags=args.tags, outcome=args.outcome
+    )
+    if args.json:
+        items = []
+        for s in found:
+            item = s.episode.to_dict()
+            if args.verbose:
+                item["recall"] = {
+                    "score": s.score,
+                    "relevance": s.relevance,
+                    "recency": s.recency,
+                    "outcome_weight": s.outcome_weight,
+                    "matched": list(s.matched),
+                    "why": s.why(),
+                }
+            items.append(item)
+        dump(items)
+    else:
+        for rank, s in enumerate(found, 1):
+            for line in recall_lines(rank, s, args.verbose):
+                out(line)
+    if not found:
+        if not args.json:
+            note(f"no episode in namespace '{memory.namespace}' is relevant to {shown(args.query)}")
+        await hint_if_empty(memory)
+    return 0
+
+
+async def cmd_timeline(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    since = args.since.timestamp() if args.since else None
+    until = args.until.timestamp() if args.until else None
+    outcomes = set(args.outcome) if args.outcome else None
+    tags = {t.casefold() for t in args.tags} if args.tags else None
+    shown = []
+    for ep in await memory.load():
+        when = ep.time()
+        if (since is not None or until is not None) and when is None:
+            continue
+        if since is not None and when is not None and when < since:
+            continue
+        if until is not None and when is not None and when >= until:
+            continue
+        if outcomes is not None and ep.outcome not in outcomes:
+            continue
+        if tags is not None and not tags & {t.casefold() for t in ep.tags}:
+            continue
+        shown.append(ep)
+    if args.limit:
+        shown = shown[-args.limit :]
+    if args.json:
+        dump([e.to_dict() for e in shown])
+    else:
+        for ep in shown:
+            out(timeline_line(ep))
+    if not shown:
+        await hint_if_empty(memory)
+    return 0
+
+
+async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
+    stats = await memory.stats()
+    if args.json:
+        dump(
+            {
+                "store": label,
+                "namespace": memory.namespace,
+                "total": stats.total,
+                "by_outcome": stats.by_outcome,
+                "expired": stats.expired,
+                "corrupt": stats.corrupt,
+                "oldest": stats.oldest,
+                "newest": stats.newest,
+                "capacity": stats.capacity,
+                "size_bytes": stats.stored_bytes,
+            }
+        )
+    else:
+        rows = [
+            ("store", label),
+            ("namespace", memory.namespace),
+            ("episodes", f"{stats.total} (the ring keeps the newest {stats.capacity})"),
+            ("size", size_text(stats.stored_bytes)),
+            ("oldest", stats.oldest or "-"),
+            ("newest", stats.newest or "-"),
+            (
+                "expired",
+                f"{stats.expired}" + (" (hidden; 'sweep' deletes them)" * bool(stats.expired)),
+            ),
+            (
+                "corrupt",
+                f"{stats.corrupt}"
+                + (
+                    " (skipped and left in place; 'forget --corrupt' deletes them)"
+                    * bool(stats.corrupt)
+                ),
+            ),
+        ]
+        for name, value in rows:
+            out(f"{name:<10} {value}")
+        out()
+        top = max(stats.by_outcome.values(), default=0)
+        for outcome, count in stats.by_outcome.items():
+            bar = "#" * (round(count / top * HISTOGRAM_WIDTH) if top else 0)
+            if count and not bar:
+                bar = "#"
+            out(f"{outcome:<8} {count:>6}  {bar}".rstrip())
+    if not stats.total and not stats.expired and not stats.corrupt:
+        await hint_if_empty(memory)
+    return 0
+
+
+async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory, settings: Settings) -> int:
+    episodes = await memory.load()
+    lines = "".join(to_json(e.to_dict()) + "\n" for e in episodes)
+    if args.output:
+        mode = export_mode(settings.file)
+        await off_the_loop(settings, lambda: write_export(args.output, lines, mode))
+        note(f"exported {len(episodes)} episodes to {args.output}")
+    else:
+        OUTPUT.data(sys.stdout, lines)
+    if not episodes:
+        await hint_if_empty(memory)
+    return 0
+
+
+def export_mode(store_file: Path | None) -> int:
+    """The permission bits of an export: the JSON store file's own (an export holds the same
+    data; never an executable bit), else :data:`EXPORT_MODE`."""
+    if store_file is not None:
+        try:
+            return stat.S_IMODE(os.stat(store_file).st_mode) & 0o666
+        except OSError:
+            pass
+    return EXPORT_MODE
+
+
+def write_export(target: str, text: str, mode: int) -> None:
+    """Write *text* to *target* whole or not at all, following no symlink planted anywhere.
+
+    The data goes to a new file with an unpredictable name next to *target*, created by
+    ``tempfile.mkstemp`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600), given *mode*, synced,
+    then renamed over *target*. A symlink at *target* is replaced by the file, never followed;
+    an existing file's mode is not kept (the export gets the store's). An interrupted export
+    leaves the old file as it was."""
+    import tempfile
+
+    path = Path(target)
+    if path.is_dir() and not path.is_symlink():
+        raise CliError(f"{target} is a directory: give a file name to export to")
+    directory = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as file:
+            file.write(text)
+            file.flush()
+            os.fchmod(file.fileno(), mode)
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass  # some file systems cannot sync a directory; the data itself is synced
+    finally:
+        os.close(dir_fd)

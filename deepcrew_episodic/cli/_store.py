@@ -1,0 +1,176 @@
+"""The store and the memory a command works on, opened through the public API only.
+
+``open_provider`` decides what ``--store`` names; ``EpisodicMemory.open`` reads the log's own
+ring size. A reading command on a JSON file works on a snapshot of it and runs without an event
+loop (:func:`run_now`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._errors import CliError, UsageError
+from ._output import OUTPUT, ambiguous_url, note
+from ._parse import (
+    DEFAULT_NAMESPACE,
+    MAX_AGE_ENV,
+    MAX_EPISODES_ENV,
+    NAMESPACE_ENV,
+    STORE_ENV,
+    parse_duration,
+    positive_int,
+)
+
+if TYPE_CHECKING:
+    from .. import Episode, EpisodicMemory
+    from ..providers import MemoryProvider
+
+T = TypeVar("T")
+
+CREATES = frozenset({"record", "import"})
+READS = frozenset({"recall", "timeline", "stats", "export"})
+
+
+class Settings:
+    """The resolved shared options."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        env = os.environ
+        store = getattr(args, "store", None) or env.get(STORE_ENV, "")
+        if not store:
+            raise UsageError(f"no store given: pass --store or set {STORE_ENV}")
+        self.store: str = store
+        OUTPUT.scrub.learn(store)
+        if "://" in store and ambiguous_url(store):
+            raise UsageError(
+                f"--store {OUTPUT.scrub(store)}: the URL is ambiguous; percent-encode '@', '#', "
+                f"'/' and '?' in a user name, password or parameter (%40, %23, %2F, %3F)"
+            )
+        self.namespace: str = (
+            getattr(args, "namespace", None) or env.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE
+        )
+        max_episodes = getattr(args, "max_episodes", None)
+        if max_episodes is None and env.get(MAX_EPISODES_ENV):
+            max_episodes = _from_env(MAX_EPISODES_ENV, positive_int)
+        # None: the ring size the log was last written with (see make_memory)
+        self.max_episodes: int | None = max_episodes
+        max_age = getattr(args, "max_age", None)
+        if max_age is None and env.get(MAX_AGE_ENV):
+            max_age = _from_env(MAX_AGE_ENV, parse_duration)
+        self.max_age: timedelta | None = max_age
+        self.label = OUTPUT.scrub(store)
+        # A reading command over a JSON file runs without an event loop (see run_now).
+        self.loop_free = False
+        # The JSON store file, when the store is one (an export takes its permission bits).
+        self.file: Path | None = None
+
+
+def _from_env(name: str, parse: Callable[[str], Any]) -> Any:
+    try:
+        return parse(os.environ[name])
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"${name}: {exc}") from None
+
+
+def open_store(settings: Settings, command: str) -> MemoryProvider:
+    """The provider ``--store`` names. A file store that does not exist is an error unless the
+    command creates it (``record``, ``import``): a typo must not look like an empty memory. A
+    reading command on a JSON file gets a snapshot of it (and ``settings.loop_free``)."""
+    from .. import ConfigurationError, StorageError
+    from ..providers import FileMemoryProvider, open_provider
+
+    try:
+        provider = open_provider(settings.store, create=command in CREATES)
+        if isinstance(provider, FileMemoryProvider):
+            # Nothing is open yet: the provider touches the file on its first call only.
+            settings.file = provider.path
+            if command in READS:
+                settings.loop_free = True
+                return open_provider(settings.store, snapshot=True)
+        return provider
+    except ConfigurationError as exc:
+        # The store given names no store, or does not parse: the command line is wrong.
+        message = OUTPUT.scrub(str(exc))
+        if settings.label not in message:
+            message = f"--store '{settings.label}': {message}"
+        raise UsageError(message) from None
+    except StorageError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise CliError(f"{exc}; 'record' and 'import' create it") from None
+        raise
+
+
+async def make_memory(
+    provider: MemoryProvider, settings: Settings, command: str = "stats"
+) -> EpisodicMemory:
+    """The memory a command works on. Its ring is the log's own unless ``--max-episodes``
+    says otherwise; a smaller ``--max-episodes`` only narrows what a reading command shows:
+    a writing command keeps the log's ring, since only ``shrink`` deletes by ring size."""
+    from .. import EpisodicMemory
+
+    options: dict[str, Any] = {"namespace": settings.namespace, "max_age": settings.max_age}
+    memory = await EpisodicMemory.open(provider, **options)
+    ring, given = memory.max_episodes, settings.max_episodes
+    if given is None or given == ring:
+        return memory
+    if command in READS or given > ring:
+        return await EpisodicMemory.open(provider, max_episodes=given, **options)
+    note(
+        f"--max-episodes {given} is smaller than the log's ring ({ring}): '{command}' keeps "
+        f"{ring}; 'shrink {given}' deletes what falls outside a smaller ring"
+    )
+    return memory
+
+
+async def stored(memory: EpisodicMemory) -> list[Episode]:
+    """Every stored episode this memory shows, expired ones included (for ids, imports and
+    deletions)."""
+    return await memory.load(include_expired=True)
+
+
+def run_now(coro: Coroutine[Any, Any, T]) -> T:
+    """Run *coro* to completion on this thread, without an event loop.
+
+    Only for a coroutine that never suspends: every await in it must complete at once, as
+    an in-memory provider's and an uncontended lock's do. Importing asyncio and anyio is
+    most of a command's start-up time, and a reading command over a file needs neither.
+    """
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise RuntimeError(f"{coro!r} suspended: it cannot run without an event loop")
+
+
+async def off_the_loop(settings: Settings, work: Callable[[], None]) -> None:
+    """Run blocking file work in a worker thread when an event loop is running; a loop-free
+    command (see run_now) has no loop to block, and no anyio to ask."""
+    if settings.loop_free:
+        work()
+        return
+    import anyio.to_thread
+
+    await anyio.to_thread.run_sync(work)
+
+
+async def stored_namespaces(provider: MemoryProvider) -> list[str]:
+    """The namespaces that hold a log in *provider*, sorted."""
+    from .. import EpisodicMemory
+
+    return await EpisodicMemory.namespaces(provider)
+
+
+async def hint_if_empty(memory: EpisodicMemory) -> None:
+    """A namespace with no key at all is more often a typo than an empty memory: say so."""
+    if (await memory.stats()).stored_bytes:
+        return
+    names = await stored_namespaces(memory.backend)
+    where = f"; namespaces in this store: {', '.join(names)}" if names else ""
+    note(f"namespace '{memory.namespace}' holds no episodes{where}")

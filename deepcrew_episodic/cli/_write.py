@@ -1,0 +1,320 @@
+"""The writing commands: ``record``, ``import``, ``forget``, ``clear``, ``sweep``, ``shrink``.
+
+A command that deletes asks first on a terminal (and takes no for an answer without one), and
+checks everything it was given before it writes anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._errors import CliError, UsageError
+from ._output import confirm, dump, note, out, timeline_line
+from ._parse import has_filter
+from ._store import stored, stored_namespaces
+
+if TYPE_CHECKING:
+    from .. import Episode, EpisodicMemory
+    from ..providers import MemoryProvider
+
+
+async def cmd_record(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    from .. import Episode
+
+    if args.file is not None:
+        records = _read_records(args.file)
+        episodes = [_validated(Episode, item, where) for where, item in records]
+        if args.forget_after:
+            episodes = [
+                e if e.forget_after else dataclasses.replace(e, forget_after=args.forget_after)
+                for e in episodes
+            ]
+    else:
+        fields: dict[str, Any] = {
+            "query": args.query,
+            "response": args.response,
+            "outcome": args.outcome,
+            "tools_used": args.tools,
+            "tags": args.tags,
+            "agent_id": args.agent_id,
+        }
+        if args.score is not None:
+            fields["score"] = args.score
+        if args.reflection is not None:
+            fields["reflection"] = args.reflection
+        if args.forget_after is not None:
+            fields["forget_after"] = args.forget_after
+        episodes = [_validated(Episode, fields, "the episode")]
+    if args.file is not None:
+        _refuse_stored_ids(episodes, {ep.id for ep in await stored(memory)})
+    recorded = [await memory.record(episode) for episode in episodes]
+    _report_redactions(episodes, recorded)
+    if args.json:
+        dump([e.to_dict() for e in recorded])
+    else:
+        for episode in recorded:
+            out(f"recorded {episode.id} ({episode.outcome})")
+    return 0
+
+
+def _refuse_stored_ids(episodes: Sequence[Episode], present: set[str]) -> None:
+    """All or nothing: an id already stored (or given twice) is refused before any write."""
+    seen: set[str] = set()
+    for episode in episodes:
+        if episode.id and (episode.id in present or episode.id in seen):
+            raise CliError(
+                f"an episode with id '{episode.id}' is already stored (or given twice): nothing "
+                f"was recorded; 'import' skips episodes that are already present"
+            )
+        seen.add(episode.id)
+
+
+def _validated(cls: type[Episode], item: Any, where: str) -> Episode:
+    from .. import InvalidEpisodeError
+
+    try:
+        return cls.coerce(item)
+    except InvalidEpisodeError as exc:
+        raise CliError(f"{where}: {exc}") from None
+
+
+def _report_redactions(before: Sequence[Episode], after: Sequence[Episode]) -> None:
+    kinds: dict[str, int] = {}
+    for old, new in zip(before, after, strict=True):
+        was, now = old.to_json(), new.to_json()
+        for kind in re.findall(r"\[REDACTED:([a-z0-9-]+)\]", now):
+            kinds[kind] = kinds.get(kind, 0) + 1
+        for kind in re.findall(r"\[REDACTED:([a-z0-9-]+)\]", was):
+            kinds[kind] -= 1
+    found = {k: n for k, n in kinds.items() if n > 0}
+    if found:
+        listed = ", ".join(f"{n} {k}" for k, n in sorted(found.items()))
+        note(f"redacted before storing: {listed}")
+
+
+def _read_text(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{path}: not UTF-8 text ({exc.reason})") from None
+
+
+def _read_records(path: str) -> list[tuple[str, Any]]:
+    """(where, item) for each record in a JSON object, a JSON array or a JSONL file."""
+    text = _read_text(path)
+    name = "stdin" if path == "-" else path
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    else:
+        if isinstance(whole, dict):
+            return [(name, whole)]
+        if isinstance(whole, list):
+            return [(f"{name}: item {i}", item) for i, item in enumerate(whole, 1)]
+        raise CliError(f"{name}: expected a JSON object, an array of objects, or JSONL")
+    records: list[tuple[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append((f"{name}: line {number}", json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise CliError(f"{name}: line {number} is not JSON ({exc.msg})") from None
+    return records
+
+
+async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    from .. import Episode
+
+    text = _read_text(args.path)
+    name = "stdin" if args.path == "-" else args.path
+    log = await _as_deepcrew_log(text)
+    if log is not None:
+        found = await stored_namespaces(log)
+        source = _pick_namespace(found, args.from_namespace, memory.namespace, name)
+        episodes = await _read_deepcrew_log(log, source)
+    else:
+        if args.from_namespace:
+            raise UsageError("import: --from-namespace applies to a deepcrew-ai log only")
+        episodes = [_validated(Episode, item, where) for where, item in _read_records(args.path)]
+    present = {ep.id for ep in await stored(memory)}
+    added = skipped = 0
+    fresh: list[Episode] = []
+    kept: list[Episode] = []
+    for episode in episodes:
+        if episode.id and episode.id in present:
+            skipped += 1
+            continue
+        fresh.append(episode)
+        kept.append(await memory.record(episode))
+        present.add(kept[-1].id)
+        added += 1
+    _report_redactions(fresh, kept)
+    already = f", {skipped} already present" if skipped else ""
+    out(f"imported {added} episodes from {name}{already}")
+    if added > memory.max_episodes:
+        note(
+            f"the ring keeps the newest {memory.max_episodes}: "
+            f"{added - memory.max_episodes} of the imported episodes fell out "
+            f"(pass --max-episodes to keep more)"
+        )
+    return 0
+
+
+async def _as_deepcrew_log(text: str) -> MemoryProvider | None:
+    """The keys and values of a file written by deepcrew-ai's FileMemoryProvider (or ours), in
+    an in-memory store, or ``None`` when *text* is not one (it holds no namespace)."""
+    from ..providers import InMemoryProvider
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    log = InMemoryProvider()
+    await log.write({k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)})
+    return log if await stored_namespaces(log) else None
+
+
+def _pick_namespace(found: list[str], chosen: str | None, target: str, name: str) -> str:
+    if chosen is not None:
+        if chosen not in found:
+            raise CliError(f"{name} has no namespace '{chosen}' (it has: {', '.join(found)})")
+        return chosen
+    if target in found:
+        return target
+    if len(found) == 1:
+        return found[0]
+    raise CliError(
+        f"{name} holds several namespaces ({', '.join(found)}): choose one with --from-namespace"
+    )
+
+
+async def _read_deepcrew_log(log: MemoryProvider, namespace: str) -> list[Episode]:
+    from .. import EpisodicMemory
+
+    # A ring as large as the file, to see every slot it holds (a deepcrew-ai log records no
+    # ring size); redaction happens on the way in.
+    size = max(1, len(await log.keys("")))
+    reader = EpisodicMemory(log, namespace=namespace, max_episodes=size, redact=False)
+    return await reader.load()
+
+
+async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    if args.corrupt:
+        return await _forget_corrupt(args, memory)
+    filtered = has_filter(args)
+    ids = _resolve_ids(args.ids, await stored(memory)) if args.ids else None
+    selected = await memory.select(
+        ids=ids,
+        outcome=args.outcome,
+        tags=args.tags,
+        before=args.before,
+        containing=args.containing,
+    )
+    if args.dry_run:
+        for ep in selected:
+            # An expired episode is listed by id only: its text must not reach any output.
+            out(f"{ep.id}  (expired)" if memory.is_expired(ep) else timeline_line(ep))
+        note(f"{len(selected)} episodes would be forgotten (dry run: nothing was deleted)")
+        return 0
+    if not selected:
+        out("forgot 0 episodes (none matched)")
+        return 0
+    if filtered and not args.yes:
+        asked = confirm(
+            f"Forget {len(selected)} episodes of namespace '{memory.namespace}' for good?"
+        )
+        if not asked:
+            raise CliError(
+                f"not confirmed: nothing was deleted ({len(selected)} episodes match; "
+                f"pass --yes to delete without asking, --dry-run to list them)"
+            )
+    count = await memory.forget([ep.id for ep in selected])
+    out(f"forgot {count} episodes")
+    return 0
+
+
+async def _forget_corrupt(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    """``forget --corrupt``: delete the records that cannot be decoded (which every other
+    command skips, counts and leaves in place)."""
+    found = await memory.forget(corrupt=True, dry_run=True)
+    if args.dry_run:
+        note(f"{found} corrupt records would be deleted (dry run: nothing was deleted)")
+        return 0
+    if not found:
+        out("forgot 0 corrupt records (none found)")
+        return 0
+    if not args.yes and not confirm(
+        f"Delete {found} corrupt records of namespace '{memory.namespace}' for good?"
+    ):
+        raise CliError(
+            f"not confirmed: nothing was deleted ({found} corrupt records; pass --yes to "
+            f"delete without asking)"
+        )
+    count = await memory.forget(corrupt=True)
+    out(f"forgot {count} corrupt records")
+    return 0
+
+
+def _resolve_ids(given: Sequence[str], episodes: Sequence[Episode]) -> set[str]:
+    """Full ids, or unique prefixes of at least 6 characters (as ``timeline`` shows them)."""
+    known = {ep.id for ep in episodes}
+    resolved: set[str] = set()
+    for wanted in given:
+        if wanted in known:
+            resolved.add(wanted)
+            continue
+        matches = {i for i in known if len(wanted) >= 6 and i.startswith(wanted)}
+        if len(matches) == 1:
+            resolved |= matches
+        elif matches:
+            raise CliError(f"id prefix '{wanted}' is ambiguous ({len(matches)} episodes)")
+        else:
+            raise CliError(f"no episode with id '{wanted}': nothing was deleted")
+    return resolved
+
+
+async def cmd_clear(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
+    if not args.yes and not confirm(
+        f"Delete every episode of namespace '{memory.namespace}' in {label}?"
+    ):
+        raise CliError("not confirmed: nothing was deleted (pass --yes to clear without asking)")
+    await memory.clear()
+    out(f"cleared namespace '{memory.namespace}'")
+    return 0
+
+
+async def cmd_sweep(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    if memory.max_age is None:
+        note("no --max-age: only episodes past their own forget_after expire")
+    deleted = await memory.sweep()
+    out(f"swept {deleted} keys (expired episodes and strays)")
+    return 0
+
+
+async def cmd_shrink(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
+    """Lower the log's ring size: the one command that deletes by ring size."""
+    held = len(await stored(memory))
+    doomed = max(0, held - args.size)
+    if not args.yes and not confirm(
+        f"Shrink namespace '{memory.namespace}' in {label} to the newest {args.size} "
+        f"episodes, deleting {doomed} for good?"
+    ):
+        raise CliError("not confirmed: nothing was deleted (pass --yes to shrink without asking)")
+    deleted = await memory.shrink(args.size)
+    out(f"shrank namespace '{memory.namespace}' to {args.size} episodes: deleted {deleted}")
+    return 0
