@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import os
 import threading
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -229,15 +230,17 @@ def _files_holding(directory: Path, needle: bytes) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if needle in p.read_bytes())
 
 
-@pytest.mark.parametrize("how", ["forget", "sweep", "clear", "delete"])
+@pytest.mark.parametrize("how", ["forget", "sweep", "clear", "delete", "shrink", "evict"])
 async def test_deleted_text_is_in_no_file_of_the_store(tmp_path: Path, how: str) -> None:
     path = tmp_path / "e.db"
     secret = b"4111-1111-1111-1111"
+    now = [1_800_000_000.0]
     async with SQLiteMemoryProvider(path) as provider:
-        memory = EpisodicMemory(provider, namespace="pay", max_episodes=500)
+        ring = 30 if how == "evict" else 500
+        memory = EpisodicMemory(provider, namespace="pay", max_episodes=ring, clock=lambda: now[0])
         for i in range(300):  # enough pages for splits and an automatic checkpoint or two
             await memory.record(ep(f"refund order {i} " + "padding " * 20))
-        deadline = datetime.now(UTC) + timedelta(seconds=1)
+        deadline = datetime.fromtimestamp(now[0] + 60, UTC)
         doomed = await memory.record(
             Episode(
                 query=f"card {secret.decode()} refund",
@@ -245,16 +248,20 @@ async def test_deleted_text_is_in_no_file_of_the_store(tmp_path: Path, how: str)
                 forget_after=deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             )
         )
-        for i in range(20):  # the secret's page is rewritten after it, in the WAL
+        for i in range(40 if how == "evict" else 20):  # the secret's page is rewritten after
             await memory.record(ep(f"later order {i}"))
         assert _files_holding(tmp_path, secret)  # it is on disk (-wal at least)
         if how == "forget":
             assert await memory.forget(doomed.id) == 1
         elif how == "sweep":
-            await anyio.sleep(1.1)  # past its forget_after
+            now[0] += 61  # past its forget_after
             assert await memory.sweep() >= 1
         elif how == "clear":
             await memory.clear()
+        elif how == "shrink":
+            assert await memory.shrink(20) >= 1
+        elif how == "evict":
+            await memory.sweep()  # the ring evicted it; a sweep leaves no copy in the journal
         else:
             keys = await provider.keys("episodic:pay:e:")
             values = await provider.retrieve_many(keys)
@@ -264,7 +271,8 @@ async def test_deleted_text_is_in_no_file_of_the_store(tmp_path: Path, how: str)
         # the connection is still open: nothing is left to a later close or checkpoint
         assert sorted(p.name for p in tmp_path.iterdir())[:1] == ["e.db"]
         assert _files_holding(tmp_path, secret) == []
-        assert len(await memory.load()) == (0 if how == "clear" else 320)
+        expected = {"clear": 0, "shrink": 20, "evict": 30}.get(how, 320)
+        assert len(await memory.load()) == expected
 
 
 # --- any async backend ------------------------------------------------------------------------
@@ -320,3 +328,15 @@ def test_the_sqlite_example_keeps_every_episode_from_four_processes() -> None:
     recalled = [line for line in block.splitlines() if line.startswith("- ")]
     assert len(recalled) == 2
     assert all("Refund a double charge" in line for line in recalled)
+
+
+async def test_a_new_store_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        async with SQLiteMemoryProvider(tmp_path / "new.db") as provider:
+            await EpisodicMemory(provider, namespace="n").record(ep("private"))
+            modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    finally:
+        os.umask(old)
+    assert modes["new.db"] == 0o600
+    assert all(mode == 0o600 for name, mode in modes.items() if name.startswith("new.db"))
