@@ -6,8 +6,8 @@ assumes asyncio."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import os
+import sqlite3
 import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
