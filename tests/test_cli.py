@@ -967,6 +967,249 @@ def test_export_follows_no_planted_symlink_and_keeps_the_store_private(
     assert "is a directory" in err
 
 
+# --- second round of issue 11 (items 5, 8, 10) ----------------------------------------------
+
+CUT_PASSWORD = "S3cretPassw0rdXYZ"
+
+
+@pytest.fixture(scope="module")
+def cut_redis() -> Iterator[str]:
+    """A real redis-server that requires :data:`CUT_PASSWORD`; yields its URL."""
+    import redis
+    from redis_server import redis_server
+
+    with redis_server() as (port, _proc):
+        client = redis.Redis(host="127.0.0.1", port=port)
+        client.config_set("requirepass", CUT_PASSWORD)
+        client.close()
+        yield f"redis://:{CUT_PASSWORD}@127.0.0.1:{port}/0"
+
+
+def pieces_of(secret: str, size: int = 4) -> set[str]:
+    return {secret[i : i + size] for i in range(len(secret) - size + 1)}
+
+
+@pytest.mark.redis
+def test_no_cut_leaves_a_piece_of_the_store_password(
+    run: Run, cut_redis: str, tmp_path: Path
+) -> None:
+    # The password at every offset around each cut a listing makes (query 70, tags 80,
+    # recall query 90, answer 160, a quoted value 60, the id prefix 12): the whole password
+    # is scrubbed before anything cuts, so not even 4 characters of it may show.
+    every = ""
+    for n in (*range(50, 75, 3), *range(75, 95, 4), 150, 155, 158):
+        ns = ["-n", f"cut{n}"]
+        padded = "x" * n + CUT_PASSWORD
+        code, out, err = run("--store", cut_redis, *ns, "record", "-q", padded, "-r", padded,
+                             "--tag", "t" * (n % 80) + CUT_PASSWORD)  # fmt: skip
+        assert code == 0, err
+        for command in (["timeline"], ["recall", "x" * 20, "-v"], ["stats"],
+                        ["forget", "--containing", "x", "--dry-run"],
+                        ["recall", padded + " nothing", "--tag", "none"]):  # fmt: skip
+            code, out, err = run("--store", cut_redis, *ns, *command)
+            assert code == 0, (command, err)
+            every += out + err
+    # A stored id holding the password, and the password split by a zero-width space or a
+    # line break (on a terminal, still the password).
+    batch = tmp_path / "odd.json"
+    batch.write_text(json.dumps([
+        {"query": "zw " + CUT_PASSWORD[:6] + "\u200b" + CUT_PASSWORD[6:], "id": "odd-1"},
+        {"query": "nl " + CUT_PASSWORD[:9] + "\n" + CUT_PASSWORD[9:], "id": "odd-2"},
+        {"query": "id", "id": "xx" + CUT_PASSWORD},
+    ]))  # fmt: skip
+    code, _, err = run("--store", cut_redis, "-n", "odd", "record", "--file", str(batch))
+    assert code == 0, err
+    for command in (["timeline"], ["recall", "zw nl id", "-v"], ["timeline", "--json"]):
+        code, out, err = run("--store", cut_redis, "-n", "odd", *command)
+        assert code == 0, err
+        every += out + err
+    leaked = {p for p in pieces_of(CUT_PASSWORD) if p in every}
+    assert not leaked, leaked
+    assert "[xx***]" in every  # the id prefix, scrubbed before it was cut
+    assert "x***" in every
+
+
+def test_a_piece_of_a_store_secret_left_by_a_cut_is_removed() -> None:
+    # A message cut before the scrubber saw it (the library's own messages cut values): a
+    # head of the secret before an ellipsis or at the end of a line, a tail after one.
+    from deepcrew_episodic.cli._output import Scrubber
+
+    scrub = Scrubber()
+    scrub.learn(f"redis://:{CUT_PASSWORD}@host:6379/0")
+    for text, kept in [
+        (f"value 'xx{CUT_PASSWORD[:8]}…'", "value 'xx***…'"),
+        (f"value xx{CUT_PASSWORD[:4]}...", "value xx***..."),
+        (f"ends on {CUT_PASSWORD[:11]}", "ends on ***"),
+        (f"quoted ('{CUT_PASSWORD[:5]}')", "quoted ('***')"),
+        (f"…{CUT_PASSWORD[-6:]} and on", "…*** and on"),
+        (f"{CUT_PASSWORD[:3]}… is too short to tell", f"{CUT_PASSWORD[:3]}… is too short to tell"),
+        (f"{CUT_PASSWORD[:6]} in the middle stays", f"{CUT_PASSWORD[:6]} in the middle stays"),
+    ]:
+        assert scrub(text) == kept
+
+
+def jsonl(*items: dict[str, object]) -> str:
+    return "".join(json.dumps(item) + "\n" for item in items)
+
+
+def test_a_file_is_checked_whole_before_anything_is_written(
+    run: Run, store: str, tmp_path: Path
+) -> None:
+    # record() refuses an id holding a secret and a future timestamp; the file's earlier
+    # records must not be stored before that refusal, and the record is named.
+    batch = tmp_path / "batch.jsonl"
+    bad_records = [
+        ({"query": "two", "id": "AKIAIOSFODNN7EXAMPLE"}, "looks like a secret"),
+        ({"query": "two", "timestamp": "2999-01-01T00:00:00Z"}, "in the future"),
+    ]
+    for bad, reason in bad_records:
+        batch.write_text(jsonl({"query": "one"}, bad, {"query": "three"}))
+        for command in (["import", str(batch)], ["record", "--file", str(batch)]):
+            code, out, err = run("--store", store, *command)
+            assert code == 1, (command, out)
+            assert_one_clean_line(err)
+            assert f"{batch}: line 2:" in err
+            assert reason in err
+            assert "nothing was written" in err
+            assert "AKIAIOSFODNN7EXAMPLE" not in err
+            assert (
+                not Path(store).exists() or run("--store", store, "timeline", "--json")[1] == "[]\n"
+            )
+        # The same from a JSON array: the item is named.
+        array = tmp_path / "batch.json"
+        array.write_text(json.dumps([{"query": "one"}, bad]))
+        code, _, err = run("--store", store, "import", str(array))
+        assert code == 1
+        assert f"{array}: item 2:" in err
+    assert not Path(store).exists()
+    # An episode already stored is skipped by import, not checked again.
+    batch.write_text(jsonl({"query": "one", "id": "run-1"}))
+    assert run("--store", store, "import", str(batch))[0] == 0
+    batch.write_text(jsonl({"query": "one", "id": "run-1"}, {"query": "two", "id": "run-2"}))
+    code, out, _ = run("--store", store, "import", str(batch))
+    assert (code, out.strip()) == (0, f"imported 1 episodes from {batch}, 1 already present")
+
+
+def test_a_deepcrew_ai_log_is_checked_whole_before_import(
+    run: Run, store: str, tmp_path: Path
+) -> None:
+    log = {
+        "episodic:default:__meta__": json.dumps({"count": 2, "next": 2}),
+        "episodic:default:0": json.dumps({"query": "fine", "timestamp": "2026-01-01T00:00:00Z"}),
+        "episodic:default:1": json.dumps({"query": "later", "timestamp": "2999-01-01T00:00:00Z"}),
+    }
+    source = tmp_path / "old.json"
+    source.write_text(json.dumps(log))
+    code, _, err = run("--store", store, "import", str(source))
+    assert code == 1
+    assert_one_clean_line(err)
+    assert "in the future" in err
+    assert "episode 2 of 2" in err
+    assert not Path(store).exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "directory"])
+def test_export_refuses_a_target_that_is_not_a_regular_file(
+    run: Run, store: str, tmp_path: Path, kind: str
+) -> None:
+    import socket
+
+    seed(run, store)
+    target = tmp_path / "t"
+    sock = None
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(target))
+    else:
+        target.mkdir()
+    try:
+        before = os.lstat(target)
+        code, out, err = run("--store", store, "export", "-o", str(target))
+        assert code == 1
+        assert out == ""
+        assert_one_clean_line(err)
+        assert "not a regular file" in err
+        assert "nothing was written" in err
+        after = os.lstat(target)
+        assert (after.st_ino, stat.S_IFMT(after.st_mode)) == (
+            before.st_ino,
+            stat.S_IFMT(before.st_mode),
+        )
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def test_export_replaces_a_symlink_to_a_fifo_and_dash_is_stdout(
+    run: Run, store: str, tmp_path: Path
+) -> None:
+    seed(run, store)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(fifo)
+    # Never opened (opening a FIFO to write would block): the link is replaced, not followed.
+    code, _, err = run("--store", store, "export", "-o", str(link))
+    assert code == 0, err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert not link.is_symlink()
+    assert len(link.read_text().splitlines()) == 4
+    code, out, _ = run("--store", store, "export", "-o", "-")
+    assert code == 0
+    assert out == link.read_text()
+    assert not (Path.cwd() / "-").exists()
+
+
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+DB_URL = "postgres://admin:hunter2hunter2@db.internal/app"
+
+
+def test_stored_secrets_never_reach_a_listing(run: Run, store: str) -> None:
+    # Stored with redact=False (as deepcrew-ai and such memories do), each secret placed so
+    # that a listing's cut falls inside it: the redactor must run before the cut.
+    async def write() -> None:
+        async with FileMemoryProvider(store) as provider:
+            memory = EpisodicMemory(provider, redact=False)
+            for pad in (60, 64, 66, 85, 150):
+                await memory.record(
+                    Episode(
+                        query="refund " + "q" * pad + " " + AWS_KEY,
+                        response="r" * pad + " " + DB_URL,
+                        reflection="lesson " + AWS_KEY if pad == 60 else None,
+                        tags=["t" * (pad % 70) + "-" + AWS_KEY],
+                        tools_used=[AWS_KEY],
+                        agent_id=AWS_KEY,
+                        outcome="failure",
+                    )
+                )
+            await memory.record(Episode(query="refund by id", id=AWS_KEY))
+
+    anyio.run(write)
+    secrets = [AWS_KEY, "hunter2hunter2"]
+    every = ""
+    for command in (["timeline"], ["timeline", "--json"], ["recall", "refund", "-v", "-k", "9"],
+                    ["recall", "refund", "-v", "--json", "-k", "9"], ["stats"],
+                    ["forget", "--containing", "refund", "--dry-run"],
+                    ["recall", "refund " + "q" * 55 + " " + AWS_KEY, "--tag", "none"]):  # fmt: skip
+        code, out, err = run("--store", store, *command)
+        assert code == 0, (command, err)
+        if "--json" in command:
+            assert json.loads(out)
+        every += out + err
+    for secret in secrets:
+        assert not {p for p in pieces_of(secret, 6) if p in every}, (secret, every)
+    assert "[REDACTED:aws-access-key]" in every
+    # export is a backup: the data as stored, and it says so on stderr.
+    code, out, err = run("--store", store, "export")
+    assert code == 0
+    assert AWS_KEY in out
+    assert DB_URL in out
+    assert "6 exported episodes hold text that looks like a secret" in err
+
+
 # --- stored text on the terminal (item 10) ----------------------------------------------------
 
 # (A lone surrogate makes a record undecodable: see the corrupt-record tests.)

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ._errors import CliError, UsageError
-from ._output import OUTPUT, PROG, REDACTED, SafeFormatter, Scrubber, last_words
+from ._output import OUTPUT, PROG, REDACTED, SafeFormatter, Scrubber, clean, last_words
 from ._parse import STORE_ENV, build_parser, check_usage
 from ._read import cmd_export, cmd_recall, cmd_stats, cmd_timeline
 from ._store import Settings, make_memory, open_store, run_now
@@ -75,7 +75,7 @@ def _main(argv: list[str]) -> int:
     except Exception as exc:
         # Not one of ours (a bug, or a library's error nobody translated): still one line,
         # escaped and scrubbed like everything else, never a traceback.
-        message = " ".join(str(exc).split())
+        message = " ".join(clean(str(exc)).split())
         last_words(
             f"{PROG}: error: unexpected {type(exc).__name__}" + f": {message}" * bool(message)
         )
@@ -107,14 +107,15 @@ def _explain(exc: BaseException, settings: Settings | None) -> str:
     """One line for a failure the user can act on (escaped and scrubbed on the way out)."""
     from .. import StorageError
 
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    # A message may quote stored text or a value read from a file: cleaned before any use.
+    message = " ".join(clean(str(exc)).split()) or type(exc).__name__
     cause = exc.__cause__
     scheme = settings.store.partition("://")[0].lower() if settings is not None else ""
     unreachable = cause is not None and (
         isinstance(cause, OSError) or type(cause).__name__ in {"ConnectionError", "TimeoutError"}
     )
     if settings is not None and scheme in _REDIS_SCHEMES and unreachable:
-        return f"cannot reach redis at {settings.label}: {' '.join(str(cause).split())}"
+        return f"cannot reach redis at {settings.label}: {' '.join(clean(str(cause)).split())}"
     if isinstance(exc, StorageError) and settings is not None and settings.label not in message:
         return f"{settings.label}: {message}"
     return message

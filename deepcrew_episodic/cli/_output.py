@@ -5,12 +5,20 @@ characters, line breaks), so stored text (ids included) can neither drive the te
 a line; JSON output escapes the same characters as ``\\uXXXX``. Every stream (stdout, stderr,
 JSON, exports, argparse's own messages, warnings) passes through :class:`Scrubber`, which removes
 the secrets of every store URL the command was given: a password in any of its spellings, and
-the user name that goes with it. Also here: how an episode is laid out on one line.
+the user name that goes with it.
+
+Stored text may hold secrets the store never redacted (a deepcrew-ai log, a memory opened with
+``redact=False``): every stored string a listing prints goes through :func:`clean` (the store's
+secrets and the default :class:`~deepcrew_episodic.Redactor`) before it is cut or escaped, since
+a cut would leave a piece of a secret that no rule recognises. A line that still ends on a
+piece of a store secret (a message cut elsewhere) loses that piece too. Also here: how an
+episode is laid out on one line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -23,7 +31,7 @@ from .._unicode import escape_hidden, is_hidden
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-    from .. import Episode, Scored
+    from .. import Episode, Redactor, Scored
 
 PROG = "deepcrew-episodic"
 REDACTED = "***"
@@ -35,6 +43,12 @@ _QUERY_SECRET = re.compile(
     r"(?=$|[&\s]|[:,;)'\"]\s|[:,;)'\"]$)"
 )
 _SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token")
+# A piece of a store secret this long, where a text was cut (end of a line, before or after an
+# ellipsis), is removed too: a cut made before the scrubber ran leaves no whole secret to find.
+MIN_FRAGMENT = 4
+# Not part of a secret as shown: a hidden character or a line break inside one is skipped when
+# looking for it (``S3cret\u200bPassw0rd`` still spells the password on a terminal).
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
 
 # --- secrets ----------------------------------------------------------------------------------
@@ -132,6 +146,7 @@ class Scrubber:
     def __init__(self) -> None:
         self._forms: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
+        self._pieces: re.Pattern[str] | None = None
         self.removed_from_data = 0
 
     def learn(self, spec: str) -> None:
@@ -141,24 +156,64 @@ class Scrubber:
             # Longest first, so that no shorter form leaves a piece of a longer one behind.
             ordered = sorted(self._forms, key=lambda f: (-len(f), f))
             self._pattern = re.compile("|".join(map(re.escape, ordered)))
+            heads = {f[:n] for f in ordered for n in range(MIN_FRAGMENT, len(f))}
+            tails = {f[-n:] for f in ordered for n in range(MIN_FRAGMENT, len(f))}
+            self._pieces = re.compile(
+                "|".join(
+                    [
+                        f"(?:{_alternatives(heads)})(?=…|\\.\\.\\.|['\"]?\\)?$)",
+                        f"(?:(?<=…)|(?<=\\.\\.\\.)|^)(?:{_alternatives(tails)})",
+                    ]
+                    if heads
+                    else ["(?!)"]
+                ),
+                re.MULTILINE,
+            )
 
     def known(self, text: str) -> tuple[str, int]:
+        """*text* without any known spelling of a store secret, and how many were removed (a
+        secret split by hidden characters or line breaks included)."""
         if self._pattern is None:
             return text, 0
         # Repeated: a removal can join two pieces into another spelling ("hun" "***" ...).
         total = 0
         while True:
             text, count = self._pattern.subn(REDACTED, text)
+            if not count:
+                text, count = self._split(text)
             total += count
             if not count:
                 return text, total
+
+    def _split(self, text: str) -> tuple[str, int]:
+        """Secrets spelled with hidden characters or line breaks inside: found in the text
+        without them, removed from the text with them."""
+        assert self._pattern is not None
+        if text.isascii() and text.isprintable():
+            return text, 0
+        kept = [i for i, c in enumerate(text) if not (c in _LINE_BREAKS or is_hidden(c))]
+        if len(kept) == len(text):
+            return text, 0
+        visible = "".join(text[i] for i in kept)
+        spans = [(kept[m.start()], kept[m.end() - 1] + 1) for m in self._pattern.finditer(visible)]
+        for start, end in reversed(spans):
+            text = text[:start] + REDACTED + text[end:]
+        return text, len(spans)
+
+    def pieces(self, text: str) -> str:
+        """*text* without a piece of a store secret (``MIN_FRAGMENT`` characters or more) where
+        a cut could have left one: at the end of a line or before an ellipsis (a head), at the
+        start of a line or after an ellipsis (a tail)."""
+        if self._pieces is None:
+            return text
+        return self._pieces.sub(REDACTED, text)
 
     def __call__(self, text: str, *, generic: bool = True) -> str:
         text = self.known(text)[0]
         if generic:
             text = _USERINFO.sub(_redact_userinfo, text)
             text = _QUERY_SECRET.sub(rf"\1{REDACTED}", text)
-        return text
+        return self.pieces(text)
 
     def data(self, value: Any) -> Any:
         """*value* (JSON-like) with the known secrets removed from every string in it."""
@@ -171,6 +226,10 @@ class Scrubber:
         if isinstance(value, list | tuple):
             return [self.data(v) for v in value]
         return value
+
+
+def _alternatives(texts: set[str]) -> str:
+    return "|".join(map(re.escape, sorted(texts, key=lambda t: (-len(t), t))))
 
 
 def _redact_userinfo(match: re.Match[str]) -> str:
@@ -227,7 +286,8 @@ class SafeFormatter(logging.Formatter):
     """The library's warnings, one escaped and scrubbed line each (never a traceback)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+        # A warning may quote stored text (a corrupt record): cleaned like a listing.
+        text = f"{PROG}: {record.levelname.lower()}: {clean(record.getMessage())}"
         return OUTPUT.scrub(escape_hidden(OUTPUT.scrub(text)))
 
 
@@ -303,48 +363,103 @@ def confirm(question: str) -> bool:
 # --- episodes on one line ---------------------------------------------------------------------
 
 
+@functools.cache
+def _default_redactor() -> Redactor:
+    from .. import Redactor
+
+    return Redactor()
+
+
+def clean(text: str) -> str:
+    """*text* (stored, or from outside) safe to show, before anything cuts or escapes it: the
+    store URL's secrets and every secret the default :class:`~deepcrew_episodic.Redactor`
+    knows replaced. Stored text needs it even though ``record`` redacts: a deepcrew-ai log or a
+    memory with ``redact=False`` stores text as given."""
+    return _default_redactor().redact(OUTPUT.scrub.known(text)[0])
+
+
+def for_display(episode: Episode) -> dict[str, Any]:
+    """*episode* as a dict (``Episode.to_dict``) with every string :func:`clean` (the ``id``
+    included), for the listings and their ``--json``; ``export`` writes episodes as stored.
+    A dict, not an ``Episode``: a stored value the model would refuse must still be shown."""
+
+    def cleaned(value: Any) -> Any:
+        if isinstance(value, str):
+            return clean(value)
+        if isinstance(value, list):
+            return [cleaned(v) for v in value]
+        return value
+
+    return {name: cleaned(value) for name, value in episode.to_dict().items()}
+
+
+def holds_secrets(episode: Episode) -> bool:
+    """Whether the default redactor would change any string of *episode* (its id included)."""
+    redactor = _default_redactor()
+    return redactor.redact_episode(episode) is not episode or (
+        redactor.find(episode.id) is not None
+    )
+
+
 def shown(text: str) -> str:
-    """A value as quoted in a message (the output escapes it), cut: it may be megabytes long."""
+    """A value as quoted in a message (the output escapes it), cleaned, then cut: it may be
+    megabytes long."""
+    text = clean(text)
     return f"'{text[:60]}…'" if len(text) > 60 else f"'{text}'"
 
 
 def one_line(text: str, limit: int) -> str:
+    """*text* cleaned, on one line, cut to *limit* characters."""
     # No line break splits an item; the other hidden characters are escaped by out().
-    flat = " ".join(text.split())
+    flat = " ".join(clean(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
-def _when(episode: Episode) -> str:
-    stamp = episode.timestamp
+def short_id(episode_id: str) -> str:
+    """The id prefix a listing shows (``forget --id`` takes it); an id holding a secret is
+    shown as its marker, whole."""
+    safe = clean(episode_id)
+    return safe if safe != episode_id else episode_id[:12]
+
+
+def _when(episode: dict[str, Any]) -> str:
+    stamp = one_line(episode["timestamp"], 40)
     return f"{stamp[:10]} {stamp[11:16]}" if len(stamp) >= 16 else (stamp or "undated").ljust(16)
 
 
-def _score(episode: Episode) -> str:
-    return f"{episode.score:.2f}" if episode.score is not None else "  - "
+def _score(episode: dict[str, Any]) -> str:
+    score = episode["score"]
+    return f"{score:.2f}" if score is not None else "  - "
 
 
 def timeline_line(episode: Episode) -> str:
-    tags = "  " + one_line(" ".join(f"#{t}" for t in episode.tags), 80) if episode.tags else ""
+    """One episode on one line; every stored string is cleaned before it is cut."""
+    ep = for_display(episode)
+    tags = "  " + one_line(" ".join(f"#{t}" for t in ep["tags"]), 80) if ep["tags"] else ""
     return (
-        f"{_when(episode)}  {episode.outcome:<8} {_score(episode)}  "
-        f"{one_line(episode.query, 70)}{tags}  [{episode.id[:12]}]"
+        f"{_when(ep)}  {one_line(ep['outcome'], 8):<8} {_score(ep)}  "
+        f"{one_line(ep['query'], 70)}{tags}  [{short_id(episode.id)}]"
     )
 
 
 def recall_lines(rank: int, found: Scored, verbose: bool) -> list[str]:
-    ep = found.episode
-    lines = [f"{rank}. {_when(ep)}  {ep.outcome:<8} {_score(ep)}  {one_line(ep.query, 90)}"]
-    if ep.reflection:
-        lines.append(f"   lesson: {one_line(ep.reflection, 160)}")
-    elif ep.response:
-        lines.append(f"   answer: {one_line(ep.response, 160)}")
+    """A recalled episode in two lines (four with *verbose*), cleaned before any cut."""
+    ep = for_display(found.episode)
+    lines = [
+        f"{rank}. {_when(ep)}  {one_line(ep['outcome'], 8):<8} {_score(ep)}  "
+        f"{one_line(ep['query'], 90)}"
+    ]
+    if ep["reflection"]:
+        lines.append(f"   lesson: {one_line(ep['reflection'], 160)}")
+    elif ep["response"]:
+        lines.append(f"   answer: {one_line(ep['response'], 160)}")
     if verbose:
-        lines.append(f"   score {found.score:.3f}: {found.why()}")
-        extra = [f"id {ep.id}"]
-        if ep.tags:
-            extra.append("tags " + ", ".join(ep.tags))
-        if ep.tools_used:
-            extra.append("tools " + ", ".join(ep.tools_used))
+        lines.append(f"   score {found.score:.3f}: {one_line(found.why(), 400)}")
+        extra = [f"id {ep['id']}"]
+        if ep["tags"]:
+            extra.append("tags " + ", ".join(ep["tags"]))
+        if ep["tools_used"]:
+            extra.append("tools " + ", ".join(ep["tools_used"]))
         lines.append("   " + one_line("  ".join(extra), 200))
     return lines
 

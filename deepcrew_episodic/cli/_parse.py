@@ -270,7 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     ex = command("export", "every episode as JSONL (oldest first)")
-    ex.add_argument("-o", "--output", metavar="PATH", help="write to a file, not stdout")
+    ex.add_argument(
+        "-o", "--output", metavar="PATH", help="write to a new or regular file ('-': stdout)"
+    )
 
     im = command("import", "add episodes from JSONL, or from a log written by deepcrew-ai")
     im.add_argument("path", metavar="PATH", help="the file ('-': stdin)")

@@ -1,6 +1,8 @@
 """The reading commands: ``recall``, ``timeline``, ``stats``, ``export``.
 
-None of them writes to the store (``export -o`` writes a file of its own).
+None of them writes to the store (``export -o`` writes a file of its own). The listings show
+stored text cleaned (:func:`~._output.clean`), in human and JSON output alike; ``export`` is a
+backup and writes episodes as stored (only the store URL's own credentials are removed).
 """
 
 from __future__ import annotations
@@ -13,7 +15,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._errors import CliError
-from ._output import OUTPUT, dump, note, out, recall_lines, shown, size_text, timeline_line, to_json
+from ._output import (
+    OUTPUT,
+    clean,
+    dump,
+    for_display,
+    holds_secrets,
+    note,
+    out,
+    recall_lines,
+    shown,
+    size_text,
+    timeline_line,
+    to_json,
+)
 from ._store import Settings, hint_if_empty, off_the_loop
 
 if TYPE_CHECKING:
@@ -32,15 +47,15 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if args.json:
         items = []
         for s in found:
-            item = s.episode.to_dict()
+            item = for_display(s.episode)
             if args.verbose:
                 item["recall"] = {
                     "score": s.score,
                     "relevance": s.relevance,
                     "recency": s.recency,
                     "outcome_weight": s.outcome_weight,
-                    "matched": list(s.matched),
-                    "why": s.why(),
+                    "matched": [clean(term) for term in s.matched],
+                    "why": clean(s.why()),
                 }
             items.append(item)
         dump(items)
@@ -77,7 +92,7 @@ async def cmd_timeline(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if args.limit:
         shown = shown[-args.limit :]
     if args.json:
-        dump([e.to_dict() for e in shown])
+        dump([for_display(e) for e in shown])
     else:
         for ep in shown:
             out(timeline_line(ep))
@@ -94,11 +109,11 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
                 "store": label,
                 "namespace": memory.namespace,
                 "total": stats.total,
-                "by_outcome": stats.by_outcome,
+                "by_outcome": {clean(k): v for k, v in stats.by_outcome.items()},
                 "expired": stats.expired,
                 "corrupt": stats.corrupt,
-                "oldest": stats.oldest,
-                "newest": stats.newest,
+                "oldest": clean(stats.oldest) if stats.oldest else stats.oldest,
+                "newest": clean(stats.newest) if stats.newest else stats.newest,
                 "capacity": stats.capacity,
                 "size_bytes": stats.stored_bytes,
             }
@@ -109,8 +124,8 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
             ("namespace", memory.namespace),
             ("episodes", f"{stats.total} (the ring keeps the newest {stats.capacity})"),
             ("size", size_text(stats.stored_bytes)),
-            ("oldest", stats.oldest or "-"),
-            ("newest", stats.newest or "-"),
+            ("oldest", shown_value(stats.oldest)),
+            ("newest", shown_value(stats.newest)),
             (
                 "expired",
                 f"{stats.expired}" + (" (hidden; 'sweep' deletes them)" * bool(stats.expired)),
@@ -132,21 +147,36 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
             bar = "#" * (round(count / top * HISTOGRAM_WIDTH) if top else 0)
             if count and not bar:
                 bar = "#"
-            out(f"{outcome:<8} {count:>6}  {bar}".rstrip())
+            out(f"{shown_value(outcome):<8} {count:>6}  {bar}".rstrip())
     if not stats.total and not stats.expired and not stats.corrupt:
         await hint_if_empty(memory)
     return 0
 
 
+def shown_value(value: str | None) -> str:
+    """A stored value in the ``stats`` table, cleaned and on one line (``-`` for none)."""
+    return " ".join(clean(value).split()) if value else "-"
+
+
 async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory, settings: Settings) -> int:
+    """Every visible episode as JSONL, as stored: a backup, protected like the store (see
+    :func:`write_export`); ``-o -`` is stdout. Says on stderr how many episodes hold text the
+    default redactor would replace (stored by deepcrew-ai or with ``redact=False``)."""
     episodes = await memory.load()
     lines = "".join(to_json(e.to_dict()) + "\n" for e in episodes)
-    if args.output:
+    if args.output and args.output != "-":
         mode = export_mode(settings.file)
         await off_the_loop(settings, lambda: write_export(args.output, lines, mode))
         note(f"exported {len(episodes)} episodes to {args.output}")
     else:
         OUTPUT.data(sys.stdout, lines)
+    unredacted = sum(holds_secrets(e) for e in episodes)
+    if unredacted:
+        note(
+            f"{unredacted} exported episodes hold text that looks like a secret, stored "
+            f"unredacted (by deepcrew-ai or with redact=False): the export keeps it as stored; "
+            f"'import' redacts it"
+        )
     if not episodes:
         await hint_if_empty(memory)
     return 0
@@ -168,14 +198,25 @@ def write_export(target: str, text: str, mode: int) -> None:
 
     The data goes to a new file with an unpredictable name next to *target*, created by
     ``tempfile.mkstemp`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600), given *mode*, synced,
-    then renamed over *target*. A symlink at *target* is replaced by the file, never followed;
-    an existing file's mode is not kept (the export gets the store's). An interrupted export
+    then renamed over *target*. A symlink at *target* is replaced by the file, never followed
+    (whatever it points to); anything else at *target* that is not a regular file (a
+    directory, a FIFO, a socket, a device) is refused, since the rename would replace it. An
+    existing file's mode is not kept (the export gets the store's). An interrupted export
     leaves the old file as it was."""
     import tempfile
 
     path = Path(target)
-    if path.is_dir() and not path.is_symlink():
-        raise CliError(f"{target} is a directory: give a file name to export to")
+    try:
+        kind = os.lstat(path).st_mode
+    except FileNotFoundError:
+        kind = None
+    except OSError as exc:
+        raise CliError(f"{target}: cannot export there ({exc.strerror})") from None
+    if kind is not None and not (stat.S_ISREG(kind) or stat.S_ISLNK(kind)):
+        raise CliError(
+            f"{target} is {_file_kind(kind)}, not a regular file: nothing was written; give a "
+            f"file name to export to, or '-o -' for stdout"
+        )
     directory = path.parent
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
@@ -198,3 +239,14 @@ def write_export(target: str, text: str, mode: int) -> None:
         pass  # some file systems cannot sync a directory; the data itself is synced
     finally:
         os.close(dir_fd)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "a special file")

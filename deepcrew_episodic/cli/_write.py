@@ -1,7 +1,9 @@
 """The writing commands: ``record``, ``import``, ``forget``, ``clear``, ``sweep``, ``shrink``.
 
 A command that deletes asks first on a terminal (and takes no for an answer without one), and
-checks everything it was given before it writes anything.
+checks everything it was given before it writes anything: every record of a file passes
+``EpisodicMemory.check`` (every check ``record`` runs) before the first is stored, and a bad one
+is named by its line or item.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CliError, UsageError
-from ._output import confirm, dump, note, out, timeline_line
+from ._output import clean, confirm, dump, for_display, note, out, timeline_line
 from ._parse import has_filter
 from ._store import stored, stored_namespaces
 
@@ -36,6 +38,7 @@ async def cmd_record(args: argparse.Namespace, memory: EpisodicMemory) -> int:
                 e if e.forget_after else dataclasses.replace(e, forget_after=args.forget_after)
                 for e in episodes
             ]
+        _check_all(memory, episodes, [where for where, _item in records])
     else:
         fields: dict[str, Any] = {
             "query": args.query,
@@ -57,10 +60,10 @@ async def cmd_record(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     recorded = [await memory.record(episode) for episode in episodes]
     _report_redactions(episodes, recorded)
     if args.json:
-        dump([e.to_dict() for e in recorded])
+        dump([for_display(e) for e in recorded])
     else:
         for episode in recorded:
-            out(f"recorded {episode.id} ({episode.outcome})")
+            out(f"recorded {clean(episode.id)} ({episode.outcome})")
     return 0
 
 
@@ -74,6 +77,18 @@ def _refuse_stored_ids(episodes: Sequence[Episode], present: set[str]) -> None:
                 f"was recorded; 'import' skips episodes that are already present"
             )
         seen.add(episode.id)
+
+
+def _check_all(memory: EpisodicMemory, episodes: Sequence[Episode], where: Sequence[str]) -> None:
+    """Every check ``record`` runs (an id holding a secret, a future timestamp included), on
+    every episode, before any is written: the first bad one is named and nothing is stored."""
+    from .. import InvalidEpisodeError
+
+    for episode, place in zip(episodes, where, strict=True):
+        try:
+            memory.check(episode)
+        except InvalidEpisodeError as exc:
+            raise CliError(f"{place}: {exc}; nothing was written") from None
 
 
 def _validated(cls: type[Episode], item: Any, where: str) -> Episode:
@@ -145,22 +160,29 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         found = await stored_namespaces(log)
         source = _pick_namespace(found, args.from_namespace, memory.namespace, name)
         episodes = await _read_deepcrew_log(log, source)
+        places = [
+            f"{name}: namespace '{source}', episode {i} of {len(episodes)} (oldest first)"
+            for i in range(1, len(episodes) + 1)
+        ]
     else:
         if args.from_namespace:
             raise UsageError("import: --from-namespace applies to a deepcrew-ai log only")
-        episodes = [_validated(Episode, item, where) for where, item in _read_records(args.path)]
+        records = _read_records(args.path)
+        episodes = [_validated(Episode, item, where) for where, item in records]
+        places = [where for where, _item in records]
     present = {ep.id for ep in await stored(memory)}
-    added = skipped = 0
     fresh: list[Episode] = []
-    kept: list[Episode] = []
-    for episode in episodes:
+    where: list[str] = []
+    for episode, place in zip(episodes, places, strict=True):
         if episode.id and episode.id in present:
-            skipped += 1
-            continue
+            continue  # already stored, or given twice: skipped, so not checked either
+        present.add(episode.id)
         fresh.append(episode)
-        kept.append(await memory.record(episode))
-        present.add(kept[-1].id)
-        added += 1
+        where.append(place)
+    skipped = len(episodes) - len(fresh)
+    _check_all(memory, fresh, where)
+    kept = [await memory.record(episode) for episode in fresh]
+    added = len(kept)
     _report_redactions(fresh, kept)
     already = f", {skipped} already present" if skipped else ""
     out(f"imported {added} episodes from {name}{already}")
@@ -228,7 +250,7 @@ async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if args.dry_run:
         for ep in selected:
             # An expired episode is listed by id only: its text must not reach any output.
-            out(f"{ep.id}  (expired)" if memory.is_expired(ep) else timeline_line(ep))
+            out(f"{clean(ep.id)}  (expired)" if memory.is_expired(ep) else timeline_line(ep))
         note(f"{len(selected)} episodes would be forgotten (dry run: nothing was deleted)")
         return 0
     if not selected:
