@@ -102,7 +102,10 @@ class Episode:
         no valid ``query``, ``id`` or ``forget_after``: those decide what the record is and
         whether it may be shown at all.
         """
-        data = json.loads(raw)
+        try:
+            data = json.loads(raw)
+        except RecursionError:
+            raise ValueError("episode record is nested too deeply to decode") from None
         if not isinstance(data, dict):
             raise ValueError(f"episode record is a JSON {type(data).__name__}, not an object")
         values: dict[str, Any] = {}

@@ -22,7 +22,6 @@ import anyio
 
 from ._episode import Episode, Outcome
 from ._events import EventType, StreamEvent, emit
-from ._render import fit_block
 from ._validate import optional_integer, optional_number
 
 if TYPE_CHECKING:
@@ -147,7 +146,7 @@ class EpisodicHook:
             # The renderer says which episodes it kept (one that does not fit is skipped whole
             # under max_block_chars), so the event names exactly what the model sees. recall
             # has already left out expired episodes, which memory.render would filter.
-            block, shown = fit_block(episodes, max_chars=self.max_block_chars)
+            block, shown = self.memory.fit(episodes, max_chars=self.max_block_chars)
         except Exception as exc:
             self.memory.counters.recall_failures += 1
             error = describe(exc)

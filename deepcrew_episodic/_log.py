@@ -162,6 +162,11 @@ class EpisodeLog:
         self._synced = False
         self._append_legacy: tuple[Legacy | None] | None = None
         self._lock = Mutex()
+        # Index repairs found by read_head: the ring size rebuilt from the keys when __max__
+        # is unusable, and a counter that fell behind the stored episodes (its value, the fix).
+        self._ring_hint: int | None = None
+        self._seq_repair: tuple[str | None, int] | None = None
+        self._checked: tuple[tuple[str | None, ...], int, int | None] | None = None
 
     # --- keys ---------------------------------------------------------------------------
 
@@ -176,9 +181,10 @@ class EpisodeLog:
         return f"{self.prefix}id:{digest.hexdigest()}"
 
     def ring(self, head: Head) -> int:
-        """The log's ring size: ours or the largest that recorded, whichever is larger. Nothing
-        inside it is ever deleted by an append, a sweep or a forget of other episodes."""
-        return max(self.max, head.ring or 0)
+        """The log's ring size: ours, the largest that recorded, or deepcrew-ai's slot count,
+        whichever is largest. Nothing inside it is ever deleted by an append, a sweep or a
+        forget of other episodes."""
+        return max(self.max, head.ring or 0, head.legacy.count if head.legacy else 0)
 
     def live_range(self, head: Head) -> range:
         """The sequence numbers this memory shows: its newest ``max_episodes``, or fewer when
@@ -194,8 +200,11 @@ class EpisodeLog:
         """Every key of this namespace (ours and deepcrew-ai's), and no key of another."""
         keys = [k for k in await self.provider.keys(self.prefix) if self._ours(k)]
         if self.legacy_prefix != self.prefix:
+            # "episodic:a:e:5" is a slot of a deepcrew-ai log named "a:e" only when that log
+            # exists (its index does); otherwise it is episode 5 of the namespace "a".
             found = await self.provider.keys(self.legacy_prefix)
-            keys += [k for k in found if _legacy_key(k[len(self.legacy_prefix) :])]
+            if self.meta_key in found:
+                keys += [k for k in found if _legacy_key(k[len(self.legacy_prefix) :])]
         return sorted(set(keys))
 
     def _ours(self, key: str) -> bool:
@@ -226,8 +235,50 @@ class EpisodeLog:
             last = _parse_seq(raw_seq, legacy)
         except CorruptDataError as exc:
             head = await self._recover_head(exc, raw_seq, gen or None)
-            return Head(head.last, head.gen, head.legacy, ring, raw_ring)
+            legacy, last = head.legacy, head.last
+        base = legacy.count if legacy else 0
+        # A log that exists has a counter past its start and a ring size; one of them missing,
+        # emptied or garbled (while episodes remain) is rebuilt from the keys, so that neither
+        # a reader hides episodes nor a writer reuses or evicts one by mistake.
+        if (last <= base and (gen or raw_ring)) or (ring is None and (raw_ring or last > base)):
+            last, ring = await self._check_counters(
+                (raw_seq, gen, raw_meta, raw_ring), last, ring, base
+            )
+        self._ring_hint = ring
         return Head(last, gen or None, legacy, ring, raw_ring)
+
+    async def _check_counters(
+        self, seen: tuple[str | None, ...], last: int, ring: int | None, base: int
+    ) -> tuple[int, int | None]:
+        """The counter and the ring size as the keys that exist show them; the scan runs once
+        for the same index values."""
+        if self._checked is not None and self._checked[0] == seen:
+            return self._checked[1], self._checked[2]
+        keys = await self.owned_keys()
+        entries = [
+            int(m.group(1))
+            for k in keys
+            if k.startswith(self.prefix) and (m := _ENTRY.fullmatch(k[len(self.prefix) :]))
+        ]
+        found_last, found_ring = last, ring
+        if entries and max(entries) > last:
+            found_last = max(entries)
+            self._seq_repair = (seen[0], found_last)
+        if found_ring is None and entries:
+            found_ring = max(found_last - min(entries) + 1, base)
+        if (found_last, found_ring) != (last, ring):
+            self.counters.recovered_indexes += 1
+            log.warning(
+                "episodic log %r: index keys disagree with the stored episodes (counter %r, "
+                "ring %r); using counter %d and ring %s from the keys",
+                self.namespace,
+                escape_hidden(str(seen[0]))[:40],
+                escape_hidden(str(seen[3]))[:40],
+                found_last,
+                found_ring,
+            )
+        self._checked = (seen, found_last, found_ring)
+        return found_last, found_ring
 
     async def _recover_head(
         self, exc: CorruptDataError, raw_seq: str | None, gen: str | None
@@ -389,6 +440,13 @@ class EpisodeLog:
             legacy = (await self.read_head()).legacy
             self._append_legacy = (legacy,)
         initial = legacy.count if legacy else 0
+        if self._seq_repair is not None:
+            # The counter fell behind the stored episodes (emptied, zeroed): move it past them
+            # first, unless another writer changed it since it was read.
+            raw, floor = self._seq_repair
+            self._seq_repair = None
+            await self.provider.write_if({self.seq_key: raw or None}, {self.seq_key: str(floor)})
+        hint = self._ring_hint
         body = episode.to_json()
 
         def place(
@@ -397,7 +455,8 @@ class EpisodeLog:
             # __max__ is read in the same atomic step: what falls out is decided on the ring as
             # it stands now, and a larger ring is raised here, never lowered.
             stored = parse_ring(values.get(self.ring_key))
-            ring = max(self.max, stored or 0)
+            # An unusable __max__ is replaced by the ring rebuilt from the keys (read_head).
+            ring = max(self.max, stored or hint or 0, legacy.count if legacy else 0)
             items = {self.entry_key(seq, legacy): body}
             if stored != ring:
                 items[self.ring_key] = str(ring)
@@ -441,6 +500,16 @@ class EpisodeLog:
         key = self.claim_key(episode_id)
         while True:
             seen = (await self.provider.retrieve_many([key]))[0] or None
+            if seen is None:
+                # No claim: the episode may still be in the log, from a writer that kept no
+                # claims (deepcrew-ai, this library's 0.1), below this memory's own range.
+                beyond, _ = await self.beyond_view()
+                if any(ep.id == episode_id for _, ep in beyond):
+                    raise InvalidEpisodeError(
+                        f"an episode with id {escape_hidden(episode_id)!r} is already stored "
+                        f"in namespace {escape_hidden(self.namespace)!r}; record a copy without "
+                        f"the id to store it again"
+                    )
             if seen is not None and not await self._stale_claim(seen, episode_id):
                 raise InvalidEpisodeError(
                     f"an episode with id {escape_hidden(episode_id)!r} is already stored in "
@@ -652,5 +721,5 @@ def _timestamp_of(raw: str | None) -> str:
     try:
         data = json.loads(raw or "")
         return str(data.get("timestamp", "")) if isinstance(data, dict) else ""
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""

@@ -16,9 +16,9 @@ from ._exceptions import ConfigurationError, InvalidEpisodeError
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, RecallIndex, Scored
 from ._redact import Redactor, as_redactor
-from ._render import render_block
+from ._render import fit_block
 from ._unicode import escape_hidden
-from ._validate import integer, number, positive_duration
+from ._validate import boolean, integer, number, positive_duration, strings
 from .providers._base import MemoryProvider, as_provider
 
 __all__ = ["EpisodicMemory", "MemoryStats"]
@@ -37,7 +37,9 @@ class EpisodicMemory:
         Any :class:`~deepcrew_episodic.providers.MemoryProvider`, or any object with
         deepcrew-ai's four provider methods (``store``, ``retrieve``, ``search``, ``clear``).
     namespace:
-        Isolates one log from another in a shared backend. Letters, digits, ``_.-``.
+        Isolates one log from another in a shared backend. Any text of 1 to 256 characters
+        without control or invisible characters (``"support bot"``, ``"tenant/42"``,
+        ``"agent:v2"``); deepcrew-ai's logs under such names are read in place.
     max_episodes:
         Ring-buffer capacity: the newest ``max_episodes`` are kept.
     recall_k:
@@ -97,11 +99,23 @@ class EpisodicMemory:
         if max_age is not None:
             max_age = positive_duration("max_age", max_age)
         half_life_days = number("half_life_days", half_life_days, minimum=0, exclusive_minimum=True)
+        fields = strings("recall_fields", recall_fields)
+        if len(set(fields)) != len(fields):
+            raise ConfigurationError(f"recall_fields names a field twice: {fields!r}")
         try:
-            self._index = RecallIndex(recall_fields)
+            self._index = RecallIndex(fields)
         except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
+            raise ConfigurationError(f"recall_fields: {exc}") from None
         self._recall_k = recall_k
+        if reflect_model is not None and (not isinstance(reflect_model, str) or not reflect_model):
+            raise ConfigurationError(
+                f"reflect_model must be a litellm model name or None, not {reflect_model!r}"
+            )
+        if reflect_params is not None and not isinstance(reflect_params, dict):
+            raise ConfigurationError(
+                f"reflect_params must be a dict of litellm arguments, not "
+                f"{type(reflect_params).__name__}"
+            )
         self._reflect_model = reflect_model
         self._reflect_timeout = number(
             "reflect_timeout", reflect_timeout, minimum=0, exclusive_minimum=True
@@ -174,22 +188,8 @@ class EpisodicMemory:
         *episode* afterwards changes nothing stored. An explicit ``id`` is unique in the
         namespace, across every process.
         """
-        stored = self._redact(_checked_copy(episode))
+        stored = self.check(episode)
         given = episode if isinstance(episode, Episode) else None
-        if stored.id and self._redactor is not None:
-            kind = self._redactor.find(stored.id)
-            if kind is not None:
-                raise InvalidEpisodeError(
-                    f"invalid episode: id: it looks like a secret ({kind}); ids are stored and "
-                    f"shown as they are, so they are never redacted"
-                )
-        if stored.timestamp:
-            when = parse_time(stored.timestamp)
-            if when > self._clock() + FUTURE_SKEW_SECONDS:
-                raise InvalidEpisodeError(
-                    f"invalid episode: timestamp: {stored.timestamp!r} is in the future; "
-                    f"leave it empty to use the current time"
-                )
         claim: str | None = None
         if not stored.id:
             stored.id = new_id()
@@ -228,6 +228,29 @@ class EpisodicMemory:
                 given.reflection = stored.reflection
         return stored.copy()
 
+    def check(self, episode: Episode | Any) -> Episode:
+        """Run every check :meth:`record` runs on *episode*, and return the redacted copy it
+        would store (without the ``id`` and ``timestamp`` it fills in); write nothing. Raises
+        :class:`InvalidEpisodeError` naming the field. For tools that validate a whole batch
+        before writing any of it.
+        """
+        stored = self._redact(_checked_copy(episode))
+        if stored.id and self._redactor is not None:
+            kind = self._redactor.find(stored.id)
+            if kind is not None:
+                raise InvalidEpisodeError(
+                    f"invalid episode: id: it looks like a secret ({kind}); ids are stored and "
+                    f"shown as they are, so they are never redacted"
+                )
+        if stored.timestamp:
+            when = parse_time(stored.timestamp)
+            if when > self._clock() + FUTURE_SKEW_SECONDS:
+                raise InvalidEpisodeError(
+                    f"invalid episode: timestamp: {stored.timestamp!r} is in the future; "
+                    f"leave it empty to use the current time"
+                )
+        return stored
+
     async def reflect(self, episode: Episode) -> str | None:
         """Ask ``reflect_model`` for a one-sentence lesson; ``None`` without a model, when the
         model answers ``NONE``, or when the call fails (logged and counted)."""
@@ -258,6 +281,7 @@ class EpisodicMemory:
         """Delete every episode of this namespace (payloads included, deepcrew-ai's log too).
         Other namespaces and unrelated keys are untouched."""
         await self._log.clear()
+        await self._provider.purge()
 
     async def forget(
         self,
@@ -289,6 +313,8 @@ class EpisodicMemory:
             await memory.forget(containing="acme corp")             # every mention of a customer
             await memory.forget(outcome="failure", before=timedelta(days=90))
         """
+        corrupt = boolean("corrupt", corrupt)
+        dry_run = boolean("dry_run", dry_run)
         filtered = not (
             ids is None and outcome is None and tags is None and before is None and not containing
         )
@@ -310,6 +336,7 @@ class EpisodicMemory:
             strays = await self._log.stray_keys()
             claims = [self._log.claim_key(ep.id) for _, ep in selected]
             await self._log.delete_seqs([seq for seq, _ in selected], also=[*bad, *strays, *claims])
+        await self._provider.purge()
         log.info(
             "forget in %r: %d episodes, %d corrupt records deleted",
             self.namespace,
@@ -387,6 +414,7 @@ class EpisodicMemory:
         *max_episodes* (a memory configured larger raises the ring again when it records).
         """
         deleted = await self._log.shrink(max_episodes)
+        await self._provider.purge()
         return deleted
 
     async def _select(
@@ -404,10 +432,12 @@ class EpisodicMemory:
                 "forget() needs ids or a filter (outcome, tags, before, containing); "
                 "clear() deletes every episode"
             )
-        wanted_ids = None if ids is None else ({ids} if isinstance(ids, str) else set(ids))
+        wanted_ids = None if ids is None else set(strings("ids", ids, one=True))
         outcomes = _outcomes(outcome)
-        wanted_tags = {t.casefold() for t in tags} if tags is not None else None
-        cut = _since(before, self._clock()) if before is not None else None
+        wanted_tags = _tags(tags)
+        cut = _since("before", before, self._clock()) if before is not None else None
+        if containing is not None and not isinstance(containing, str):
+            raise ConfigurationError(f"containing must be a string, not {containing!r}")
         needle = containing.casefold() if containing else None
         await self._sync()
         selected: list[tuple[int, Episode]] = []
@@ -439,6 +469,7 @@ class EpisodicMemory:
         if expired or strays:
             claims = [self._log.claim_key(ep.id) for _, ep in expired]
             await self._log.delete_seqs([seq for seq, _ in expired], also=[*strays, *claims])
+        await self._provider.purge()  # and what ring evictions left in a journal
         log.info(
             "sweep of %r: %d expired episodes, %d stray keys deleted",
             self.namespace,
@@ -486,6 +517,7 @@ class EpisodicMemory:
         """Every stored episode this memory shows, oldest first; expired ones only with
         *include_expired* (for inspection: no read path that feeds a prompt shows them). The
         episodes are copies: changing them changes nothing stored."""
+        include_expired = boolean("include_expired", include_expired)
         await self._sync()
         now = self._clock()
         return [
@@ -542,10 +574,8 @@ class EpisodicMemory:
         if intent not in INTENTS:
             raise ConfigurationError(f"intent must be one of {INTENTS}, not {intent!r}")
         outcomes = _outcomes(outcome)
-        if isinstance(tags, str):
-            raise ConfigurationError(f"tags must be a collection of strings, not {tags!r}")
-        wanted_tags = {t.casefold() for t in tags} if tags is not None else None
-        after = _since(since, self._clock()) if since is not None else None
+        wanted_tags = _tags(tags)
+        after = _since("since", since, self._clock()) if since is not None else None
         await self._sync()
         if k == 0:
             return []
@@ -591,14 +621,23 @@ class EpisodicMemory:
         block holds the best items that fit, in rank order; it never exceeds *max_chars* and
         is never empty when one item fits. Expired episodes are never shown.
 
+        Secrets are redacted here too (with this memory's redactor): an episode stored by
+        deepcrew-ai, or by a memory with ``redact=False``, may hold one.
+
         Example::
 
             block = memory.render(await memory.recall(task), max_chars=1500)
         """
-        now = self._clock()
-        shown = [Episode.coerce(e.episode if isinstance(e, Scored) else e) for e in episodes]
-        shown = [e for e in shown if not self._expired_episode(e, now)]
-        return render_block(shown, max_chars=max_chars)
+        return self.fit(episodes, max_chars=max_chars)[0]
+
+    def fit(
+        self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None
+    ) -> tuple[str, list[Episode]]:
+        """:meth:`render`, and the episodes the block shows (redacted, in the order shown):
+        for callers that report exactly what was injected."""
+        given = [Episode.coerce(e.episode if isinstance(e, Scored) else e) for e in episodes]
+        shown = [self._redact(e) for e in given if not self.is_expired(e)]
+        return fit_block(shown, max_chars=max_chars)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -742,26 +781,38 @@ def _time_or_none(value: str | None) -> float | None:
         return None
 
 
+def _tags(tags: Collection[str] | None) -> set[str] | None:
+    if tags is None:
+        return None
+    return {t.casefold() for t in strings("tags", tags)}
+
+
 def _outcomes(outcome: str | Collection[str] | None) -> set[str] | None:
     if outcome is None:
         return None
-    chosen = {outcome} if isinstance(outcome, str) else set(outcome)
+    chosen = set(strings("outcome", outcome, one=True))
     bad = chosen - set(OUTCOMES)
     if bad:
         raise ConfigurationError(f"unknown outcome {sorted(bad)}; expected one of {OUTCOMES}")
     return chosen
 
 
-def _since(value: TimeLike, now: float) -> float:
+def _since(name: str, value: TimeLike, now: float) -> float:
+    """*value* (``since``, ``before``) as POSIX seconds."""
     if isinstance(value, timedelta):
         return now - value.total_seconds()
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            raise ConfigurationError("since: a naive datetime is ambiguous; give it a tzinfo")
+            raise ConfigurationError(f"{name}: a naive datetime is ambiguous; give it a tzinfo")
         return value.timestamp()
-    if isinstance(value, int | float):
-        return float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return number(name, value)
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"{name} must be a datetime, an ISO-8601 string, POSIX seconds or a timedelta, "
+            f"not {type(value).__name__}"
+        )
     try:
         return parse_time(value)
     except ValueError as exc:
-        raise ConfigurationError(f"since: {exc}") from None
+        raise ConfigurationError(f"{name}: {exc}") from None

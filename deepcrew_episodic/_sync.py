@@ -17,8 +17,10 @@ from typing import Any, TypeVar
 
 from ._episode import Episode
 from ._exceptions import ConfigurationError
+from ._log import Counters
 from ._memory import EpisodicMemory, MemoryStats, TimeLike
 from ._recall import Scored
+from .providers._base import MemoryProvider
 
 __all__ = ["SyncEpisodicMemory"]
 
@@ -63,9 +65,36 @@ class SyncEpisodicMemory:
         result: T = self._portal.call(lambda: fn(*args, **kwargs))
         return result
 
+    @classmethod
+    def open(
+        cls, backend: Any, *, backend_name: str = "asyncio", **options: Any
+    ) -> SyncEpisodicMemory:
+        """See :meth:`EpisodicMemory.open`: a memory at the log's own ring size."""
+        facade = cls(backend, backend_name=backend_name, **options)
+        if "max_episodes" not in options:
+            try:
+                opened = facade._call(EpisodicMemory.open, backend, **options)
+            except BaseException:
+                facade._stop()
+                raise
+            facade.memory = opened
+        return facade
+
+    def namespaces(self) -> list[str]:
+        """See :meth:`EpisodicMemory.namespaces` (of this memory's backend)."""
+        return self._call(EpisodicMemory.namespaces, self.memory.backend)
+
     def record(self, episode: Episode | Any) -> Episode:
         """See :meth:`EpisodicMemory.record`."""
         return self._call(self.memory.record, episode)
+
+    def check(self, episode: Episode | Any) -> Episode:
+        """See :meth:`EpisodicMemory.check` (no I/O: runs here)."""
+        return self.memory.check(episode)
+
+    def reflect(self, episode: Episode) -> str | None:
+        """See :meth:`EpisodicMemory.reflect`."""
+        return self._call(self.memory.reflect, episode)
 
     def recall(
         self,
@@ -187,6 +216,15 @@ class SyncEpisodicMemory:
     def max_age(self) -> timedelta | None:
         return self.memory.max_age
 
+    @property
+    def backend(self) -> MemoryProvider:
+        return self.memory.backend
+
+    @property
+    def counters(self) -> Counters:
+        """See :attr:`EpisodicMemory.counters`."""
+        return self.memory.counters
+
     # --- lifetime -----------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -196,9 +234,12 @@ class SyncEpisodicMemory:
         try:
             self._call(self.memory.backend.aclose)
         finally:
-            self._closed = True
-            self._portal.call(self._portal.stop)
-            self._thread.join()
+            self._stop()
+
+    def _stop(self) -> None:
+        self._closed = True
+        self._portal.call(self._portal.stop)
+        self._thread.join()
 
     def __enter__(self) -> SyncEpisodicMemory:
         return self

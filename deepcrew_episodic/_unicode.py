@@ -24,6 +24,9 @@ _IGNORABLE = (
     "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
     "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
     "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+    # Not default-ignorable, yet shown as nothing or as a blank box by most fonts: the Braille
+    # blank and the object replacement character are used to hide text in plain sight.
+    "\u2800\ufffc"
 )
 # Cc control, Cf format, Cs surrogate, Co private use, Cn unassigned.
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})

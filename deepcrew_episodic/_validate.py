@@ -8,12 +8,21 @@ never taken for a number: ``recall_k=True`` is a mistake, not the integer 1.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["integer", "number", "optional_integer", "optional_number", "positive_duration"]
+__all__ = [
+    "boolean",
+    "integer",
+    "number",
+    "optional_integer",
+    "optional_number",
+    "positive_duration",
+    "strings",
+]
 
 
 def _is_number(value: Any) -> bool:
@@ -75,6 +84,34 @@ def positive_duration(name: str, value: Any) -> timedelta:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ConfigurationError(f"{name} must be a positive timedelta, not {_show(value)}")
     return value
+
+
+def boolean(name: str, value: Any) -> bool:
+    """*value*, which must be ``True`` or ``False`` (``"no"`` is not false)."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, not {_show(value)}")
+    return value
+
+
+def strings(name: str, value: Any, *, one: bool = False) -> list[str]:
+    """*value* as a list of strings: a list, tuple, set or other collection of them (or, with
+    *one*, a single string, which is never taken for the collection of its characters)."""
+    if isinstance(value, str):
+        if one:
+            return [value]
+        raise ConfigurationError(
+            f"{name} must be a collection of strings, not the string {value!r}"
+        )
+    if isinstance(value, bytes | bytearray | dict) or not isinstance(value, Collection):
+        raise ConfigurationError(
+            f"{name} must be {'a string or ' if one else ''}a collection of strings, "
+            f"not {_show(value)}"
+        )
+    items = list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigurationError(f"{name} must hold strings only, not {_show(item)}")
+    return items
 
 
 def _show(value: Any) -> str:

@@ -1,9 +1,11 @@
 """How the test suite opens each provider, in this process or in a worker process.
 
-Each provider kind registers a factory here; the conformance suite is parametrized over
-``KINDS``. A provider that does not pass the suite does not ship. What a test relies on beyond
-the common contract is read from the provider class's declared capabilities, never guessed
-from the kind's name.
+Each provider kind registers a factory here; the shipped conformance suite
+(``deepcrew_episodic.testing``) is run over ``KINDS`` by ``tests/test_conformance.py``. A
+provider that does not pass it does not ship. What a test relies on beyond the common
+contract is read from the provider class's declared capabilities, never guessed from the
+kind's name. ``Store`` is what the suite's ``store`` fixture needs: ``open()``, picklable for
+the worker processes, and ``write_raw``.
 """
 
 from __future__ import annotations
@@ -33,15 +35,11 @@ class Store:
     def shared_across_processes(self) -> bool:
         return self.provider_class.shared_across_processes
 
-    @property
-    def holds_bytes(self) -> bool:
-        """Whether the store keeps bytes that another program may have written undecodable
-        (every kind but the in-process dict, which holds Python strings)."""
-        return self.kind in RAW_WRITERS
-
     def write_raw(self, key: bytes, value: bytes) -> None:
         """Store *key* and *value* as raw bytes, bypassing the provider: what another program
-        (or a disk error) can leave behind."""
+        (or a disk error) can leave behind. The dict holds Python strings, never bytes."""
+        if self.kind not in RAW_WRITERS:
+            raise NotImplementedError(f"{self.kind} holds Python strings, never bytes")
         RAW_WRITERS[self.kind](self.target, key, value)
 
 

@@ -204,3 +204,72 @@ async def test_a_bad_stored_timestamp_never_crashes_and_never_makes_an_episode_i
     assert [e.query for e in await aged.load()] == ["refund order fresh"]
     assert await aged.sweep() == 2
     assert [e.query for e in await writer.load()] == ["refund order fresh"]
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda m: m.forget(tags="pii"), "tags"),
+        (lambda m: m.select(tags="pii"), "tags"),
+        (lambda m: m.recall("q", tags="pii"), "tags"),
+        (lambda m: m.forget(5), "ids"),
+        (lambda m: m.forget([5]), "ids"),
+        (lambda m: m.forget(outcome=5), "outcome"),
+        (lambda m: m.recall("q", outcome=[5]), "outcome"),
+        (lambda m: m.forget(containing=5), "containing"),
+        (lambda m: m.forget(before=float("nan")), "before"),
+        (lambda m: m.forget(before=True), "before"),
+        (lambda m: m.recall("q", since=float("inf")), "since"),
+        (lambda m: m.recall("q", since=b"2026-01-01"), "since"),
+        (lambda m: m.forget("x", dry_run="no"), "dry_run"),
+        (lambda m: m.forget(corrupt="yes"), "corrupt"),
+        (lambda m: m.load(include_expired="no"), "include_expired"),
+    ],
+)
+async def test_a_bad_filter_is_a_configuration_error_naming_it(
+    provider: MemoryProvider, call: object, name: str
+) -> None:
+    memory = EpisodicMemory(provider, namespace="filters")
+    await memory.record(Episode(query="has pii", tags=["pii"]))
+    await memory.record(Episode(query="has i", tags=["i"]))
+    with pytest.raises(ConfigurationError, match=name):
+        await call(memory)  # type: ignore[operator]
+    assert len(await memory.load()) == 2  # nothing was deleted
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda p: EpisodicMemory(p, recall_fields=["query", "query"]), "recall_fields"),
+        (lambda p: EpisodicMemory(p, recall_fields="query"), "recall_fields"),
+        (lambda p: EpisodicMemory(p, recall_fields=["lesson"]), "recall_fields"),
+        (lambda p: EpisodicMemory(p, reflect_model=5), "reflect_model"),
+        (lambda p: EpisodicMemory(p, reflect_params="x"), "reflect_params"),
+    ],
+)
+def test_bad_options_name_the_option(make: object, name: str) -> None:
+    with pytest.raises(ConfigurationError, match=name):
+        make(InMemoryProvider())  # type: ignore[operator]
+
+
+def test_a_store_path_must_be_a_path() -> None:
+    from deepcrew_episodic.providers import FileMemoryProvider, SQLiteMemoryProvider
+
+    for make in (FileMemoryProvider, SQLiteMemoryProvider):
+        with pytest.raises(ConfigurationError, match="path"):
+            make(5)  # type: ignore[arg-type]
+
+
+async def test_render_redacts_what_was_stored_unredacted(provider: MemoryProvider) -> None:
+    """An episode stored by deepcrew-ai or with redact=False may hold a secret: the block
+    never shows it."""
+    key = "AKIAIOSFODNN7EXAMPLE"
+    raw = EpisodicMemory(provider, namespace="unredacted", redact=False)
+    await raw.record(Episode(query=f"deploy with key {key}", reflection="rotate keys"))
+    memory = EpisodicMemory(provider, namespace="unredacted")
+    found = await memory.recall("deploy key")
+    assert key in found[0].query  # the data is returned as stored
+    block, shown = memory.fit(found)
+    assert key not in block
+    assert "REDACTED:aws-access-key" in block
+    assert [e.id for e in shown] == [found[0].id]

@@ -9,8 +9,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from deepcrew_episodic.cli._store import run_now
 from deepcrew_episodic._mutex import Mutex
+from deepcrew_episodic.cli._store import run_now
 
 pytestmark = pytest.mark.anyio
 

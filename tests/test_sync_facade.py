@@ -89,3 +89,19 @@ def test_the_loop_thread_stops_on_close_and_never_blocks_exit() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == b"ok"
+
+
+def test_open_namespaces_counters_and_check(store: Store) -> None:
+    with SyncEpisodicMemory(store.open(), namespace="ring7", max_episodes=7) as writer:
+        for i in range(9):
+            writer.record(Episode(query=f"task {i}"))
+        assert writer.namespaces() == ["ring7"]
+        assert writer.counters.corrupt_records == 0
+        assert writer.backend is writer.memory.backend
+        with pytest.raises(InvalidEpisodeError, match="secret"):
+            writer.check(Episode(query="q", id="AKIAIOSFODNN7EXAMPLE"))
+    if store.kind == "dict":
+        return  # a dict store lives and dies with its provider
+    with SyncEpisodicMemory.open(store.open(), namespace="ring7") as opened:
+        assert opened.max_episodes == 7
+        assert len(opened.load()) == 7

@@ -1,13 +1,26 @@
-"""The storage contract: a small key/value ABC plus optional capabilities.
+"""The storage contract: four abstract methods, and everything else built once on them.
 
-The four abstract methods are deepcrew-ai 0.6's ``MemoryProvider`` contract, so any provider
-written for it works here. The capabilities below have portable default implementations built
-once on those four; a provider overrides them when it can do better (one round trip instead
-of many, atomic across processes instead of within one).
+A provider implements what the episode log cannot build for itself:
+
+* :meth:`~MemoryProvider.retrieve_many`: read a batch of keys;
+* :meth:`~MemoryProvider.keys`: list the keys under a prefix;
+* :meth:`~MemoryProvider.write_if`: the one atomic primitive, a compare-and-set over several
+  keys that also stores and deletes;
+* :meth:`~MemoryProvider.aclose`: release what the provider holds.
+
+The rest (``write``, ``delete``, ``increment``, ``increment_and_write`` and deepcrew-ai's
+``store``/``retrieve``/``search``/``clear``) has one portable implementation here, correct on
+any provider whose ``write_if`` is atomic. A provider overrides one when it can do the same in
+fewer round trips, and declares what its override guarantees (see the class attributes).
+deepcrew-ai's own four-method providers go through :func:`as_provider`.
+
+``deepcrew_episodic.testing`` states the contract as a test suite a provider runs in a few lines.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import weakref
 from abc import ABC, abstractmethod
@@ -18,28 +31,34 @@ from typing import Any, ClassVar, Self
 from .._exceptions import ConfigurationError, CorruptDataError
 from .._mutex import Mutex
 
-__all__ = ["MemoryProvider", "as_provider", "substring_search"]
+__all__ = ["MemoryProvider", "Then", "as_provider"]
+
+Then = Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]]
+"""``then(new_counter_value, values_read) -> (items to store, keys to delete)``."""
 
 
 class MemoryProvider(ABC):
     """A flat string key/value store that episodic memory is kept in.
 
-    Subclasses implement the four abstract methods (deepcrew-ai's contract). They may override
-    the capability methods, and must then declare what they guarantee:
+    Subclasses implement :meth:`retrieve_many`, :meth:`keys`, :meth:`write_if` and
+    :meth:`aclose`; ``deepcrew_episodic.testing.ProviderConformance`` checks that they keep the
+    contract. Everything else is built on those four, and may be overridden to save round trips.
 
-    * ``shared_across_processes``: several OS processes may use the same store at once and the
-      capability methods stay atomic between them (file, redis, sqlite). The dict provider is
-      private to its process.
-    * ``atomic_increment_and_write``: :meth:`increment_and_write` raises the counter and applies
-      the write in one atomic step (dict, file, sqlite), so a writer that dies or stalls in
-      between cannot leave the counter advanced with nothing written, nor write after a later
-      writer has moved on. Redis takes two steps.
+    Declared capabilities (class attributes, read by the conformance suite, never guessed):
+
+    * ``shared_across_processes`` (default ``False``): several OS processes may open the same
+      store at once, and ``write_if`` stays atomic between them (file, redis, sqlite). The
+      conformance suite then runs its multi-process and SIGKILL tests.
+    * ``atomic_increment_and_write`` (default ``True``): :meth:`increment_and_write` raises the
+      counter and applies the write in one atomic step, as the portable implementation does. A
+      provider whose override takes two steps (Redis: a script, then a compare-and-set)
+      declares ``False``: a writer that stalls between them can have its episode land below
+      the ring, where only ``sweep()`` finds it.
 
     Keys and values are ``str``. A provider that stores bytes returns bytes that are not UTF-8
     decoded with ``surrogateescape`` (lone surrogates U+DC80..U+DCFF) rather than raising, and
-    takes such a string passed back to it (to :meth:`delete`, :meth:`write`,
-    :meth:`retrieve_many`) as the original bytes, so that an undecodable value can be found
-    and deleted.
+    takes such a string passed back to it as the original bytes, so that an undecodable value
+    can be found and deleted.
 
     Providers are async context managers; ``aclose()`` releases connections and handles.
 
@@ -50,66 +69,19 @@ class MemoryProvider(ABC):
     """
 
     shared_across_processes: ClassVar[bool] = False
-    atomic_increment_and_write: ClassVar[bool] = False
+    atomic_increment_and_write: ClassVar[bool] = True
 
-    # --- deepcrew-ai's contract -------------------------------------------------------
-
-    @abstractmethod
-    async def store(self, key: str, value: str) -> None:
-        """Store *value* under *key*, replacing any previous value."""
+    # --- the contract: what every provider implements ----------------------------------
 
     @abstractmethod
-    async def retrieve(self, key: str) -> str | None:
-        """Return the value stored under *key*, or ``None``."""
-
-    @abstractmethod
-    async def search(self, query: str, top_k: int = 5) -> list[tuple[str, str]]:
-        """Return up to *top_k* ``(key, value)`` pairs whose key or value contains *query*
-        (case-insensitive), sorted by key."""
-
-    @abstractmethod
-    async def clear(self) -> None:
-        """Remove every entry of this provider (all namespaces)."""
-
-    # --- capabilities, with portable defaults -------------------------------------------
-
     async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
         """Return the values of *keys*, in order (``None`` for a missing key)."""
-        return [await self.retrieve(key) for key in keys]
 
-    async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
-        """Store *items* and delete *delete*, as one atomic step where the provider can."""
-        for key, value in items.items():
-            await self.store(key, value)
-        if delete:
-            await self.delete(delete)
-
-    async def delete(self, keys: Iterable[str]) -> None:
-        """Delete *keys*. The portable default can only overwrite each value with ``""``
-        (the payload is gone, the key remains); providers override it to delete for real."""
-        for key in keys:
-            await self.store(key, "")
-
+    @abstractmethod
     async def keys(self, prefix: str) -> list[str]:
-        """Return every key that starts with *prefix*, sorted."""
-        found = await self.search(prefix, top_k=sys.maxsize)
-        return sorted(k for k, _ in found if k.startswith(prefix))
+        """Return every key that starts with *prefix* (any character, no wildcard), sorted."""
 
-    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
-        """Add one to the integer stored under *key* (taken as *initial* when absent) and
-        return the new value. A value that is not an integer raises :class:`CorruptDataError`,
-        or is taken as *repair* when given (the repair happens inside the atomic step, so two
-        repairers cannot both apply theirs).
-
-        The default is atomic between the tasks of one process only.
-        """
-        async with self._lock():
-            raw = await self.retrieve(key)
-            value = _parse_counter(key, raw, initial, repair)
-            value += 1
-            await self.store(key, str(value))
-            return value
-
+    @abstractmethod
     async def write_if(
         self,
         expect: Mapping[str, str | None],
@@ -117,60 +89,93 @@ class MemoryProvider(ABC):
         delete: Collection[str] = (),
     ) -> bool:
         """Atomically: when every key of *expect* holds its expected value (``None``: the key
-        is absent or holds ``""``, which is what the portable :meth:`delete` leaves), store
-        *items*, delete *delete* and return ``True``; otherwise change nothing and return
-        ``False``. A compare-and-set over several keys.
+        is absent or holds ``""``), store *items*, delete the keys of *delete* that are not in
+        *items*, and return ``True``; otherwise change nothing and return ``False``.
 
-        The default is atomic between the tasks of one process only; providers shared across
-        processes override it with one atomic step (a transaction, a script, a file lock).
-        A provider without a real :meth:`delete` leaves ``""`` behind, which ``None`` still
-        matches, so a claim made with ``write_if({key: None}, ...)`` can be made again after
-        the key is deleted.
+        With an empty *expect* it is a plain atomic write. It must be atomic between every
+        task and thread of the process, and between processes when the provider declares
+        ``shared_across_processes``.
         """
-        async with self._lock():
-            current = await self.retrieve_many(list(expect))
-            if any(_differs(v, expect[k]) for k, v in zip(expect, current, strict=True)):
-                return False
-            await self.write(items, delete)
-            return True
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Release connections and handles. Idempotent."""
+
+    async def purge(self) -> None:  # noqa: B027 - nothing to do unless a store keeps copies
+        """Remove what the store keeps of deleted values outside its live data (a journal, a
+        write-ahead log, temp files), so that deleted text is in none of its files. Called by
+        every ``forget``, ``sweep``, ``clear`` and ``shrink``; the default does nothing."""
+
+    # --- built on the contract: override to save round trips ----------------------------
+
+    async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
+        """Store *items* and delete *delete* (except the keys of *items*) in one atomic step."""
+        await self.write_if({}, items, delete)
+
+    async def delete(self, keys: Iterable[str]) -> None:
+        """Delete *keys*; a missing key is no error."""
+        await self.write_if({}, {}, list(keys))
 
     async def increment_and_write(
         self,
         key: str,
-        then: Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]],
+        then: Then,
         *,
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
     ) -> int:
-        """Increment the counter *key* (see :meth:`increment`), then apply
-        ``then(new_value, values)`` (items to store, keys to delete), where *values* maps each
-        key of *read* to its current value; return the new value.
+        """Add one to the integer counter *key* (taken as *initial* when absent), then store
+        and delete what ``then(new_value, values)`` returns, where *values* maps each key of
+        *read* to its current value; return the new value. A counter is ASCII digits, at most
+        18 of them.
 
-        The write is applied only while the keys of *read* still hold the values ``then`` saw:
-        a decision taken on them (which episode falls out of the ring) cannot be overtaken by a
-        concurrent change. ``then`` may therefore be called more than once; it must not have
-        side effects.
+        The counter, the read keys and the write change together: the write is applied only
+        while the counter and the keys of *read* still hold the values ``then`` saw, so a
+        decision taken on them (which episode falls out of the ring) is never overtaken. A
+        counter that is not an integer raises :class:`CorruptDataError`, or is taken as
+        *repair* when given (inside the same atomic step, so two repairers cannot both apply
+        theirs). ``then`` may be called more than once; it must not have side effects.
 
-        The default takes two steps (``increment``, then :meth:`write_if`, retried with fresh
-        values when they changed): a writer that dies between them leaves the counter advanced
-        and nothing written, never a partial write. Providers that can do it all in one atomic
-        step (one file replace, one transaction) override it.
+        The portable implementation reads, then applies everything with one :meth:`write_if`
+        that expects what it read, and starts over when another writer came first. The tasks
+        of one process take turns, so only writers in other processes cause a retry.
         """
-        value = await self.increment(key, initial=initial, repair=repair)
-        while True:
-            current = await self.retrieve_many(list(read)) if read else []
-            values = dict(zip(read, current, strict=True))
-            items, delete = then(value, values)
-            if await self.write_if(values, items, delete):
-                return value
+        wanted = [key, *(k for k in read if k != key)]
+        async with _process_lock(self):
+            while True:
+                current = dict(zip(wanted, await self.retrieve_many(wanted), strict=True))
+                value, items, delete = next_step(key, current.get, then, initial, repair, read)
+                if await self.write_if(current, items, delete):
+                    return value
 
-    async def aclose(self) -> None:  # noqa: B027 - a no-op unless the provider holds resources
-        """Release connections and handles. Idempotent."""
+    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
+        """Add one to the counter *key* and return the new value (see
+        :meth:`increment_and_write`, with nothing else to write)."""
+        return await self.increment_and_write(key, _nothing, initial=initial, repair=repair)
 
-    def _lock(self) -> Mutex:
-        """The lock that makes the portable defaults atomic between the tasks of a process."""
-        return _process_lock(self)
+    # --- deepcrew-ai 0.6's four methods, which its runner and callers use -----------------
+
+    async def store(self, key: str, value: str) -> None:
+        """Store *value* under *key*, replacing any previous value."""
+        await self.write({key: value})
+
+    async def retrieve(self, key: str) -> str | None:
+        """Return the value stored under *key*, or ``None``."""
+        return (await self.retrieve_many([key]))[0]
+
+    async def search(self, query: str, top_k: int = 5) -> list[tuple[str, str]]:
+        """Return up to *top_k* ``(key, value)`` pairs whose key or value contains *query*
+        (case-insensitive), sorted by key. Reads the whole store: deepcrew-ai's semantics,
+        kept for its callers; the episode log never calls it."""
+        keys = await self.keys("")
+        values = await self.retrieve_many(keys)
+        pairs = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
+        return substring_search(pairs, query, top_k)
+
+    async def clear(self) -> None:
+        """Remove every entry of this provider (all namespaces)."""
+        await self.delete(await self.keys(""))
 
     async def __aenter__(self) -> Self:
         return self
@@ -184,27 +189,74 @@ class MemoryProvider(ABC):
         await self.aclose()
 
 
-def _differs(value: str | None, expected: str | None) -> bool:
+def next_step(
+    key: str,
+    get: Callable[[str], str | None],
+    then: Then,
+    initial: int,
+    repair: int | None,
+    read: Sequence[str],
+) -> tuple[int, dict[str, str], Collection[str]]:
+    """One :meth:`MemoryProvider.increment_and_write` computed on the current values (*get*):
+    the new counter value, the items to store (the counter among them) and the keys to delete.
+    For providers that read and write inside one atomic step of their own."""
+    value = _parse_counter(key, get(key), initial, repair) + 1
+    items, delete = then(value, {k: get(k) for k in read})
+    return value, {**items, key: str(value)}, delete
+
+
+def store_path(path: object) -> str | os.PathLike[str]:
+    """*path* if it can name a file (a ``str`` or an ``os.PathLike``), else a clear error."""
+    if isinstance(path, str) and path:
+        return path
+    if isinstance(path, os.PathLike):
+        return path
+    raise ConfigurationError(f"a store path must be a non-empty str or os.PathLike, not {path!r}")
+
+
+def differs(value: str | None, expected: str | None) -> bool:
+    """Whether a stored *value* fails the expectation of :meth:`MemoryProvider.write_if`."""
     if expected is None:
         return value is not None and value != ""
     return value != expected
 
 
+def substring_search(
+    items: Iterable[tuple[str, str]], query: str, top_k: int
+) -> list[tuple[str, str]]:
+    """deepcrew-ai's ``search`` semantics."""
+    q = query.lower()
+    matches = [(k, v) for k, v in items if q in k.lower() or q in v.lower()]
+    matches.sort(key=lambda kv: kv[0])
+    return matches[: max(0, top_k)]
+
+
+def _nothing(value: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+    return {}, []
+
+
 def _parse_counter(key: str, raw: str | None, initial: int, repair: int | None = None) -> int:
+    """A counter is ASCII decimal digits, at most 18 (a 64-bit integer in every store): int()
+    alone would also take "-1", " 7", "٣" and numbers no store can increment."""
     if raw is None or raw == "":
         return initial
-    try:
+    if _COUNTER.fullmatch(raw):
         return int(raw)
-    except ValueError:
-        if repair is not None:
-            return repair
-        raise CorruptDataError(f"counter {key!r} holds {raw[:40]!r}, not an integer") from None
+    if repair is not None:
+        return repair
+    raise CorruptDataError(
+        f"counter {key!r} holds {raw[:40]!r}, not an integer of at most 18 digits"
+    )
+
+
+_COUNTER = re.compile(r"[0-9]{1,18}")
 
 
 _locks: weakref.WeakKeyDictionary[object, Mutex] = weakref.WeakKeyDictionary()
 
 
 def _process_lock(owner: object) -> Mutex:
+    """A lock between the tasks of this process, per *owner* (a provider needs no __init__)."""
     lock = _locks.get(owner)
     if lock is None:
         lock = _locks[owner] = Mutex()
@@ -212,13 +264,48 @@ def _process_lock(owner: object) -> Mutex:
 
 
 class _ForeignProvider(MemoryProvider):
-    """Adapts a duck-typed provider (for example one of deepcrew-ai's own) to this ABC."""
+    """Adapts a provider with deepcrew-ai's four methods only (``store``, ``retrieve``,
+    ``search``, ``clear``) to the contract.
+
+    Its ``write_if`` is atomic between the tasks of this process only (a lock around the read
+    and the write, shared by every adapter of the same object), and it cannot delete: a
+    deleted key is overwritten with ``""``, which ``write_if`` takes as absent. A batch costs
+    one call per key.
+    """
+
+    shared_across_processes = False
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
+    async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
+        return [await self.retrieve(key) for key in keys]
+
+    async def keys(self, prefix: str) -> list[str]:
+        # deepcrew-ai's search matches the key or the value, ignoring case: filter exactly.
+        found = await self.search(prefix, top_k=sys.maxsize)
+        return sorted({k for k, _ in found if k.startswith(prefix)})
+
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        async with _process_lock(self._inner):
+            current = await self.retrieve_many(list(expect))
+            if any(differs(v, expect[k]) for k, v in zip(expect, current, strict=True)):
+                return False
+            for key, value in items.items():
+                await self._inner.store(key, value)
+            for key in delete:
+                if key not in items:
+                    await self._inner.store(key, "")  # the payload goes; the key stays
+            return True
+
     async def store(self, key: str, value: str) -> None:
-        await self._inner.store(key, value)
+        async with _process_lock(self._inner):
+            await self._inner.store(key, value)
 
     async def retrieve(self, key: str) -> str | None:
         value: str | None = await self._inner.retrieve(key)
@@ -229,11 +316,8 @@ class _ForeignProvider(MemoryProvider):
         return found
 
     async def clear(self) -> None:
-        await self._inner.clear()
-
-    def _lock(self) -> Mutex:
-        # Lock on the wrapped object: every wrapper of one backend shares the lock.
-        return _process_lock(self._inner)
+        async with _process_lock(self._inner):
+            await self._inner.clear()
 
     async def aclose(self) -> None:
         close = getattr(self._inner, "aclose", None)
@@ -245,23 +329,14 @@ _REQUIRED = ("store", "retrieve", "search", "clear")
 
 
 def as_provider(backend: object) -> MemoryProvider:
-    """Return *backend* as a :class:`MemoryProvider`, adapting a duck-typed one."""
+    """Return *backend* as a :class:`MemoryProvider`, adapting one with deepcrew-ai's four
+    methods only; anything else raises :class:`ConfigurationError` naming what it lacks."""
     if isinstance(backend, MemoryProvider):
         return backend
     missing = [name for name in _REQUIRED if not callable(getattr(backend, name, None))]
     if missing:
         raise ConfigurationError(
             f"backend {type(backend).__name__} is not a MemoryProvider: "
-            f"it lacks {', '.join(missing)}"
+            f"it lacks {', '.join(missing)} (or subclass MemoryProvider: see docs/storage.md)"
         )
     return _ForeignProvider(backend)
-
-
-def substring_search(
-    items: Iterable[tuple[str, str]], query: str, top_k: int
-) -> list[tuple[str, str]]:
-    """deepcrew-ai's ``search`` semantics, shared by every provider here."""
-    q = query.lower()
-    matches = [(k, v) for k, v in items if q in k.lower() or q in v.lower()]
-    matches.sort(key=lambda kv: kv[0])
-    return matches[: max(0, top_k)]

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
-from ._base import MemoryProvider, _differs, _parse_counter, substring_search
+from ._base import MemoryProvider, Then, differs, next_step, store_path
 
 __all__ = ["FileMemoryProvider", "read_file_store"]
 
@@ -48,7 +48,7 @@ log = logging.getLogger("deepcrew_episodic")
 
 T = TypeVar("T")
 _Sig = tuple[int, int, int]
-_Change = Callable[[dict[str, str]], tuple[Iterable[str], dict[str, str] | None] | None]
+_Change = Callable[[dict[str, str]], tuple[Iterable[str], Mapping[str, str]] | None]
 # A temporary file this old is an orphan even when a process with its writer's pid is alive
 # (the pid may have been reused): no write takes this long.
 _ORPHAN_GRACE_SECONDS = 60.0
@@ -79,7 +79,7 @@ class FileMemoryProvider(MemoryProvider):
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         # Through a symlink, replace the target, not the link (os.replace would swap the link
         # for a regular file and the target would never see a write again).
-        self._path = Path(path).resolve()
+        self._path = Path(store_path(path)).resolve()
         self._lock_path = self._path.with_name(self._path.name + ".lock")
         self._fsync = fsync
         self._mutex = threading.Lock()
@@ -102,24 +102,7 @@ class FileMemoryProvider(MemoryProvider):
         """The JSON file this provider keeps its data in."""
         return self._path
 
-    # --- deepcrew-ai's contract -------------------------------------------------------
-
-    async def store(self, key: str, value: str) -> None:
-        await self.write({key: value})
-
-    async def retrieve(self, key: str) -> str | None:
-        return (await self.retrieve_many([key]))[0]
-
-    async def search(self, query: str, top_k: int = 5) -> list[tuple[str, str]]:
-        return await self._read(lambda d: substring_search(d.items(), query, top_k))
-
-    async def clear(self) -> None:
-        def change(data: dict[str, str]) -> tuple[Iterable[str], None]:
-            return list(data), None
-
-        await self._modify({}, change)
-
-    # --- capabilities ---------------------------------------------------------------------
+    # --- the contract -----------------------------------------------------------------------
 
     async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
         return await self._read(lambda d: [d.get(k) for k in keys])
@@ -133,25 +116,6 @@ class FileMemoryProvider(MemoryProvider):
 
         return await self._read(listed)
 
-    async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
-        _check_values(items)
-        await self._modify(dict(items), lambda data: (delete, None))
-
-    async def delete(self, keys: Iterable[str]) -> None:
-        doomed = list(keys)
-        await self._modify({}, lambda data: (doomed, None))
-
-    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
-        result: list[int] = []
-
-        def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]]:
-            value = _parse_counter(key, data.get(key), initial, repair) + 1
-            result.append(value)
-            return (), {key: str(value)}
-
-        await self._modify({}, change)
-        return result[0]
-
     async def write_if(
         self,
         expect: Mapping[str, str | None],
@@ -163,36 +127,34 @@ class FileMemoryProvider(MemoryProvider):
 
         def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]] | None:
             get = data.get
-            if any(_differs(get(k), v) for k, v in expect.items()):
+            if any(differs(get(k), v) for k, v in expect.items()):
                 return None  # nothing changes, nothing is written
             matched.append(True)
             return delete, dict(items)
 
-        await self._modify({}, change)
+        await self._modify(change)
         return bool(matched)
 
     async def increment_and_write(
         self,
         key: str,
-        then: Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]],
+        then: Then,
         *,
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
     ) -> int:
-        # One locked replace for both steps (half the I/O of increment + write); the read keys
+        # One locked replace (half the I/O of the portable read + write_if); the read keys
         # are read under the same lock, so `then` runs once on values nobody can change.
         result: list[int] = []
 
         def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]]:
-            value = _parse_counter(key, data.get(key), initial, repair) + 1
-            result.append(value)
-            get = data.get
-            items, delete = then(value, {k: get(k) for k in read})
+            value, items, delete = next_step(key, data.get, then, initial, repair, read)
             _check_values(items)
-            return delete, {**items, key: str(value)}
+            result.append(value)
+            return delete, items
 
-        await self._modify({}, change)
+        await self._modify(change)
         return result[0]
 
     async def aclose(self) -> None:
@@ -209,9 +171,9 @@ class FileMemoryProvider(MemoryProvider):
 
         return await _off_loop(run)
 
-    async def _modify(self, items: dict[str, str], change: _Change) -> None:
-        """Apply *items*, then what *change* computes from the current data, in one replace.
-        When *change* returns ``None``, nothing is written."""
+    async def _modify(self, change: _Change) -> None:
+        """Apply what *change* computes from the current data (keys to delete, items to
+        store), in one replace. When *change* returns ``None``, nothing is written."""
 
         def run() -> None:
             with self._translated("write"), self._guard(), self._flock(fcntl.LOCK_EX):
@@ -220,8 +182,7 @@ class FileMemoryProvider(MemoryProvider):
                 changed = change(self._data)
                 if changed is None:
                     return
-                doomed, more = changed
-                updates = {**items, **(more or {})}
+                doomed, updates = changed
                 data = self._data
                 if self._fragments is None:
                     self._fragments = {k: _fragment(k, v) for k, v in data.items()}
@@ -484,9 +445,10 @@ def _decode(path: Path, raw: bytes) -> dict[str, str]:
             # come back as lone surrogates, which the core reports as a corrupt record, instead
             # of making the whole file unreadable.
             data = json.loads(raw.decode("utf-8", "surrogateescape"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise CorruptDataError(
-            f"{path} is not valid JSON ({exc}); it was left untouched. "
+            f"{path} is not valid JSON ({reason}); it was left untouched. "
             f"Restore it from a backup or move it aside."
         ) from exc
     if not isinstance(data, dict):

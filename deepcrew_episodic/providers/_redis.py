@@ -24,12 +24,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from .._exceptions import ConfigurationError, CorruptDataError, MissingDependencyError, StorageError
-from ._base import MemoryProvider, substring_search
+from ._base import MemoryProvider, Then
 
 try:
     import redis.asyncio as redis_asyncio
@@ -42,14 +42,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 __all__ = ["RedisMemoryProvider"]
 
-# Create the counter at `initial` when absent (or set it to `repair` when it is not an integer
-# and a repair value is given), then INCR it: one atomic step on the server. Returns the new
-# value followed by the values of KEYS[2..] (the keys increment_and_write reads).
+# Create the counter at `initial` when absent or "" (one that is not ASCII digits, at most 18 of
+# them, is set to `repair` when one is given, and refused otherwise), then INCR it: one atomic
+# step on the server. Returns the new value followed by the values of KEYS[2..] (the keys
+# increment_and_write reads).
 _INCREMENT = """
 local current = redis.call('GET', KEYS[1])
-if not current then
+if not current or current == '' then
   redis.call('SET', KEYS[1], ARGV[1])
-elseif ARGV[2] ~= '' and not string.match(current, '^%-?%d+$') then
+elseif #current > 18 or not string.match(current, '^%d+$') then
+  if ARGV[2] == '' then
+    return redis.error_reply('ERR counter is not an integer of at most 18 digits')
+  end
   redis.call('SET', KEYS[1], ARGV[2])
 end
 local reply = {redis.call('INCR', KEYS[1])}
@@ -114,6 +118,9 @@ class RedisMemoryProvider(MemoryProvider):
     """
 
     shared_across_processes = True
+    # A script that increments and reads, then a compare-and-set: two steps (see
+    # increment_and_write), so a stalled writer's episode can land below the ring.
+    atomic_increment_and_write = False
 
     def __init__(
         self,
@@ -124,6 +131,10 @@ class RedisMemoryProvider(MemoryProvider):
         max_connections: int = 32,
         cluster: bool = False,
     ) -> None:
+        if not isinstance(url, str):
+            raise ConfigurationError(f"url must be a redis:// URL string, not {type(url).__name__}")
+        if not isinstance(prefix, str):
+            raise ConfigurationError(f"prefix must be a string, not {type(prefix).__name__}")
         self._prefix = prefix
         self._pattern_prefix = _GLOB.sub(r"\\\1", prefix)
         self._cluster = cluster or isinstance(client, RedisCluster)
@@ -143,7 +154,7 @@ class RedisMemoryProvider(MemoryProvider):
         elif self._cluster:
             if not url.startswith(("redis://", "rediss://")):
                 raise ConfigurationError(
-                    f"not a redis cluster URL: {url!r} (expected redis://host:port of any node)"
+                    f"not a redis cluster URL: {_shown(url)!r} (expected redis://host:port of any node)"
                 )
             try:
                 self._client = RedisCluster.from_url(
@@ -153,12 +164,14 @@ class RedisMemoryProvider(MemoryProvider):
                     max_connections=max_connections,
                 )
             except (ValueError, redis_exceptions.RedisClusterException) as exc:
-                raise ConfigurationError(f"invalid redis cluster URL {url!r}: {exc}") from exc
+                raise ConfigurationError(
+                    f"invalid redis cluster URL {_shown(url)!r}: {_hide(str(exc), url)}"
+                ) from exc
             self._owns_client = True
         else:
             if not url.startswith(("redis://", "rediss://", "unix://")):
                 raise ConfigurationError(
-                    f"not a redis URL: {url!r} (expected redis://host:port/db or rediss://...)"
+                    f"not a redis URL: {_shown(url)!r} (expected redis://host:port/db or rediss://...)"
                 )
             try:
                 # A blocking pool makes a burst of concurrent calls wait for a connection
@@ -171,7 +184,9 @@ class RedisMemoryProvider(MemoryProvider):
                 )
                 self._client = redis_asyncio.Redis(connection_pool=pool)
             except ValueError as exc:
-                raise ConfigurationError(f"invalid redis URL {url!r}: {exc}") from exc
+                raise ConfigurationError(
+                    f"invalid redis URL {_shown(url)!r}: {_hide(str(exc), url)}"
+                ) from exc
             self._owns_client = True
         self._ready = not self._cluster
         self._init_lock = asyncio.Lock()
@@ -232,26 +247,7 @@ class RedisMemoryProvider(MemoryProvider):
                 f"one call may only touch keys of one namespace"
             )
 
-    # --- deepcrew-ai's contract -------------------------------------------------------
-
-    async def store(self, key: str, value: str) -> None:
-        async with self._call("SET", key):
-            await self._client.set(self._key(key), value)
-
-    async def retrieve(self, key: str) -> str | None:
-        async with self._call("GET", key):
-            return _text(await self._client.get(self._key(key)))
-
-    async def search(self, query: str, top_k: int = 5) -> list[tuple[str, str]]:
-        keys = await self.keys("")
-        values = await self.retrieve_many(keys)
-        pairs = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
-        return substring_search(pairs, query, top_k)
-
-    async def clear(self) -> None:
-        await self.delete(await self.keys(""))
-
-    # --- capabilities ---------------------------------------------------------------------
+    # --- the contract, and the batch writes redis does in fewer round trips ------------------
 
     async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
         if not keys:
@@ -322,10 +318,6 @@ class RedisMemoryProvider(MemoryProvider):
         found.sort()
         return found
 
-    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
-        value, _ = await self._increment_and_read(key, (), initial, repair)
-        return value
-
     async def _increment_and_read(
         self, key: str, read: Sequence[str], initial: int, repair: int | None
     ) -> tuple[int, dict[str, str | None]]:
@@ -362,7 +354,7 @@ class RedisMemoryProvider(MemoryProvider):
     async def increment_and_write(
         self,
         key: str,
-        then: Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]],
+        then: Then,
         *,
         initial: int = 0,
         repair: int | None = None,
@@ -410,6 +402,38 @@ def _text(value: Any) -> str | None:
     if isinstance(value, bytes):  # a client passed in without decode_responses
         return value.decode("utf-8", "surrogateescape")
     return value  # type: ignore[no-any-return]
+
+
+def _secrets(url: str) -> list[str]:
+    """The password of *url*, in every spelling an error message might carry it."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    found: list[str] = []
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found.append(parts.password)
+        for value in parse_qs(parts.query).get("password", []):
+            found.append(value)
+    except ValueError:
+        pass
+    # userinfo taken raw, for URLs urlsplit cannot parse ("#", "/" or "?" in the password)
+    _scheme, sep, rest = url.partition("://")
+    userinfo = rest.rpartition("@")[0] if sep else ""
+    if ":" in userinfo:
+        found.append(userinfo.partition(":")[2])
+    return [s for x in found for s in {x, unquote(x)} if s]
+
+
+def _hide(text: str, url: str) -> str:
+    for secret in sorted(_secrets(url), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _shown(url: str) -> str:
+    """*url* as it may appear in a message: without its password."""
+    return _hide(url, url)
 
 
 def _split_tag(key: str) -> tuple[str, str]:

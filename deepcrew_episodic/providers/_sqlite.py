@@ -45,7 +45,7 @@ from typing import TypeVar
 import anyio.to_thread
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
-from ._base import MemoryProvider, _differs, _parse_counter, substring_search
+from ._base import MemoryProvider, Then, differs, next_step, store_path
 
 __all__ = ["SQLiteMemoryProvider"]
 
@@ -94,7 +94,7 @@ class SQLiteMemoryProvider(MemoryProvider):
     ) -> None:
         if timeout <= 0:
             raise ConfigurationError(f"timeout must be > 0 seconds, not {timeout!r}")
-        self._path = Path(path)
+        self._path = Path(store_path(path))
         self._timeout = float(timeout)
         self._fsync = fsync
         # One connection per provider, used by one worker thread at a time.
@@ -107,30 +107,7 @@ class SQLiteMemoryProvider(MemoryProvider):
         """The database file."""
         return self._path
 
-    # --- deepcrew-ai's contract -------------------------------------------------------
-
-    async def store(self, key: str, value: str) -> None:
-        await self.write({key: value})
-
-    async def retrieve(self, key: str) -> str | None:
-        return (await self.retrieve_many([key]))[0]
-
-    async def search(self, query: str, top_k: int = 5) -> list[tuple[str, str]]:
-        def run(conn: sqlite3.Connection) -> list[tuple[str, str]]:
-            rows = conn.execute("SELECT key, value FROM kv ORDER BY key").fetchall()
-            return substring_search(rows, query, top_k)
-
-        return await self._run("search", run)
-
-    async def clear(self) -> None:
-        def run(conn: sqlite3.Connection) -> None:
-            with _transaction(conn):
-                conn.execute("DELETE FROM kv")
-            self._checkpoint(conn)
-
-        await self._run("clear", run)
-
-    # --- capabilities ---------------------------------------------------------------------
+    # --- the contract -----------------------------------------------------------------------
 
     async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
         if not keys:
@@ -160,31 +137,6 @@ class SQLiteMemoryProvider(MemoryProvider):
 
         return await self._run("read", run)
 
-    async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
-        pairs, doomed = _bound_change(items, delete)
-        if not pairs and not doomed:
-            return
-
-        def run(conn: sqlite3.Connection) -> None:
-            with _transaction(conn):
-                _apply(conn, pairs, doomed)
-            if doomed:
-                self._checkpoint(conn)
-
-        await self._run("write", run)
-
-    async def delete(self, keys: Iterable[str]) -> None:
-        doomed = [(_bind(k),) for k in keys]
-        if not doomed:
-            return
-
-        def run(conn: sqlite3.Connection) -> None:
-            with _transaction(conn):
-                conn.executemany(_DELETE, doomed)
-            self._checkpoint(conn)
-
-        await self._run("delete", run)
-
     async def keys(self, prefix: str) -> list[str]:
         start = _bind(prefix)
         end = _prefix_end(prefix)
@@ -205,13 +157,6 @@ class SQLiteMemoryProvider(MemoryProvider):
 
         return await self._run("keys", run)
 
-    async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
-        def run(conn: sqlite3.Connection) -> int:
-            with _transaction(conn):
-                return _increment(conn, key, initial, repair)
-
-        return await self._run("increment", run)
-
     async def write_if(
         self,
         expect: Mapping[str, str | None],
@@ -220,13 +165,15 @@ class SQLiteMemoryProvider(MemoryProvider):
     ) -> bool:
         expected = [(_bind(k), v) for k, v in expect.items()]
         pairs, doomed = _bound_change(items, delete)
+        if not expected and not pairs and not doomed:
+            return True
 
         def run(conn: sqlite3.Connection) -> bool:
             # The write lock is taken before the read: nobody changes the keys in between.
             with _transaction(conn):
                 for bound, value in expected:
                     row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
-                    if _differs(row[0] if row else None, value):
+                    if differs(row[0] if row else None, value):
                         return False
                 _apply(conn, pairs, doomed)
             if doomed:
@@ -238,24 +185,25 @@ class SQLiteMemoryProvider(MemoryProvider):
     async def increment_and_write(
         self,
         key: str,
-        then: Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]],
+        then: Then,
         *,
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
     ) -> int:
-        bound_read = [(k, _bind(k)) for k in read]
+        bound_key = _bind(key)
+        bound_read = {k: _bind(k) for k in read}
 
         # One transaction: the counter, the read keys and what it places commit together or
         # not at all, so `then` runs once, on values no other writer can change meanwhile.
         def run(conn: sqlite3.Connection) -> int:
+            def get(name: str) -> str | None:
+                bound = bound_key if name == key else bound_read[name]
+                row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
+                return row[0] if row else None
+
             with _transaction(conn):
-                value = _increment(conn, key, initial, repair)
-                values: dict[str, str | None] = {}
-                for name, bound in bound_read:
-                    row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
-                    values[name] = row[0] if row else None
-                items, delete = then(value, values)
+                value, items, delete = next_step(key, get, then, initial, repair, read)
                 _apply(conn, *_bound_change(items, delete))
                 return value
 
@@ -272,6 +220,11 @@ class SQLiteMemoryProvider(MemoryProvider):
         await anyio.to_thread.run_sync(run)
 
     # --- machinery ------------------------------------------------------------------------
+
+    async def purge(self) -> None:
+        """A ``TRUNCATE`` checkpoint: text deleted earlier (ring evictions included) leaves
+        the ``-wal`` file."""
+        await self._run("purge", self._checkpoint)
 
     def _checkpoint(self, conn: sqlite3.Connection) -> None:
         """Copy the WAL into the database and truncate it: the pages as they were before a
@@ -304,6 +257,15 @@ class SQLiteMemoryProvider(MemoryProvider):
             self._path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create the directory of {self._path}: {exc}") from exc
+        if not self._path.exists():
+            # Created private, like the file store: episodes are an agent's whole history.
+            # SQLite gives its -wal and -shm files the database file's mode.
+            try:
+                os.close(os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                pass  # another process created it first
+            except OSError as exc:
+                raise StorageError(f"cannot create {self._path}: {exc}") from exc
         conn = sqlite3.connect(
             self._path,
             timeout=self._timeout,
@@ -409,15 +371,6 @@ def _bound_change(
     pairs = [(_bind(k), _bind(v)) for k, v in items.items()]
     doomed = [(_bind(k),) for k in delete if k not in items]
     return pairs, doomed
-
-
-def _increment(conn: sqlite3.Connection, key: str, initial: int, repair: int | None) -> int:
-    """Add one to the counter *key*; the caller holds the write lock (BEGIN IMMEDIATE)."""
-    bound = _bind(key)
-    row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
-    value = _parse_counter(key, row[0] if row else None, initial, repair) + 1
-    conn.execute(_UPSERT, (bound, str(value)))
-    return value
 
 
 def _apply(

@@ -1,0 +1,1148 @@
+"""The conformance suite: every guarantee the episode log needs from a provider, as tests.
+
+Each test reads what the provider declares (``shared_across_processes``,
+``atomic_increment_and_write``) to decide what to assert; none guesses from a name.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import warnings
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from .. import (
+    ConfigurationError,
+    CorruptDataError,
+    Episode,
+    EpisodicMemory,
+    InvalidEpisodeError,
+)
+from ..providers import MemoryProvider
+from ..providers._base import Then
+from ._store import StoreSpec, worker
+
+__all__ = ["ProviderConformance"]
+
+
+def _slow(test: Any) -> Any:
+    """Mark *test* ``slow`` where the project registers that marker (``-m "not slow"`` skips
+    the multi-process tests); leave it unmarked where the marker is unknown."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pytest.PytestUnknownMarkWarning)
+        try:
+            return pytest.mark.slow(test)
+        except (pytest.fail.Exception, pytest.PytestUnknownMarkWarning):
+            return test
+
+
+def ep(query: str, **fields: Any) -> Episode:
+    return Episode(query=query, response=fields.pop("response", "ok"), **fields)
+
+
+class ProviderConformance:
+    """Subclass it in a test module (as ``Test<YourProvider>``) and define the ``store``
+    fixture; see :mod:`deepcrew_episodic.testing`.
+
+    Override :meth:`check_after_crashes` to add what only your store can check after the
+    SIGKILL test (no temporary files left, say).
+    """
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+
+    #: How many times the SIGKILL test kills a writer (about 0.3 s each).
+    sigkill_rounds: ClassVar[int] = 10
+
+    @pytest.fixture
+    def store(self) -> StoreSpec:
+        """An empty store. Subclasses override this fixture."""
+        pytest.fail(f"{type(self).__name__} must define a `store` fixture returning a Store")
+
+    @pytest.fixture
+    async def provider(self, store: StoreSpec) -> AsyncIterator[MemoryProvider]:
+        async with store.open() as opened:
+            yield opened
+
+    def check_after_crashes(self, store: StoreSpec) -> None:
+        """Called after the SIGKILL test's rounds, with the store closed."""
+
+    # --- deepcrew-ai's key/value contract --------------------------------------------------
+
+    async def test_store_retrieve_search_clear(self, provider: MemoryProvider) -> None:
+        await provider.store("b:key", "Hello World")
+        await provider.store("a:other", "nothing here")
+        await provider.store("c:third", "say hello")
+        assert await provider.retrieve("b:key") == "Hello World"
+        assert await provider.retrieve("missing") is None
+        await provider.store("b:key", "replaced")
+        assert await provider.retrieve("b:key") == "replaced"
+        # case-insensitive substring on key or value, sorted by key, cut at top_k
+        assert await provider.search("HELLO") == [("c:third", "say hello")]
+        assert await provider.search(":", top_k=2) == [
+            ("a:other", "nothing here"),
+            ("b:key", "replaced"),
+        ]
+        await provider.clear()
+        assert await provider.retrieve("b:key") is None
+        assert await provider.search("") == []
+
+    async def test_batch_capabilities(self, provider: MemoryProvider) -> None:
+        await provider.write({"p:1": "one", "p:2": "two", "q:1": "other"})
+        assert await provider.retrieve_many(["p:2", "nope", "p:1"]) == ["two", None, "one"]
+        assert await provider.retrieve_many([]) == []
+        assert await provider.keys("p:") == ["p:1", "p:2"]
+        await provider.write({"p:3": "three"}, delete=["p:1"])
+        assert await provider.retrieve_many(["p:1", "p:3"]) == [None, "three"]
+        await provider.delete(["p:2", "absent"])
+        assert await provider.keys("p:") == ["p:3"]
+        assert await provider.keys("q:") == ["q:1"]
+        await provider.delete([])
+        await provider.write({})
+        assert await provider.keys("") == ["p:3", "q:1"]
+
+    async def test_increment_starts_at_initial_and_is_atomic(
+        self, provider: MemoryProvider
+    ) -> None:
+        assert await provider.increment("n", initial=41) == 42
+        assert await provider.increment("n", initial=1000) == 43  # initial only applies once
+        results: list[int] = []
+
+        async def bump() -> None:
+            results.append(await provider.increment("m"))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(200):
+                tg.start_soon(bump)
+        assert sorted(results) == list(range(1, 201))
+
+    @pytest.mark.parametrize("raw", ["-1", "\u0663", " 7", "7 ", "1e3", "9" * 19, "abc"])
+    async def test_a_counter_that_is_not_ascii_digits_is_corrupt_or_repaired_in_one_step(
+        self, provider: MemoryProvider, raw: str
+    ) -> None:
+        key = "episodic:ctr:__seq__"
+        await provider.store(key, raw)
+        with pytest.raises(CorruptDataError):
+            await provider.increment_and_write(key, lambda s, v: ({"episodic:ctr:e": "x"}, []))
+        assert await provider.retrieve_many([key, "episodic:ctr:e"]) == [raw, None]
+        assert await provider.increment(key, repair=41) == 42
+        assert await provider.increment(key, repair=0) == 43  # repaired once, then counted
+        await provider.store(key, "")
+        assert await provider.increment(key, initial=9) == 10  # "" counts as absent
+
+    # --- no lost or duplicated episodes ----------------------------------------------------
+
+    @pytest.mark.parametrize("max_episodes", [1000, 100])
+    async def test_concurrent_records_in_one_process(
+        self, provider: MemoryProvider, max_episodes: int
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="conc", max_episodes=max_episodes)
+
+        async def one(i: int) -> None:
+            await memory.record(ep(f"task {i}", tags=[f"n{i}"]))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(500):
+                tg.start_soon(one, i)
+        fresh = EpisodicMemory(provider, namespace="conc", max_episodes=max_episodes)
+        episodes = await fresh.load()
+        assert len(episodes) == min(500, max_episodes)
+        assert len({e.id for e in episodes}) == len(episodes)
+        assert len({e.query for e in episodes}) == len(episodes)
+        if max_episodes >= 500:
+            assert {e.query for e in episodes} == {f"task {i}" for i in range(500)}
+        await _assert_the_newest_are_kept(provider, "conc", 500, min(500, max_episodes))
+
+    @_slow
+    @pytest.mark.parametrize("max_episodes", [2000, 150])
+    async def test_concurrent_records_from_many_processes(
+        self, store: StoreSpec, provider: MemoryProvider, max_episodes: int
+    ) -> None:
+        _needs_processes(provider)
+        await _run_workers(
+            [worker(store, "record", "procs", max_episodes, 200, f"w{p}") for p in range(8)]
+        )
+        async with store.open() as fresh:
+            episodes = await EpisodicMemory(
+                fresh, namespace="procs", max_episodes=max_episodes
+            ).load()
+            await _assert_the_newest_are_kept(fresh, "procs", 1600, min(1600, max_episodes))
+        assert len(episodes) == min(1600, max_episodes)
+        assert len({e.id for e in episodes}) == len(episodes)
+        if max_episodes >= 1600:
+            expected = {(f"w{p}", i) for p in range(8) for i in range(200)}
+            assert {(e.tags[0], int(e.query.split()[3])) for e in episodes} == expected
+
+    @_slow
+    async def test_mixed_rings_from_many_processes_lose_nothing(
+        self, store: StoreSpec, provider: MemoryProvider
+    ) -> None:
+        _needs_processes(provider)
+        await EpisodicMemory(provider, namespace="mixed", max_episodes=2000).record(ep("first"))
+        rings = [2000, 7, 2000, 30]
+        await _run_workers(
+            [worker(store, "record", "mixed", r, 60, f"w{i}") for i, r in enumerate(rings)]
+        )
+        async with store.open() as fresh:
+            episodes = await EpisodicMemory(fresh, namespace="mixed", max_episodes=2000).load()
+        assert len(episodes) == 1 + 60 * len(rings)
+
+    # --- crash safety ----------------------------------------------------------------------
+
+    @_slow
+    async def test_sigkill_mid_record_never_leaves_an_unreadable_log(
+        self, store: StoreSpec, provider: MemoryProvider
+    ) -> None:
+        _needs_processes(provider)
+        await provider.aclose()
+        rng = random.Random(7)
+        total_seen = 0
+        for round_ in range(self.sigkill_rounds):
+            command, env = worker(store, "record", "crash", 40, 0, f"k{round_}", "forever")
+            async with await anyio.open_process(command, env=env) as child:
+                assert child.stdout is not None
+                assert child.stderr is not None
+                if await _line(BufferedByteReceiveStream(child.stdout)) != b"ready":
+                    err = b"".join([chunk async for chunk in child.stderr])
+                    pytest.fail(f"the worker did not start: {err.decode()[-2000:]}")
+                await anyio.sleep(rng.uniform(0.005, 0.08))
+                child.send_signal(signal.SIGKILL)
+                await child.wait()
+            async with store.open() as fresh:
+                memory = EpisodicMemory(fresh, namespace="crash", max_episodes=40)
+                episodes = await memory.load()  # must not raise
+                assert memory.counters.corrupt_records == 0
+                assert memory.counters.recovered_indexes == 0
+                for e in episodes:  # each one whole: a worker's or one of ours
+                    assert e.id
+                    assert e.timestamp
+                    expected = "ok" if e.query.startswith("after kill") else "x" * 300
+                    assert e.response == expected
+                total_seen = max(total_seen, len(episodes))
+                # and the log stays writable
+                await memory.record(ep(f"after kill {round_}"))
+        assert total_seen > 0
+        self.check_after_crashes(store)
+
+    # --- constant round trips --------------------------------------------------------------
+
+    async def test_recall_and_load_cost_constant_round_trips(
+        self, provider: MemoryProvider
+    ) -> None:
+        small = await _calls_for_cold_reads(provider, 5)
+        large = await _calls_for_cold_reads(provider, 300)
+        assert small == large
+        cold, warm, after_write = large
+        assert cold == ["retrieve_many", "retrieve_many"]  # index keys, then every live episode
+        assert warm == ["retrieve_many"]  # nothing new: the index keys only
+        assert after_write == ["retrieve_many", "retrieve_many"]  # index keys, the new episode
+
+    # --- clear ------------------------------------------------------------------------------
+
+    async def test_clear_deletes_every_payload_of_its_namespace_only(
+        self, provider: MemoryProvider
+    ) -> None:
+        a = EpisodicMemory(provider, namespace="a", max_episodes=5)
+        a2 = EpisodicMemory(provider, namespace="a-2", max_episodes=5)
+        b = EpisodicMemory(provider, namespace="b")
+        await provider.store("unrelated", "keep me")
+        await provider.store("episodic:a", "a key that only looks related")
+        for i in range(8):  # wraps the ring: evicted payloads must be gone too
+            await a.record(ep(f"alpha {i}"))
+        await a2.record(ep("alpha two"))
+        await b.record(ep("beta"))
+        before_b = await provider.keys("episodic:b:")
+        await a.clear()
+        assert await a.load() == []
+        remaining = await provider.keys("episodic:a:")
+        assert set(remaining) <= {"episodic:a:__seq__", "episodic:a:__gen__"}
+        for key in remaining:  # only the counter and the change token: no payload
+            assert "alpha" not in (await provider.retrieve(key) or "")
+        assert await provider.retrieve("unrelated") == "keep me"
+        assert await provider.retrieve("episodic:a") == "a key that only looks related"
+        assert [e.query for e in await a2.load()] == ["alpha two"]
+        assert await provider.keys("episodic:b:") == before_b
+        assert [e.query for e in await b.load()] == ["beta"]
+        # a cleared log keeps working, and a reader that cached it sees the clear
+        await a.record(ep("alpha again"))
+        assert [e.query for e in await a.load()] == ["alpha again"]
+
+    async def test_clear_is_seen_by_other_readers(self, provider: MemoryProvider) -> None:
+        writer = EpisodicMemory(provider, namespace="shared")
+        reader = EpisodicMemory(provider, namespace="shared")
+        for i in range(3):
+            await writer.record(ep(f"gamma {i}"))
+        assert len(await reader.recall("gamma")) == 3
+        await writer.clear()
+        for i in range(3):
+            await writer.record(ep(f"delta {i}"))
+        assert await reader.recall("gamma") == []
+        assert len(await reader.load()) == 3
+
+    # --- corrupt data ----------------------------------------------------------------------
+
+    async def test_corrupt_episode_is_skipped_counted_and_left_in_place(
+        self, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="bad")
+        for i in range(3):
+            await memory.record(ep(f"refund order {i}"))
+        await provider.store("episodic:bad:e:2", '{"query": "half a reco')
+        fresh = EpisodicMemory(provider, namespace="bad")
+        assert [e.query for e in await fresh.load()] == ["refund order 0", "refund order 2"]
+        assert fresh.counters.corrupt_records == 1
+        await fresh.recall("refund")  # reported once, not on every read
+        assert fresh.counters.corrupt_records == 1
+        await fresh.record(ep("refund order 3"))
+        assert await provider.retrieve("episodic:bad:e:2") == '{"query": "half a reco'
+
+    async def test_an_undecodable_record_is_skipped_counted_and_can_be_forgotten(
+        self, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="bad")
+        for i in range(3):
+            await memory.record(ep(f"refund order {i}"))
+        # A lone surrogate is what a provider returns for bytes that are not UTF-8.
+        await provider.store("episodic:bad:e:2", '{"query": "broken \udcff"}')
+        fresh = EpisodicMemory(provider, namespace="bad")
+        assert [e.query for e in await fresh.load()] == ["refund order 0", "refund order 2"]
+        assert fresh.counters.corrupt_records == 1
+        assert (await fresh.stats()).corrupt == 1
+        assert len(await fresh.recall("refund order")) == 2
+        assert await fresh.forget(corrupt=True) == 1
+        assert await provider.retrieve("episodic:bad:e:2") is None
+        assert (await EpisodicMemory(provider, namespace="bad").stats()).corrupt == 0
+
+    async def test_corrupt_counter_loses_no_episode(self, provider: MemoryProvider) -> None:
+        memory = EpisodicMemory(provider, namespace="idx")
+        for i in range(4):
+            await memory.record(ep(f"invoice {i}"))
+        await provider.store("episodic:idx:__seq__", "not-a-number")
+        fresh = EpisodicMemory(provider, namespace="idx")
+        assert [e.query for e in await fresh.load()] == [f"invoice {i}" for i in range(4)]
+        assert fresh.counters.recovered_indexes >= 1
+        await fresh.record(ep("invoice 4"))  # repairs the counter, overwrites nothing
+        assert [e.query for e in await EpisodicMemory(provider, namespace="idx").load()] == [
+            f"invoice {i}" for i in range(5)
+        ]
+
+    @pytest.mark.parametrize(
+        ("key", "value"),
+        [
+            ("__meta__", '{"count": 1e400, "next": 0}'),
+            ("__meta__", '{"count": 99999999999999999999999, "next": 0}'),
+            ("__meta__", '{"count": true, "next": 0}'),
+            ("__meta__", '{"count": "٣", "next": 0}'),
+            ("__meta__", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["),
+            ("__max__", "²"),
+            ("__max__", "-5"),
+            ("__max__", "1e9"),
+            ("__seq__", "٣"),
+            ("__seq__", "1e400"),
+            ("__seq__", "-1"),
+            ("__seq__", "99999999999999999999999999"),
+        ],
+    )
+    async def test_a_corrupt_index_key_is_rebuilt_on_every_path(
+        self, provider: MemoryProvider, key: str, value: str
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="idx", max_episodes=10)
+        for i in range(3):
+            await memory.record(ep(f"refund order {i}"))
+        await provider.store(f"episodic:idx:{key}", value)
+        fresh = EpisodicMemory(provider, namespace="idx", max_episodes=10)
+        assert len(await fresh.load()) == 3
+        assert len(await fresh.recall("refund order")) == 3
+        await fresh.record(ep("refund order 3"))
+        assert len(await EpisodicMemory(provider, namespace="idx", max_episodes=10).load()) == 4
+        await fresh.sweep()
+        assert await fresh.forget(containing="order 0") == 1
+        assert len(await EpisodicMemory(provider, namespace="idx", max_episodes=10).load()) == 3
+
+    async def test_corrupt_legacy_index_loses_no_episode(self, provider: MemoryProvider) -> None:
+        # deepcrew-ai's layout: slots 0..n-1 plus a __meta__ index
+        for slot in range(3):
+            body = {
+                "query": f"legacy {slot}",
+                "response": "r",
+                "timestamp": f"2026-01-0{slot + 1}T00:00:00Z",
+            }
+            await provider.store(f"episodic:old:{slot}", json.dumps(body))
+        await provider.store("episodic:old:__meta__", "{corrupt")
+        memory = EpisodicMemory(provider, namespace="old")
+        assert [e.query for e in await memory.load()] == ["legacy 0", "legacy 1", "legacy 2"]
+        assert memory.counters.recovered_indexes == 1
+
+    async def test_undecodable_stored_bytes_are_read_as_surrogates_and_can_be_deleted(
+        self, store: StoreSpec, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="raw")
+        await memory.record(ep("readable before"))
+        await memory.record(ep("readable after"))
+        # another program overwrote episode 2, and left a key that is not UTF-8 either
+        try:
+            store.write_raw(b"episodic:raw:e:2", b'{"query": "caf\xe9 \xff", "response": "r"}')
+        except NotImplementedError:
+            pytest.skip("the store holds no bytes that another program could leave undecodable")
+        store.write_raw(b"episodic:raw:x\xe9", b"\xc3(")
+        bad_key = "episodic:raw:x\udce9"
+        listed = await provider.keys("episodic:raw:")
+        assert {"episodic:raw:e:1", "episodic:raw:e:2", bad_key} <= set(listed)
+        assert listed == sorted(listed)
+        assert await provider.retrieve_many(["episodic:raw:e:2", bad_key]) == [
+            '{"query": "caf\udce9 \udcff", "response": "r"}',
+            "\udcc3(",
+        ]
+        assert await provider.search("x\udce9", top_k=10) == [(bad_key, "\udcc3(")]
+        # the namespace stays readable: the record is corrupt, skipped and counted
+        fresh = EpisodicMemory(provider, namespace="raw")
+        assert [e.query for e in await fresh.load()] == ["readable before"]
+        assert fresh.counters.corrupt_records == 1
+        # a surrogate-holding string passed back names the original bytes
+        await provider.write({bad_key: "rewritten \udcff"})
+        assert await provider.retrieve(bad_key) == "rewritten \udcff"
+        await provider.delete([bad_key, "episodic:raw:e:2"])
+        assert bad_key not in await provider.keys("episodic:raw:")
+        assert await provider.retrieve_many(["episodic:raw:e:2", bad_key]) == [None, None]
+
+    # --- namespaces --------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "namespace",
+        ["", "ns\n", "a\x1bb", "a\u200bb", "a\u202eb", "a\ud800", "x" * 257, None, 42],
+    )
+    async def test_bad_namespace_raises_value_error(
+        self, provider: MemoryProvider, namespace: Any
+    ) -> None:
+        with pytest.raises(ValueError, match="namespace"):
+            EpisodicMemory(provider, namespace=namespace)
+        with pytest.raises(ConfigurationError):
+            EpisodicMemory(provider, namespace=namespace)
+
+    async def test_namespaces_are_isolated(self, provider: MemoryProvider) -> None:
+        a = EpisodicMemory(provider, namespace="team-a")
+        b = EpisodicMemory(provider, namespace="team-b")
+        await a.record(ep("rotate the api key"))
+        assert await b.recall("rotate the api key") == []
+        assert await b.load() == []
+
+    async def test_any_printable_namespace_works_and_stays_isolated(
+        self, provider: MemoryProvider
+    ) -> None:
+        plain = EpisodicMemory(provider, namespace="a")
+        await plain.record(ep("in a"))
+        names = [*PRINTABLE_NAMESPACES, "a:b", "a:e"]
+        memories = {ns: EpisodicMemory(provider, namespace=ns) for ns in names}
+        for ns, memory in memories.items():
+            await memory.record(ep(f"in {ns}"))
+        for ns, memory in memories.items():
+            assert [e.query for e in await memory.load()] == [f"in {ns}"]
+        await plain.clear()
+        assert await plain.load() == []
+        for ns in memories:
+            fresh = EpisodicMemory(provider, namespace=ns)
+            assert [e.query for e in await fresh.load()] == [f"in {ns}"], ns
+            await fresh.clear()
+            assert await EpisodicMemory(provider, namespace=ns).load() == []
+        # clearing one left every other alone until its own turn came
+        assert await EpisodicMemory(provider, namespace="a").load() == []
+
+    async def test_a_deepcrew_log_under_any_namespace_is_read_in_place(
+        self, provider: MemoryProvider
+    ) -> None:
+        for ns in ("support bot", "tenant/42", "agent:v2"):
+            raw = f"episodic:{ns}:"
+            await provider.write(
+                {
+                    raw + "__meta__": json.dumps({"count": 2, "next": 0}),
+                    raw + "0": json.dumps({"query": f"old one {ns}", "outcome": "success"}),
+                    raw + "1": json.dumps({"query": f"old two {ns}", "outcome": "failure"}),
+                }
+            )
+            memory = EpisodicMemory(provider, namespace=ns)
+            assert [e.query for e in await memory.load()] == [f"old one {ns}", f"old two {ns}"]
+            await memory.record(ep(f"new {ns}"))
+            assert len(await EpisodicMemory(provider, namespace=ns).load()) == 3
+        # the deepcrew log named "agent:v2" is not a part of "agent"
+        assert await EpisodicMemory(provider, namespace="agent").load() == []
+        await EpisodicMemory(provider, namespace="agent").clear()
+        assert len(await EpisodicMemory(provider, namespace="agent:v2").load()) == 3
+
+    async def test_the_one_ambiguous_layout_is_refused(self, provider: MemoryProvider) -> None:
+        """deepcrew-ai's slots of a log named "x:e" are spelt like our entries of "x"."""
+        await EpisodicMemory(provider, namespace="x").record(ep("ours"))
+        await provider.write({"episodic:x:e:__meta__": json.dumps({"count": 1, "next": 0})})
+        with pytest.raises(ConfigurationError, match="overlap"):
+            await EpisodicMemory(provider, namespace="x").load()
+        with pytest.raises(ConfigurationError, match="overlap"):
+            await EpisodicMemory(provider, namespace="x:e").load()
+
+    # --- bad input -----------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        ("fields", "named"),
+        [
+            ({"outcome": "great"}, "outcome"),
+            ({"tags": "billing"}, "tags"),
+            ({"tags": ["ok", 3]}, "tags.1"),
+            ({"score": "high"}, "score"),
+            ({"score": float("nan")}, "score"),
+            ({"tools_used": [None]}, "tools_used.0"),
+            ({"timestamp": "yesterday"}, "timestamp"),
+        ],
+    )
+    async def test_invalid_episode_names_the_field_and_writes_nothing(
+        self, provider: MemoryProvider, fields: dict[str, Any], named: str
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="val")
+        await memory.record(ep("kept"))
+        before = await provider.keys("")
+        with pytest.raises(InvalidEpisodeError, match=named.replace(".", r"\.")):
+            Episode(query="q", **fields)
+        with pytest.raises(InvalidEpisodeError, match=named.replace(".", r"\.")):
+            await memory.record({"query": "q", "response": "r", **fields})
+        assert await provider.keys("") == before
+        assert [e.query for e in await memory.load()] == ["kept"]
+
+    async def test_an_id_holding_a_secret_is_refused(self, provider: MemoryProvider) -> None:
+        memory = EpisodicMemory(provider, namespace="secret-id")
+        with pytest.raises(InvalidEpisodeError, match="secret"):
+            await memory.record(ep("q", id="AKIAIOSFODNN7EXAMPLE"))
+        assert await memory.load() == []
+        assert await provider.keys("") == []
+
+    # --- the ring -------------------------------------------------------------------------------
+
+    async def test_ring_keeps_the_newest_and_reopening_with_another_size_keeps_them(
+        self, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="ring", max_episodes=10)
+        for i in range(25):
+            await memory.record(ep(f"step {i}"))
+        assert [e.query for e in await memory.load()] == [f"step {i}" for i in range(15, 25)]
+        smaller = EpisodicMemory(provider, namespace="ring", max_episodes=4)
+        assert [e.query for e in await smaller.load()] == [f"step {i}" for i in range(21, 25)]
+        bigger = EpisodicMemory(provider, namespace="ring", max_episodes=50)
+        assert [e.query for e in await bigger.load()] == [f"step {i}" for i in range(15, 25)]
+        await bigger.record(ep("step 25"))
+        assert [e.query for e in await bigger.load()][-2:] == ["step 24", "step 25"]
+
+    async def test_a_smaller_ring_never_deletes_what_a_larger_ring_shows(
+        self, provider: MemoryProvider
+    ) -> None:
+        big = EpisodicMemory(provider, namespace="ring", max_episodes=80)
+        small = EpisodicMemory(provider, namespace="ring", max_episodes=10)
+        for i in range(50):
+            await big.record(ep(f"big task {i}"))
+        shown = await small.load()
+        assert len(shown) == 10  # a memory shows its own ring's worth
+
+        assert await small.forget([shown[0].id]) == 1
+        assert len(await big.load()) == 49
+        assert await small.sweep() == 0
+        assert len(await big.load()) == 49
+        # forget and sweep act on the whole log, not only on what the smaller memory shows
+        assert await small.forget(containing="big task 3") == 11  # 3 and 30..39
+        assert len(await big.load()) == 38
+        for i in range(20):  # appends by the small ring evict by the log's ring, not its own
+            await small.record(ep(f"small task {i}"))
+        assert len(await big.load()) == 58
+        assert len(await small.load()) == 10
+        # a fresh memory of any size sees the same log
+        fresh = EpisodicMemory(provider, namespace="ring", max_episodes=1000)
+        assert len(await fresh.load()) == 58
+
+    async def test_a_smaller_ring_never_deletes_a_deepcrew_logs_episodes(
+        self, provider: MemoryProvider
+    ) -> None:
+        """deepcrew-ai keeps no ring size: its slot count stands for it."""
+        items = {"episodic:dc:__meta__": json.dumps({"count": 10, "next": 0})}
+        items.update({f"episodic:dc:{i}": json.dumps({"query": f"old {i}"}) for i in range(10)})
+        await provider.write(items)
+        small = EpisodicMemory(provider, namespace="dc", max_episodes=3)
+        assert await small.sweep() == 0
+        await small.record(ep("new"))
+        big = EpisodicMemory(provider, namespace="dc", max_episodes=10)
+        assert [e.query for e in await big.load()] == [*(f"old {i}" for i in range(1, 10)), "new"]
+
+    @pytest.mark.parametrize("damage", ["garbage", "0", "", " 10", "-5", None])
+    async def test_a_damaged_ring_size_is_rebuilt_not_taken_for_a_small_one(
+        self, provider: MemoryProvider, damage: str | None
+    ) -> None:
+        big = EpisodicMemory(provider, namespace="dmg", max_episodes=10)
+        for i in range(10):
+            await big.record(ep(f"task {i}"))
+        if damage is None:
+            await provider.delete(["episodic:dmg:__max__"])
+        else:
+            await provider.write({"episodic:dmg:__max__": damage})
+        small = EpisodicMemory(provider, namespace="dmg", max_episodes=3)
+        assert await small.sweep() == 0
+        await small.record(ep("small"))
+        assert small.counters.recovered_indexes >= 1
+        fresh = EpisodicMemory(provider, namespace="dmg", max_episodes=10)
+        assert [e.query for e in await fresh.load()] == [
+            *(f"task {i}" for i in range(1, 10)),
+            "small",
+        ]
+        assert await provider.retrieve_many(["episodic:dmg:__max__"]) == ["10"]
+
+    @pytest.mark.parametrize("damage", ["", "0", None])
+    async def test_a_counter_behind_the_stored_episodes_is_moved_past_them(
+        self, provider: MemoryProvider, damage: str | None
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="seq")
+        for i in range(5):
+            await memory.record(ep(f"task {i}"))
+        if damage is None:
+            await provider.delete(["episodic:seq:__seq__"])
+        else:
+            await provider.write({"episodic:seq:__seq__": damage})
+        fresh = EpisodicMemory(provider, namespace="seq")
+        assert len(await fresh.load()) == 5
+        await fresh.record(ep("task 5"))  # never overwrites e:1
+        again = EpisodicMemory(provider, namespace="seq")
+        assert [e.query for e in await again.load()] == [f"task {i}" for i in range(6)]
+
+    async def test_an_explicit_id_kept_beyond_a_smaller_view_is_never_stored_twice(
+        self, provider: MemoryProvider
+    ) -> None:
+        big = EpisodicMemory(provider, namespace="idview", max_episodes=10)
+        await big.record(ep("first", id="run-5"))
+        # an episode written without a claim (deepcrew-ai, or this library's 0.1)
+        await provider.delete([big._log.claim_key("run-5")])
+        for i in range(5):
+            await big.record(ep(f"filler {i}"))
+        small = EpisodicMemory(provider, namespace="idview", max_episodes=3)
+        with pytest.raises(InvalidEpisodeError, match="already stored"):
+            await small.record(ep("again", id="run-5"))
+        assert [e.id for e in await big.load()].count("run-5") == 1
+
+    async def test_a_namespace_ending_in_e_never_touches_the_one_before_it(
+        self, provider: MemoryProvider
+    ) -> None:
+        """Without a deepcrew-ai index, "episodic:a:e:<n>" are episodes of "a", not slots of
+        a deepcrew-ai log named "a:e"."""
+        a = EpisodicMemory(provider, namespace="a")
+        for i in range(3):
+            await a.record(ep(f"in a {i}"))
+        ae = EpisodicMemory(provider, namespace="a:e")
+        await ae.record(ep("in a:e"))
+        assert await ae.forget(containing="in a") == 1  # its own "in a:e" only
+        assert await ae.sweep() == 0
+        await ae.clear()
+        assert [e.query for e in await EpisodicMemory(provider, namespace="a").load()] == [
+            f"in a {i}" for i in range(3)
+        ]
+
+    async def test_a_record_nested_too_deeply_is_skipped_not_fatal(
+        self, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="deep")
+        for i in range(3):
+            await memory.record(ep(f"refund order {i}"))
+        await provider.write({"episodic:deep:e:2": "[" * 100_000 + "]" * 100_000})
+        fresh = EpisodicMemory(provider, namespace="deep")
+        assert len(await fresh.load()) == 2
+        assert len(await fresh.recall("refund order")) == 2
+        assert (await fresh.stats()).corrupt == 1
+        assert await fresh.forget(corrupt=True) == 1
+
+    async def test_shrink_is_the_one_way_to_lower_the_ring(self, provider: MemoryProvider) -> None:
+        big = EpisodicMemory(provider, namespace="shrink", max_episodes=50)
+        for i in range(30):
+            await big.record(ep(f"task {i}"))
+        other = EpisodicMemory(provider, namespace="shrink", max_episodes=5)
+        assert await other.shrink(12) == 18
+        assert other.max_episodes == 12
+        assert [e.query for e in await big.load()] == [f"task {i}" for i in range(18, 30)]
+        assert len(await provider.keys("episodic:shrink:e:")) == 12
+        # the ring stays at 12 for a smaller writer
+        for i in range(5):
+            await other.record(ep(f"more {i}"))
+        assert len(await big.load()) == 12
+        with pytest.raises(ConfigurationError):
+            await other.shrink(0)
+
+    async def test_a_larger_ring_grows_the_log_for_every_writer(
+        self, provider: MemoryProvider
+    ) -> None:
+        small = EpisodicMemory(provider, namespace="grow", max_episodes=5)
+        for i in range(8):
+            await small.record(ep(f"a {i}"))
+        big = EpisodicMemory(provider, namespace="grow", max_episodes=20)
+        assert len(await big.load()) == 5  # what the small ring kept
+        await big.record(ep("big"))
+        for i in range(10):
+            await small.record(ep(f"b {i}"))
+        assert len(await big.load()) == 16  # 5 + 1 + 10: the small writer evicts by 20 now
+
+    async def test_record_fills_id_and_timestamp_and_round_trips(
+        self, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="rt")
+        original = Episode(
+            query="Rotate the billing API key",
+            response="Rotated with zero downtime",
+            outcome="success",
+            score=0.9,
+            tools_used=["vault"],
+            tags=["billing"],
+            agent_id="ops",
+        )
+        stored = await memory.record(original)
+        assert stored.id
+        assert stored.timestamp.endswith("Z")
+        # deepcrew-ai fills these in on the caller's object too; the rest is left as given
+        assert (original.id, original.timestamp) == (stored.id, stored.timestamp)
+        (loaded,) = await EpisodicMemory(provider, namespace="rt").load()
+        assert loaded == stored
+
+    async def test_unknown_fields_from_a_newer_writer_decode(
+        self, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="newer")
+        await memory.record(ep("first"))
+        body = {"query": "from the future", "response": "r", "outcome": "success", "x": 0.4}
+        await provider.write({"episodic:newer:e:2": json.dumps(body)})
+        await provider.store("episodic:newer:__seq__", "2")
+        loaded = await EpisodicMemory(provider, namespace="newer").load()
+        assert [e.query for e in loaded] == ["first", "from the future"]
+        assert loaded[1].outcome == "success"
+
+    # --- explicit ids ------------------------------------------------------------------------
+
+    async def test_an_explicit_id_is_stored_once_under_concurrency(
+        self, provider: MemoryProvider
+    ) -> None:
+        outcomes: list[str] = []
+
+        async def one(i: int) -> None:
+            memory = EpisodicMemory(provider, namespace="ids")  # each its own cache
+            try:
+                await memory.record(ep(f"attempt {i}", id="same"))
+                outcomes.append("stored")
+            except InvalidEpisodeError:
+                outcomes.append("refused")
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+        assert sorted(outcomes) == ["refused"] * 7 + ["stored"]
+        stored = await EpisodicMemory(provider, namespace="ids").load()
+        assert [e.id for e in stored] == ["same"]
+
+    async def test_an_explicit_id_can_be_recorded_again_once_forgotten(
+        self, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="ids2", max_episodes=3)
+        await memory.record(ep("first", id="run-1"))
+        with pytest.raises(InvalidEpisodeError, match="already stored"):
+            await EpisodicMemory(provider, namespace="ids2", max_episodes=3).record(
+                ep("again", id="run-1")
+            )
+        assert await memory.forget("run-1") == 1
+        await memory.record(ep("second", id="run-1"))
+        assert [e.query for e in await memory.load()] == ["second"]
+        for i in range(3):  # evicted by the ring: the id is free again
+            await memory.record(ep(f"filler {i}"))
+        await memory.record(ep("third", id="run-1"))
+        assert [e.query for e in await memory.load() if e.id == "run-1"] == ["third"]
+        # sweep removes claims whose episode is gone, and never a live one
+        await memory.sweep()
+        with pytest.raises(InvalidEpisodeError, match="already stored"):
+            await memory.record(ep("fourth", id="run-1"))
+
+    # --- compare-and-set (write_if) -----------------------------------------------------------
+
+    async def test_write_if_sets_only_when_every_expected_value_holds(
+        self, provider: MemoryProvider
+    ) -> None:
+        p = provider
+        # None: absent, or ""
+        assert await p.write_if({"episodic:cas:a": None}, {"episodic:cas:a": "first"}) is True
+        assert await p.write_if({"episodic:cas:a": None}, {"episodic:cas:a": "second"}) is False
+        assert await p.retrieve("episodic:cas:a") == "first"
+        await p.store("episodic:cas:empty", "")
+        assert await p.write_if({"episodic:cas:empty": None}, {"episodic:cas:empty": "taken"})
+        assert await p.retrieve("episodic:cas:empty") == "taken"
+        # "" expects "" exactly, not an absent key
+        assert not await p.write_if({"episodic:cas:absent": ""}, {"episodic:cas:absent": "x"})
+        assert await p.retrieve("episodic:cas:absent") is None
+        await p.store("episodic:cas:blank", "")
+        assert await p.write_if({"episodic:cas:blank": ""}, {"episodic:cas:blank": "x"}) is True
+
+        # several keys: one mismatch changes nothing at all (no store, no delete)
+        await p.write(
+            {"episodic:cas:1": "one", "episodic:cas:2": "two", "episodic:cas:gone": "doomed"}
+        )
+        before = await p.keys("episodic:cas:")
+        assert not await p.write_if(
+            {"episodic:cas:1": "one", "episodic:cas:2": "TWO", "episodic:cas:3": None},
+            {"episodic:cas:new": "x", "episodic:cas:1": "changed"},
+            ["episodic:cas:gone"],
+        )
+        assert await p.keys("episodic:cas:") == before
+        assert await p.retrieve_many(
+            ["episodic:cas:1", "episodic:cas:gone", "episodic:cas:new"]
+        ) == ["one", "doomed", None]
+        # all match: items stored, deletes done, and an item named in delete is stored
+        assert await p.write_if(
+            {"episodic:cas:1": "one", "episodic:cas:2": "two", "episodic:cas:3": None},
+            {"episodic:cas:new": "x", "episodic:cas:1": "changed"},
+            ["episodic:cas:gone", "episodic:cas:1", "episodic:cas:never-was"],
+        )
+        assert await p.retrieve_many(
+            ["episodic:cas:1", "episodic:cas:gone", "episodic:cas:new"]
+        ) == ["changed", None, "x"]
+        # no expectation: a plain write
+        assert await p.write_if({}, {"episodic:cas:plain": "p"}, ["episodic:cas:new"]) is True
+        assert await p.retrieve_many(["episodic:cas:plain", "episodic:cas:new"]) == ["p", None]
+
+    async def test_write_if_has_exactly_one_winner_among_tasks(
+        self, provider: MemoryProvider
+    ) -> None:
+        wins: list[str] = []
+
+        async def claim(me: str) -> None:
+            if await provider.write_if(
+                {"episodic:claim:id": None},
+                {"episodic:claim:id": me, f"episodic:claim:by:{me}": "1"},
+            ):
+                wins.append(me)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(claim, f"t{i}")
+        assert len(wins) == 1
+        assert await provider.retrieve("episodic:claim:id") == wins[0]
+        assert await provider.keys("episodic:claim:by:") == [f"episodic:claim:by:{wins[0]}"]
+
+    @_slow
+    async def test_write_if_has_exactly_one_winner_among_processes(
+        self, store: StoreSpec, provider: MemoryProvider
+    ) -> None:
+        _needs_processes(provider)
+        procs, keys = 6, 40
+        # Every worker connects, then all start claiming at once. Half go up the keys and half
+        # down: several processes race for every key, and more than one wins some.
+        outputs = await _run_workers(
+            [
+                worker(store, "claim", keys, f"p{p}", "up" if p % 2 else "down")
+                for p in range(procs)
+            ],
+            together=True,
+        )
+        won: dict[int, list[str]] = {i: [] for i in range(keys)}
+        for p, out in enumerate(outputs):
+            for line in out.split():
+                won[int(line)].append(f"p{p}")
+        assert all(len(winners) == 1 for winners in won.values()), won
+        stored = await provider.retrieve_many([f"claim:{i}" for i in range(keys)])
+        assert stored == [won[i][0] for i in range(keys)]
+        assert len({w[0] for w in won.values()}) > 1  # they did race: several processes won
+
+    # --- increment_and_write reading keys ---------------------------------------------------
+
+    async def test_increment_and_write_applies_then_to_the_values_it_read(
+        self, provider: MemoryProvider
+    ) -> None:
+        seen: list[tuple[int, dict[str, str | None]]] = []
+
+        def then(seq: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+            seen.append((seq, dict(values)))
+            return {f"episodic:read:e:{seq}": values["episodic:read:max"] or "none"}, [
+                f"episodic:read:e:{seq - 1}"
+            ]
+
+        await provider.store("episodic:read:max", "10")
+        read = ["episodic:read:max"]
+        assert (
+            await provider.increment_and_write("episodic:read:seq", then, initial=4, read=read) == 5
+        )
+        assert (
+            await provider.increment_and_write(
+                "episodic:read:seq", then, read=["episodic:read:max", "episodic:read:absent"]
+            )
+            == 6
+        )
+        assert seen == [
+            (5, {"episodic:read:max": "10"}),
+            (6, {"episodic:read:max": "10", "episodic:read:absent": None}),
+        ]
+        assert await provider.keys("episodic:read:e:") == ["episodic:read:e:6"]
+        assert await provider.retrieve_many(["episodic:read:e:6", "episodic:read:seq"]) == [
+            "10",
+            "6",
+        ]
+
+    async def test_increment_and_write_never_writes_on_stale_reads_under_concurrency(
+        self, provider: MemoryProvider
+    ) -> None:
+        # Every call adds one to a total it read: a write based on a value another task
+        # changed in between would lose an update.
+        async with anyio.create_task_group() as tg:
+            for _ in range(100):
+                tg.start_soon(_bump, provider)
+        assert await provider.retrieve_many(["episodic:bump:seq", "episodic:bump:total"]) == [
+            "100",
+            "100",
+        ]
+        assert len(await provider.keys("episodic:bump:e:")) == 100
+
+    @_slow
+    async def test_increment_and_write_never_writes_on_stale_reads_across_processes(
+        self, store: StoreSpec, provider: MemoryProvider
+    ) -> None:
+        _needs_processes(provider)
+        procs, each = 4, 50
+        await _run_workers([worker(store, "bump", each) for _ in range(procs)], together=True)
+        total = str(procs * each)
+        assert await provider.retrieve_many(["episodic:bump:seq", "episodic:bump:total"]) == [
+            total,
+            total,
+        ]
+
+    # --- keys(prefix) with any character -------------------------------------------------------
+
+    async def test_keys_returns_exactly_the_keys_that_start_with_the_prefix(
+        self, provider: MemoryProvider
+    ) -> None:
+        written = {
+            f"episodic:{ns}:{suffix}": f"value of {ns!r}"
+            for ns in KEY_NAMESPACES
+            for suffix in ("__seq__", "e:1", "e:10")
+        }
+        written["episodic:a"] = "a key that only looks related"
+        written["episodic:"] = "the bare prefix"
+        await provider.write(written)
+        prefixes = {""}
+        for key in written:  # every cut of every key: the namespace prefix and its neighbours
+            prefixes.update(key[:i] for i in range(len("episodic:") - 1, len(key) + 1))
+        for prefix in sorted(prefixes):
+            expected = sorted(k for k in written if k.startswith(prefix))
+            assert await provider.keys(prefix) == expected, prefix
+        # a prefix, not a substring: these are inside every key, at the start of none
+        for inside in ("pisodic:", ":", "e:1", "__seq__", "a*b?[c]{d}:"):
+            assert await provider.keys(inside) == [], inside
+        assert await provider.retrieve_many(list(written)) == list(written.values())
+        await provider.delete([f"episodic:{ns}:e:1" for ns in KEY_NAMESPACES])
+        assert await provider.keys("episodic:a:") == [
+            "episodic:a::__seq__",
+            "episodic:a::e:10",
+            "episodic:a:__seq__",
+            "episodic:a:e:10",
+        ]
+
+
+PRINTABLE_NAMESPACES = [
+    "support bot",
+    "tenant/42",
+    "agent:v2",
+    "user@example.com",
+    "équipe",
+    "a*b?[c]",
+    "x}y{z",
+    "100%",
+    "emoji 🧠",
+    ".hidden",
+    "-dash",
+]
+
+KEY_NAMESPACES = [
+    "support bot",
+    "tenant/42",
+    "agent:v2",
+    "agent",
+    "user@example.com",
+    "équipe",
+    "a*b?[c]{d}",
+    "x}y",
+    "x",
+    "a",
+    "a:",
+    "a;",
+    "a\\b",
+    "{a}",
+    "}",
+    "a\U0001f600",
+    "a\U0010ffff",
+    "a\uffff",
+    "a\x7f",
+    "a\u0080",
+    "a\ud7ff",
+    "a\ue000",
+    "\U0010ffff",
+    "a b\tc",
+    "%_",
+    "a\x00b",
+]
+
+
+def _needs_processes(provider: MemoryProvider) -> None:
+    if not provider.shared_across_processes:
+        pytest.skip(f"{type(provider).__name__} does not declare shared_across_processes")
+
+
+async def _run_workers(
+    commands: list[tuple[list[str], dict[str, str]]], *, together: bool = False
+) -> list[bytes]:
+    """Run every worker to its end; return their outputs. *together*: each worker prints
+    "ready" once connected, and all are told to start when all are ready."""
+    outputs: dict[int, bytes] = {}
+    failures: dict[int, str] = {}
+    ready = [anyio.Event() for _ in commands]
+    go = anyio.Event()
+
+    async def run(i: int, command: list[str], env: dict[str, str]) -> None:
+        errors: list[bytes] = []
+        async with await anyio.open_process(command, env=env) as child:
+            assert child.stdin is not None
+            assert child.stdout is not None
+            assert child.stderr is not None
+            stderr, out = child.stderr, BufferedByteReceiveStream(child.stdout)
+            async with anyio.create_task_group() as tg:
+
+                async def drain() -> None:
+                    errors.extend([chunk async for chunk in stderr])
+
+                tg.start_soon(drain)
+                if together:
+                    if await _line(out) == b"ready":
+                        ready[i].set()
+                        await go.wait()
+                        await child.stdin.send(b"go\n")
+                    else:
+                        go.set()  # the others must not wait for this one
+                outputs[i] = b"".join([chunk async for chunk in out])
+            code = await child.wait()
+            if code:
+                failures[i] = f"exit status {code}: {b''.join(errors).decode()[-2000:]}"
+            ready[i].set()
+
+    async with anyio.create_task_group() as tg:
+        for i, (command, env) in enumerate(commands):
+            tg.start_soon(run, i, command, env)
+        for event in ready:
+            await event.wait()
+        go.set()
+    assert not any(failures.values()), failures
+    return [outputs[i] for i in range(len(commands))]
+
+
+async def _line(stream: BufferedByteReceiveStream) -> bytes:
+    try:
+        return (await stream.receive_until(b"\n", 99)).strip()
+    except (anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound):
+        return b""
+
+
+async def _assert_the_newest_are_kept(
+    provider: MemoryProvider, namespace: str, written: int, kept: int
+) -> None:
+    """The last *kept* sequence numbers hold an episode: the newest ones.
+
+    A provider that appends in one atomic step (``atomic_increment_and_write``) holds nothing
+    else. One that appends in two (Redis: increment, then write) can be left a payload below
+    the ring when a slow writer's write lands after its own eviction: no read path shows it,
+    and ``sweep()`` deletes it.
+    """
+    prefix = f"episodic:{namespace}:e:"
+    newest = set(range(written - kept + 1, written + 1))
+    stored = {int(k[len(prefix) :]) for k in await provider.keys(prefix)}
+    assert newest <= stored
+    leftovers = stored - newest
+    if not provider.atomic_increment_and_write:
+        assert all(seq < min(newest) for seq in leftovers)
+        memory = EpisodicMemory(provider, namespace=namespace, max_episodes=kept)
+        assert await memory.sweep() == len(leftovers)
+        assert {int(k[len(prefix) :]) for k in await provider.keys(prefix)} == newest
+    else:
+        assert leftovers == set()
+
+
+def _plus_one(seq: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+    return {
+        "episodic:bump:total": str(int(values["episodic:bump:total"] or 0) + 1),
+        f"episodic:bump:e:{seq}": "x",
+    }, []
+
+
+async def _bump(provider: MemoryProvider) -> None:
+    await provider.increment_and_write("episodic:bump:seq", _plus_one, read=["episodic:bump:total"])
+
+
+class _Counting(MemoryProvider):
+    """Counts provider calls (each one is a round trip on a networked store)."""
+
+    def __init__(self, inner: MemoryProvider) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+
+    async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
+        self.calls.append("retrieve_many")
+        return await self.inner.retrieve_many(keys)
+
+    async def keys(self, prefix: str) -> list[str]:
+        self.calls.append("keys")
+        return await self.inner.keys(prefix)
+
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        self.calls.append("write_if")
+        return await self.inner.write_if(expect, items, delete)
+
+    async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
+        self.calls.append("write")
+        await self.inner.write(items, delete)
+
+    async def delete(self, keys: Iterable[str]) -> None:
+        self.calls.append("delete")
+        await self.inner.delete(keys)
+
+    async def increment_and_write(
+        self,
+        key: str,
+        then: Then,
+        *,
+        initial: int = 0,
+        repair: int | None = None,
+        read: Sequence[str] = (),
+    ) -> int:
+        self.calls.append("increment_and_write")
+        return await self.inner.increment_and_write(
+            key, then, initial=initial, repair=repair, read=read
+        )
+
+    async def aclose(self) -> None:
+        """The inner provider belongs to the test."""
+
+
+async def _calls_for_cold_reads(
+    provider: MemoryProvider, n: int
+) -> tuple[list[str], list[str], list[str]]:
+    namespace = f"rt{n}"
+    writer = EpisodicMemory(provider, namespace=namespace, max_episodes=1000)
+    for i in range(n):
+        await writer.record(ep(f"deploy service {i}", tags=["devops"]))
+    counting = _Counting(provider)
+    reader = EpisodicMemory(counting, namespace=namespace, max_episodes=1000)
+    await reader.recall("deploy the service")
+    cold = list(counting.calls)
+    counting.calls.clear()
+    await reader.load()
+    warm = list(counting.calls)
+    counting.calls.clear()
+    await writer.record(ep("deploy service new"))
+    await reader.recall("deploy")
+    after_write = list(counting.calls)
+    return cold, warm, after_write
