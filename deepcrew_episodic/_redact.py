@@ -11,14 +11,15 @@ written.
 The default rules aim at shapes that are secrets with near certainty (a provider's key prefix,
 a JWT's three base64url parts, the password slot of a URL, a PEM private key block, the value of
 ``DB_PASSWORD=``) and leave alone the look-alikes that fill ordinary agent text: UUIDs, git SHAs,
-hashes, base64 payloads, URLs without a password, words such as "sk-learn", references such as
-``$DB_PASSWORD``.
+hashes, base64 payloads, URLs without a password (``localhost:8080@x`` is a port), words such
+as "sk-learn", references such as ``$DB_PASSWORD`` or ``getenv("X")``.
 
 A secret cannot hide by being split. Matching runs on a view of the text without its hidden
 characters (zero-width spaces and joiners, soft hyphens, variation selectors, tag characters:
 :func:`~deepcrew_episodic._unicode.is_hidden`), and, for the rules whose tokens are
-self-delimiting (provider keys, JWTs, AWS keys), once more on a view without line breaks, so a
-key wrapped over two lines is found whole. A match is mapped back to the text as written and
+self-delimiting (provider keys, JWTs, AWS keys), once more on a view without line breaks and
+combining marks (U+0301 shows on the letter before it), so a key wrapped over two lines or split
+by a mark is found whole. A match is mapped back to the text as written and
 replaced there, hidden characters and line break included; text around it keeps them. Because
 a wrapped key cannot be told from a key at the end of a line followed directly by a word, such
 a word is redacted with the key (unless it opens an assignment, ``NAME=`` or ``name:``).
@@ -31,6 +32,7 @@ import bisect
 import dataclasses
 import functools
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +71,7 @@ class Rule:
     every match holds a run of 14 or more of ``A-Z a-z 0-9 _ -`` (a key's random part): a text
     without one skips it."""
 
-    __slots__ = ("hints", "joins_lines", "name", "pattern")
+    __slots__ = ("gate", "hints", "joins_lines", "name", "pattern")
 
     def __init__(
         self,
@@ -78,6 +80,7 @@ class Rule:
         hints: tuple[str, ...] = (),
         *,
         joins_lines: bool = False,
+        gate: re.Pattern[str] | None = None,
     ) -> None:
         self.name = name
         self.pattern = pattern
@@ -85,11 +88,16 @@ class Rule:
         # any of them is skipped without running the regex. Empty: always run it.
         self.hints = hints
         self.joins_lines = joins_lines
+        # A cheap pattern that every match's text, lower-cased, also matches: a text without
+        # a match of it is skipped (the full pattern costs more per character than hints).
+        self.gate = gate
 
     def may_match(self, lowered: str, token_run: bool = True) -> bool:
         if self.joins_lines and not token_run:
             return False
-        return not self.hints or any(hint in lowered for hint in self.hints)
+        if self.hints and not any(hint in lowered for hint in self.hints):
+            return False
+        return self.gate is None or self.gate.search(lowered) is not None
 
     def spans(self, text: str) -> list[tuple[int, int, int]]:
         """``(start, end, match_end)`` of each part to replace, in order."""
@@ -110,22 +118,49 @@ def _rule(name: str, pattern: str, flags: int = 0, *, joins: bool = False) -> tu
     return (name, pattern, flags, joins)
 
 
-# A value that names where a secret lives rather than holding it: $VAR, ${VAR}, %VAR%,
-# <placeholder>, a path, os.environ[...], getenv(), a call, settings.X, a literal such as None.
+# Where an unquoted reference ends: it must fill the value, so "$ecr3t" or "None1" are values.
+_REF_END = r"""(?=[\s"'`,;&)\]}]|\\|$)"""
+# A value that names where a secret lives rather than holding it: $VAR, ${VAR}, $(command),
+# %VAR%, <placeholder>, {{ template }}, a path, os.environ[...], getenv(...) or any other call,
+# settings.X, a literal such as None, a marker. Anything else is a secret, whatever its first
+# character ("!Secr3t", "*x", ".x", "=x" are passwords).
 _REFERENCE = (
-    r"(?![$%<{(\[*/~.=!&|]|os\.|process\.env|env\.|getenv|self\.|this\.|[A-Za-z_][\w.]*\("
-    r"|(?:settings|config|conf|cfg|secrets|vault)\.[A-Za-z_]"
-    r"|(?i:none|null|nil|true|false|undefined)(?![\w-]))"
+    r"(?!(?:"
+    # Shell and PowerShell variables: $UPPER_CASE or $lower_case_words, not "$ecr3tpw".
+    rf"\$(?:\{{[^}}\s]*\}}|\(|env:[A-Za-z_]\w*{_REF_END}|[A-Z_][A-Z0-9_]*{_REF_END}|[a-z_]+{_REF_END})"
+    rf"|%[A-Za-z_]\w*%{_REF_END}|<[^<>\n]{{1,64}}>|\{{\{{[^}}\n]*\}}\}}|\{{[A-Za-z_]\w*\}}{_REF_END}"
+    # A path with a directory: /etc/ssl/private/key.pem, ~/.pgpass, ../secrets/db.
+    rf"|(?:(?:~|\.\.?)/|/(?:[\w.-]+/)+)[\w./-]*{_REF_END}"
+    # A call (getenv("X"), get_password()), a subscript (os.environ['X']), an attribute of an
+    # object that holds configuration (settings.SECRET_KEY, self.password, process.env.X).
+    r"|[A-Za-z_][\w.]*\([^()\n]*\)|[A-Za-z_][\w.]*\["
+    r"|(?:settings|config|conf|cfg|secrets|vault|self|this|cls|app|env|os|process)"
+    rf"\.[A-Za-z_][\w.]*{_REF_END}"
+    r"|(?i:none|null|nil|true|false|undefined)(?![\w-])"
+    r"|\[REDACTED:[a-z0-9-]+\]"
+    r"))"
 )
-# An assignment's value: any run of non-space text up to a quote, comma or semicolon; a
-# backslash belongs to it unless it escapes the closing quote.
-_VALUE = r"""(?:[^\s"',;\\]|\\(?!\\*["']))"""
+# An unquoted value runs to the end of its token (a space, a quote, the end of the line). A
+# backslash belongs to it unless it escapes a quote. "," ";" "&" belong to it too, except
+# where they end it: before the next name=value of a connection string or a query
+# ("Password=x;Encrypt=yes", "password=x&user=bob"), before a quoted item, at its end.
+_VALUE = r"""(?:[^\s"',;&\\]|\\(?!\\*["']))"""
+_UNQUOTED = (
+    r"""(?:[^\s"'`,;&\\]|\\(?!\\*["'])"""
+    r"""|[,;&](?![\s,;&]|$|\\*["']|[A-Za-z_][\w.-]*(?: [A-Za-z_][\w.-]*){0,3}[ \t]*=))+"""
+)
+# A quoted value runs to its closing quote, written as it was opened ('"', '\\"' in JSON held
+# in a string, ...), spaces and escaped quotes included; unclosed, to the end of the line.
+_QUOTED = rf"(?:(?!(?<!\\)(?P=q))[^{_BREAKS}])+"
+# The operator between a name and its value. "==" and "===" compare ("if password == x"), but
+# "PASSWORD==x" assigns "=x". The value's opening quote, if any, is the group q.
 _ASSIGN = (
-    rf"{_Q}(?:\s*(?:=>|:=|=)\s*{_Q}"  # = / := / =>, quoted or not
-    rf"|\s*:\s*\\*[\"']"  # "key": "value"
+    rf"{_Q}(?:[ \t]*(?:=>|:=|=(?!=(?:[\s=]|$)))[ \t]*"  # = / := / =>, quoted or not
+    r"""|[ \t]*:[ \t]*(?=\\*["'])"""  # "key": "value"
     # key: value unquoted is also prose ("the password: hunter is a word"): 6+ characters
     # with a digit.
-    rf"|\s*:[ \t]*(?={_VALUE}{{6}})(?=[^\s\"',;]*[0-9]))"
+    rf"""|[ \t]*:[ \t]*(?={_VALUE}{{6}})(?=[^\s"',;]*[0-9]))"""
+    r"""(?P<q>\\*["'])?"""
 )
 
 # Order matters: a specific rule runs before a generic one that would also match (an Anthropic
@@ -134,9 +169,9 @@ _ASSIGN = (
 _DEFAULT_PATTERNS: tuple[tuple[Any, ...], ...] = (
     _rule(
         "private-key",
-        r"(?:-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:-----[ \t]*BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?[ \t]*-----"
         # An unterminated block (a truncated answer) is redacted to the end of the text.
-        r".*?(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+        r".*?(?:-----[ \t]*END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?[ \t]*-----|\Z)"
         r"|PuTTY-User-Key-File-\d+:.*?(?:Private-MAC:[ \t]*[0-9a-f]+|\Z))",
         re.DOTALL | re.IGNORECASE,
     ),
@@ -148,12 +183,18 @@ _DEFAULT_PATTERNS: tuple[tuple[Any, ...], ...] = (
     ),
     _rule(
         "openai-key",
-        # Random key material mixes digits and letters; "sk-learn-compatible" or
-        # "sk-2024-release-notes" do not. Keys of OpenAI-compatible services may be all lower
-        # case (hex or alphanumeric): those need a digit, a letter and no hyphen.
+        # OpenAI's keys and those of the many services that copied the "sk-" prefix (Langfuse's
+        # sk-lf-<uuid>, DeepSeek's, ...): 20 or more key characters with digits and letters.
+        # Words joined by hyphens have those too ("sk-learn-compatible-estimators-v2"), so
+        # the material must look random: mixed case with a digit; or one run of 20+ letters
+        # and digits with a digit; or, split by "-" or "_", a piece of 8+ letters and digits
+        # holding at least two of each (a hex or UUID part).
         rf"(?<![{_B64URL}])sk-(?:proj-|svcacct-|admin-)?"
         rf"(?:(?=[{_B64URL}]*[0-9])(?=[{_B64URL}]*[a-z])(?=[{_B64URL}]*[A-Z])[{_B64URL}]{{20,}}"
-        rf"|(?=[a-z0-9]*[0-9])(?=[a-z0-9]*[a-z])[a-z0-9]{{20,}}(?![{_B64URL}]))",
+        rf"|(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{{20,}}(?![{_B64URL}])"
+        rf"|(?=(?:[A-Za-z0-9]*[_-])*?(?<![A-Za-z0-9])(?=[A-Za-z0-9]{{8}})"
+        r"(?=(?:[A-Za-z]*[0-9]){2})(?=(?:[0-9]*[A-Za-z]){2}))"
+        rf"[{_B64URL}]{{20,}}(?![{_B64URL}]))",
         joins=True,
     ),
     _rule(
@@ -273,9 +314,10 @@ _DEFAULT_PATTERNS: tuple[tuple[Any, ...], ...] = (
     ),
     _rule(
         "bearer-token",
-        # A digit is required: "Bearer authentication-scheme" is prose, not a token.
-        r"(?i)(?<![A-Za-z0-9])bearer\s+"
-        r"(?P<secret>(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{16,}=*)",
+        # In prose a digit is required ("Bearer authentication-scheme" is no token); after
+        # "Authorization:" it is not.
+        rf"(?i)(?<![A-Za-z0-9])(?P<auth>authorization{_Q}[ \t]*[:=][ \t]*{_Q})?bearer\s+"
+        r"(?P<secret>(?(auth)|(?=[A-Za-z0-9._~+/-]*[0-9]))[A-Za-z0-9._~+/-]{16,}=*)",
     ),
     _rule(
         "basic-auth",
@@ -283,25 +325,34 @@ _DEFAULT_PATTERNS: tuple[tuple[Any, ...], ...] = (
     ),
     _rule(
         "url-password",
-        # scheme://user:password@host. The password may hold any character but a space ("#",
-        # "/", "@" included); it runs to the last "@" that a host name follows. A port
-        # (host:8080/path) is not a password.
-        r"(?i)\b[a-z][a-z0-9+.-]{0,31}://[^\s:/@?#]*:"
-        r"(?P<secret>(?!\d*(?:[/?#\s]|$))\S{1,256})"
-        r"@(?:[a-z0-9-]+(?:\.[a-z0-9-]+)*|\[[0-9a-f:.]+\])(?::\d{1,5})?(?![\w.@:-])",
+        # scheme://user:password@host. The password is everything from the first ":" after
+        # "//" to the last "@" of the authority, whatever the host looks like (db_host,
+        # an IDN, [::1], "example.com."). It may hold any character but a space ("#", "/",
+        # "@" included): the last "@" before the first "/", "?" or "#" if there is one, else
+        # the last "@" of the token. Not a password: a port (host:8080/path), nor
+        # "host:8080@x" where a host name (localhost, a dotted name, [v6]) precedes the colon.
+        r"(?i)\b[a-z][a-z0-9+.-]{0,31}://"
+        r"(?>(?P<host>localhost(?=:)|[^\s:/@?#]*\.[^\s:/@?#]*(?=:)|\[[^\]\s/@]*\](?=:))"
+        r"|[^\s:/@?#]*):"
+        r"(?P<secret>(?!\d*(?:[/?#\s]|$))(?(host)(?!\d{1,5}@))"
+        r"(?:[^\s/?#]{1,256}|\S{1,256}))"
+        r"@[^\s/?#@]",
     ),
     _rule(
         "secret-assignment",
-        # PASSWORD=..., DB_PASSWORD=x, "api_key": "...", password: hunter22, Password=...; in a
-        # connection string - but not prose ("the secret: patience") and not a reference to
-        # where the secret lives (see _REFERENCE).
-        r"(?<![A-Za-z0-9])(?:"
-        r"(?i:(?:[A-Za-z0-9]{1,32}[_-]){0,4}(?:password|passwd|passphrase|pwd|secret"
-        r"|(?:api|secret|private|access|master|encryption|signing|account|client)[_-]?key"
-        r"|[A-Za-z0-9]*[_-]?token|client[_-]?secret|credentials?))"
-        # Environment-variable names in capitals: FOO_KEY=, FOO_PASS=, FOO_CREDENTIAL=.
-        r"|(?:[A-Z0-9]{1,32}_){1,4}(?:KEY|PASS|CREDENTIAL|CREDENTIALS|AUTH))"
-        rf"{_ASSIGN}(?P<secret>{_REFERENCE}{_VALUE}+)",
+        # PASSWORD=..., PGPASSWORD=x, DB_PASSWORD=x, "api_key": "...", password: hunter22,
+        # Password=...; in a connection string - but not prose ("the secret: patience") and not
+        # a reference to where the secret lives (see _REFERENCE).
+        r"(?:"
+        # Words that name a secret whatever precedes them: PGPASSWORD, APPSECRET, GHTOKEN.
+        r"(?i:passw(?:or)?d|passphrase|secret|token|credentials?)"
+        # Words that need a separator before them, or "bypass" and "monkey" would be names.
+        r"|(?<![A-Za-z0-9])(?i:(?:[A-Za-z0-9]{1,32}[_-]){0,4}(?:pass|pwd"
+        r"|(?:api|secret|private|access|master|encryption|signing|account|client)[_-]?key))"
+        # Environment-variable names in capitals: REDISPASS=, MYSQLPWD=, FOO_KEY=, FOO_AUTH=.
+        r"|(?<![A-Za-z0-9])[A-Z0-9]{0,32}(?:PASS|PWD)"
+        r"|(?<![A-Za-z0-9])(?:[A-Z0-9]{1,32}_){1,4}(?:KEY|CREDENTIAL|CREDENTIALS|AUTH))"
+        rf"{_ASSIGN}(?P<secret>{_REFERENCE}(?(q){_QUOTED}|{_UNQUOTED}))",
     ),
 )
 
@@ -344,11 +395,21 @@ _HINTS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _gate(name: str) -> re.Pattern[str] | None:
+    if name != "secret-assignment":
+        return None
+    # Every name this rule knows ends with one of these words (PASSWORD, db_pwd, api-key,
+    # CLIENT_SECRET, GHTOKEN, credentials, FOO_AUTH), then an optional quote and the operator.
+    return re.compile(
+        r"""(?:pass|pwd|secret|token|credential|key|auth)[a-z]{0,6}\\*["']?[ \t]*[:=]"""
+    )
+
+
 @functools.cache
 def default_rules() -> tuple[Rule, ...]:
     """The built-in rules, compiled once."""
     return tuple(
-        Rule(name, re.compile(p, flags), _HINTS[name], joins_lines=joins)
+        Rule(name, re.compile(p, flags), _HINTS[name], joins_lines=joins, gate=_gate(name))
         for name, p, flags, joins in _DEFAULT_PATTERNS
     )
 
@@ -361,6 +422,14 @@ def _removable(char: str) -> bool:
     # Whitespace controls (\t, \n, ...) separate tokens; every other hidden character may sit
     # inside one.
     return is_hidden(char) and not char.isspace()
+
+
+@functools.lru_cache(maxsize=8192)
+def _mark(char: str) -> bool:
+    # A combining mark (U+0301 ...) shows on the character before it, so it can sit inside
+    # a key and leave it looking whole. Only the key rules' view drops marks: elsewhere they
+    # belong to words ("cafe\u0301").
+    return unicodedata.category(char) in ("Mn", "Me")
 
 
 @functools.lru_cache(maxsize=256)
@@ -408,9 +477,11 @@ class _View:
 def _view(text: str, *, join_lines: bool) -> _View:
     if text.isascii() and text.isprintable():
         return _View(text, None)
-    chars = {c for c in set(text) if _removable(c)}
+    present = set(text)
+    chars = {c for c in present if _removable(c)}
     if join_lines:
-        chars |= _BREAK_SET.intersection(text)
+        chars |= _BREAK_SET.intersection(present)
+        chars |= {c for c in present if _mark(c)}
     return _View(text, _class(frozenset(chars)) if chars else None)
 
 
@@ -442,10 +513,11 @@ def _run(text: str, rules: tuple[Rule, ...], *, join_lines: bool, found: list[st
         for start, end, match_end in rule.spans(view.text):
             first, last = view.original(start, end)
             if join_lines:
-                # Only a match across a line break is this pass's business (the other pass
-                # sees the rest with the break as a boundary), and not when the next line
-                # opens an assignment: "KEY=sk-...\nOTHER_KEY=..." is two lines, not a key.
-                if not _BREAK_SET.intersection(text[first:last]):
+                # Only a match across a line break or a combining mark is this pass's
+                # business (the other pass sees the rest with the break as a boundary), and
+                # not when the next line opens an assignment: "KEY=sk-...\nOTHER_KEY=..." is
+                # two lines, not a key.
+                if not any(_joins(c) for c in text[first:last]):
                     continue
                 if view.text[match_end : match_end + 1] in ("=", ":"):
                     continue
@@ -541,7 +613,7 @@ class Redactor:
 
     def _redact(self, text: str, found: list[str]) -> str:
         rules = self.rules
-        if any(c in _BREAK_SET for c in text) if not text.isascii() else _has_break(text):
+        if _has_break(text) if text.isascii() else any(_joins(c) for c in set(text)):
             # Wrapped tokens first: the other pass would replace only a key's first line.
             text = _run(text, rules, join_lines=True, found=found)
         return _run(text, rules, join_lines=False, found=found)
@@ -600,6 +672,11 @@ _ASCII_BREAK = re.compile(r"[\n\r\x0b\x0c]")
 
 def _has_break(text: str) -> bool:
     return _ASCII_BREAK.search(text) is not None
+
+
+def _joins(char: str) -> bool:
+    """Whether the key rules' view drops *char* where the other view keeps it."""
+    return char in _BREAK_SET or _mark(char)
 
 
 _TEXT_FIELDS: tuple[str, ...] = ()

@@ -12,6 +12,7 @@ import json
 import random
 import string
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -516,3 +517,184 @@ def test_every_secret_detect_secrets_finds_is_redacted(redactor: Redactor) -> No
                     else:  # too short to look for (its keyword plugin reports "ac" and such)
                         assert cleaned != text, (text, secret)
     assert found >= len(corpus) // 2  # the oracle did look
+
+
+# --- issue 11, second round: each leak an attacker found, with its family ---------------------
+
+PW = rand(ALNUM, 12)  # a password-shaped value; each case below replaces it whole
+
+
+def _uuid() -> str:
+    return str(uuid.UUID(int=RNG.getrandbits(128), version=4))
+
+
+# (kind, template, secret): as GAPS, the secret must go and the context stay.
+ROUND_TWO: list[tuple[str, str, str]] = [
+    # A name with no separator before PASSWORD / PWD / PASS / SECRET / TOKEN.
+    ("secret-assignment", "PGPASSWORD={s}", PW),
+    ("secret-assignment", "PGPASSWORD={s}", "x"),
+    ("secret-assignment", "export PGPASSWORD={s} && psql", PW),
+    ("secret-assignment", "MYSQL_PWD={s}", PW),
+    ("secret-assignment", "MYSQLPWD={s}", PW),
+    ("secret-assignment", "REDIS_PASSWORD={s}", PW),
+    ("secret-assignment", "PASSWD={s}", PW),
+    ("secret-assignment", "REDISPASS={s}", PW),
+    ("secret-assignment", "APPSECRET={s}", PW),
+    ("secret-assignment", "mytoken={s}", PW),
+    ("secret-assignment", "set PASSWORD={s}", PW),
+    ("secret-assignment", "$env:PASSWORD = '{s}'", PW),
+    # A value that starts with punctuation is a value, not a reference.
+    ("secret-assignment", "MYSQL_ROOT_PASSWORD={s}", "!" + PW),
+    ("secret-assignment", "DB_PASSWORD={s}", "*" + PW),
+    ("secret-assignment", "DB_PASSWORD={s}", "&" + PW),
+    ("secret-assignment", "DB_PASSWORD={s}", "." + PW),
+    ("secret-assignment", "DB_PASSWORD={s}", "%" + PW),
+    ("secret-assignment", "DB_PASSWORD={s}", "=" + PW),
+    ("secret-assignment", "DB_PASSWORD={s}", "$ecr3t" + PW),
+    ("secret-assignment", "DB_PASSWORD={s}", "(" + PW),
+    ("secret-assignment", "DB_PASSWORD={s}", "true" + PW),
+    ("secret-assignment", "DB_PASSWORD={s}", "/" + PW),
+    # A quoted value runs to its closing quote; an unquoted one to the end of its token.
+    ("secret-assignment", 'password = "{s}"', "correct horse battery staple"),
+    ("secret-assignment", "password: '{s}' then", "two words"),
+    ("secret-assignment", 'password = "{s}" rest', 'a \\"quoted\\" b'),
+    ("secret-assignment", '{{"password": "{s}", "user": "bob"}}', "with space, comma"),
+    ("secret-assignment", '{{\\"password\\": \\"{s}\\"}}', "x y \\\\\\\"z\\\\\\\" w"),
+    ("secret-assignment", "DB_PASSWORD={s}", "abc,defghi"),
+    ("secret-assignment", "DB_PASSWORD={s} next", "abc;defghi"),
+    ("secret-assignment", "DB_PASSWORD={s}", "a&b;c,d"),
+    ("secret-assignment", "DB_PASSWORD={s}\nNEXT=1", "abc;def,ghi"),
+    ("secret-assignment", "Server=db;Password={s};User Id=sa", PW),
+    ("secret-assignment", "https://example.com/login?password={s}&user=bob", PW),
+    ("secret-assignment", "{{'password': {s}, 'user': 'bob'}}", "123456"),
+    # A URL password, whatever the host looks like.
+    ("url-password", "postgres://app:{s}@db_host:5432/app", PW),
+    ("url-password", "postgres://app:{s}@\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444/app", PW),
+    ("url-password", "postgres://app:{s}@xn--e1afmkfd.xn--p1ai/app", PW),
+    ("url-password", "https://u:{s}@example.com./x", PW),
+    ("url-password", "redis://u:{s}@[::1]:6379/0", PW),
+    ("url-password", "see (https://u:{s}@example.com), ok", PW),
+    ("url-password", "redis://:{s}@cache:6379", PW),
+    ("url-password", "redis://u:{s}@cache.internal:6379/0", "p#a/s@s?w"),
+    ("url-password", "https://u:{s}@example.com/path/to@file", PW),
+    ("url-password", "redis://u:{s}@cache", "12345"),
+    # The sk- family: any service's keys, hyphens and underscores included.
+    ("openai-key", "key {s} ok", "sk-lf-" + _uuid()),
+    ("openai-key", "key {s} ok", "sk-" + "".join(RNG.choices(string.ascii_lowercase, k=3)) + "_" + "".join(RNG.choices(HEX, k=24))),
+    ("openai-key", "key {s} ok", "sk-" + "".join(RNG.choices(UPPER_DIGITS, k=26)) + "7"),
+    ("openai-key", "key {s} ok", "sk-proj-" + "".join(RNG.choices(HEX, k=32))),
+    ("openai-key", "key {s} ok", "sk-" + "-".join("".join(RNG.choices(HEX, k=8)) for _ in range(4))),
+    # Shapes the first round missed around other kinds.
+    ("private-key", "key: {s}", pem("PRIVATE KEY").replace("-----BEGIN ", "----- BEGIN ").replace("KEY-----", "KEY -----")),
+    ("bearer-token", "Authorization: Bearer {s}", "".join(RNG.choices(string.ascii_letters, k=32))),
+    ("bearer-token", '{{"authorization": "bearer {s}"}}', "".join(RNG.choices(string.ascii_letters, k=32))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "template", "secret"),
+    ROUND_TWO,
+    ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(ROUND_TWO)],
+)
+def test_round_two_leak_is_closed_and_keeps_its_context(
+    redactor: Redactor, kind: str, template: str, secret: str
+) -> None:
+    text = template.format(s=secret)
+    cleaned = redactor.redact(text)
+    assert cleaned == template.format(s=f"[REDACTED:{kind}]")
+    assert redactor.find(text) == kind
+    assert redactor.redact(cleaned) == cleaned
+
+
+# Look-alikes of the round-two families: references, comparisons, ports, hyphenated words.
+ROUND_TWO_HARMLESS: list[str] = [
+    # Real references stay, whatever the name.
+    "PGPASSWORD=$PGPASSWORD psql and MYSQL_PWD=${MYSQL_PWD}",
+    "set PASSWORD=%DB_PASSWORD% and APPSECRET=<your secret here>",
+    'password=os.environ["DB_PASSWORD"] token=os.getenv("TOKEN", "none set")',
+    "password=getpass() secret=settings.APP_SECRET pw_token=self.token",
+    "DB_PASSWORD=/run/secrets/db_password and PGPASSWORD=~/.pgpass",
+    "password={{ vault_db_password }} and secret={secret}",
+    "DB_PASSWORD=$(cat /run/secrets/db) and TOKEN=$token",
+    "password=[REDACTED:secret-assignment] and password=None, token=null;",
+    # Comparisons and empty values.
+    "if password == stored or token === other or secret != x: return",
+    "PASSWORD=\nSECRET=\n",
+    # Words that end like a name but are none.
+    "bypass=on123 compass=N45deg passport: G12345678 monkey: banana12",
+    # host:port@... has no password.
+    "http://localhost:8080@x and http://127.0.0.1:8080@y",
+    "http://[::1]:8080@x and http://db.example.com:5432@x",
+    "see http://host:8080/users/bob@example.com and https://user@example.com:8443/p",
+    # sk- followed by words.
+    "sk-learn and sk-2024-release-notes and sk-learn-compatible-estimators-v2",
+    "sk-release-notes-2024-and-2025 and sk-py311-compatible-wheels",
+    # Combining marks inside words are no split key.
+    "cafe\u0301 and nai\u0308ve and \u0915\u093f\u0924\u093e\u092c and A\u20dd",
+]
+
+
+@pytest.mark.parametrize("text", ROUND_TWO_HARMLESS, ids=range(len(ROUND_TWO_HARMLESS)))
+def test_round_two_look_alike_survives(redactor: Redactor, text: str) -> None:
+    assert redactor.redact(text) == text
+    assert redactor.find(text) is None
+
+
+@pytest.mark.parametrize("mark", ["\u0301", "\u0308\u0301", "\u20dd", "\u0301\u200b"])
+@pytest.mark.parametrize(("kind", "secret"), SPLIT_SECRETS, ids=[k for k, _ in SPLIT_SECRETS])
+@pytest.mark.parametrize("after", ["", "\nNext line."])
+def test_a_key_split_by_a_combining_mark_is_redacted_whole(
+    redactor: Redactor, kind: str, secret: str, mark: str, after: str
+) -> None:
+    half = len(secret) // 2
+    text = f"Use {secret[:half]}{mark}{secret[half:]} now.{after}"
+    assert redactor.redact(text) == f"Use [REDACTED:{kind}] now.{after}"
+    assert redactor.find(text) == kind
+
+
+def test_a_combining_mark_in_a_name_is_no_key_but_keeps_an_assignment(
+    redactor: Redactor,
+) -> None:
+    # Marks are dropped for the key rules only: a value beside accented prose keeps the prose.
+    text = f"Cafe\u0301 login: DB_PASSWORD={PW} for nai\u0308ve users"
+    assert redactor.redact(text) == (
+        "Cafe\u0301 login: DB_PASSWORD=[REDACTED:secret-assignment] for nai\u0308ve users"
+    )
+
+
+def test_round_two_pathological_input_stays_fast(redactor: Redactor) -> None:
+    texts = (
+        "PASS" * 50_000,
+        "password=" + "a," * 50_000,
+        "password=a" + ";b" * 50_000,
+        'password="' + "\\" * 100_000,
+        "https://u:" + "a@" * 50_000,
+        "https://" + ":@a" * 30_000,
+        "sk-" + "ab12-" * 20_000,
+        "sk-" + "a\u0301" * 50_000,
+        "authorization: bearer " * 10_000,
+    )
+    for text in texts:
+        start = time.perf_counter()
+        redactor.redact(text)
+        assert time.perf_counter() - start < 2.0
+
+
+def test_clean_episode_cost_stays_low(redactor: Redactor) -> None:
+    """A clean episode is what nearly every record holds: words such as "password" in prose
+    must not make it pay for the assignment rule's full pattern."""
+    episode = Episode(
+        query="Why does checkout return 502 after the deploy of release 1.4.2 on Tuesday?",
+        response="The pool was exhausted; raised max_connections to 200. Errors stopped at 14:05.",
+        reflection="Check the pool size before scaling; the password reset flow uses the same pool.",
+        tags=["checkout", "incident"],
+        tools_used=["kubectl", "psql"],
+        outcome="success",
+    )
+    assert redactor.redact_episode(episode) is episode
+    runs = 2_000
+    start = time.perf_counter()
+    for _ in range(runs):
+        redactor.redact_episode(episode)
+    per_episode = (time.perf_counter() - start) / runs
+    assert per_episode < 1e-3  # measured ~35 us; a generous bound for slow CI machines
