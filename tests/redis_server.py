@@ -16,6 +16,12 @@ from contextlib import contextmanager
 
 import pytest
 
+PORT_ATTEMPTS = 3
+
+
+class ServerExited(RuntimeError):
+    """The server stopped before it answered (typically: its port was taken meanwhile)."""
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -34,7 +40,7 @@ def wait_for(port: int, proc: subprocess.Popen[bytes], timeout: float = 10.0) ->
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {proc.returncode}")
+            raise ServerExited(f"redis-server exited with {proc.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
                 s.sendall(b"PING\r\n")
@@ -48,40 +54,57 @@ def wait_for(port: int, proc: subprocess.Popen[bytes], timeout: float = 10.0) ->
 
 @contextmanager
 def redis_server(*extra: str) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """Yield the port and process of a fresh redis-server; stopped and its files removed after.
+
+    The free port is probed before the server binds it, so another process (a parallel pytest
+    worker) can take it in between: the server then exits at once, and is started again on
+    another port.
+    """
     binary = shutil.which("redis-server")
     if binary is None:
         unavailable("redis-server is not installed")
         raise AssertionError("unreachable")
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="redis-test-")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    for attempt in range(PORT_ATTEMPTS):
+        port = free_port()
+        workdir = tempfile.mkdtemp(prefix="redis-test-")
+        proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                workdir,
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            try:
+                wait_for(port, proc)
+            except ServerExited as exc:
+                if attempt + 1 < PORT_ATTEMPTS:
+                    continue  # most likely the port was taken: try another
+                unavailable(str(exc))
+            except RuntimeError as exc:
+                unavailable(str(exc))
+            yield port, proc
+            return
+        finally:
+            stop(proc)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
     try:
-        try:
-            wait_for(port, proc)
-        except RuntimeError as exc:
-            unavailable(str(exc))
-        yield port, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(workdir, ignore_errors=True)
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

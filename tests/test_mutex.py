@@ -15,11 +15,6 @@ from deepcrew_episodic.cli._store import run_now
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def test_a_free_lock_needs_no_event_loop() -> None:
     lock = Mutex()
 

@@ -21,6 +21,11 @@ from deepcrew_episodic.providers import RedisMemoryProvider
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # redis-py's cluster client is asyncio-only
+
+
 def ep(query: str) -> Episode:
     return Episode(query=query, response="done", outcome="success")
 

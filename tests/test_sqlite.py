@@ -278,7 +278,6 @@ async def test_deleted_text_is_in_no_file_of_the_store(tmp_path: Path, how: str)
 # --- any async backend ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
 async def test_records_and_recalls_on_every_anyio_backend(tmp_path: Path) -> None:
     path = tmp_path / "e.db"
     async with SQLiteMemoryProvider(path) as provider:

@@ -78,8 +78,10 @@ class FileMemoryProvider(MemoryProvider):
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         # Through a symlink, replace the target, not the link (os.replace would swap the link
-        # for a regular file and the target would never see a write again).
-        self._path = Path(store_path(path)).resolve()
+        # for a regular file and the target would never see a write again). Resolving reads
+        # the file system, so it waits for the first operation, in a worker thread.
+        self._path = Path(store_path(path))
+        self._resolved = False
         self._lock_path = self._path.with_name(self._path.name + ".lock")
         self._fsync = fsync
         self._mutex = threading.Lock()
@@ -99,7 +101,8 @@ class FileMemoryProvider(MemoryProvider):
 
     @property
     def path(self) -> Path:
-        """The JSON file this provider keeps its data in."""
+        """The JSON file this provider keeps its data in (symlinks followed once it has been
+        used)."""
         return self._path
 
     # --- the contract -----------------------------------------------------------------------
@@ -232,7 +235,16 @@ class FileMemoryProvider(MemoryProvider):
             self._loaded = False
         return self._mutex
 
+    def _resolve(self) -> None:
+        """Follow symlinks to the real store file, once (in a worker thread, under the mutex)."""
+        if not self._resolved:
+            self._path = self._path.resolve()
+            self._lock_path = self._path.with_name(self._path.name + ".lock")
+            self._tmp_prefix = f".{self._path.name}."
+            self._resolved = True
+
     def _flock(self, mode: int) -> _Flock:
+        self._resolve()
         if self._lock_fd is None:
             try:
                 self._path.parent.mkdir(parents=True, exist_ok=True)

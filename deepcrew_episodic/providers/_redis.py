@@ -85,6 +85,15 @@ end
 return 1
 """
 _SCAN_BATCH = 1000
+# redis-py 7+ reads its own version from the package metadata (the disk) for every connection it
+# opens, on the event loop's thread, unless it is given its driver info: built once, here.
+try:
+    from redis import __version__ as _REDIS_VERSION
+    from redis.driver_info import DriverInfo
+
+    _DRIVER: dict[str, Any] = {"driver_info": DriverInfo(lib_version=_REDIS_VERSION)}
+except ImportError:  # pragma: no cover - redis-py before 7 has no driver info
+    _DRIVER = {}
 _GLOB = re.compile(r"([*?\[\]\\])")
 
 
@@ -162,6 +171,7 @@ class RedisMemoryProvider(MemoryProvider):
                     decode_responses=True,
                     encoding_errors="surrogateescape",
                     max_connections=max_connections,
+                    **_DRIVER,
                 )
             except (ValueError, redis_exceptions.RedisClusterException) as exc:
                 raise ConfigurationError(
@@ -181,6 +191,7 @@ class RedisMemoryProvider(MemoryProvider):
                     decode_responses=True,
                     encoding_errors="surrogateescape",
                     max_connections=max_connections,
+                    **_DRIVER,
                 )
                 self._client = redis_asyncio.Redis(connection_pool=pool)
             except ValueError as exc:
@@ -281,21 +292,22 @@ class RedisMemoryProvider(MemoryProvider):
             await self._transaction(first, slot_items, slot_doomed)
 
     async def _transaction(self, first: str, stored: dict[str, str], doomed: list[str]) -> None:
+        if self._cluster:
+            # One script per slot (its keys share it): as atomic as MULTI/EXEC, and it keeps
+            # off redis-py's cluster transactions, which join a thread per command on the
+            # event loop's thread.
+            keys = [*stored, *doomed]
+            args: list[str | int] = [0, len(stored), *stored.values()]
+            async with self._call("EVALSHA write", first):
+                await self._write_if(keys=keys, args=args)
+            return
         async with (
             self._call("MULTI/EXEC", first),
             self._client.pipeline(transaction=True) as pipe,
         ):
-            if self._cluster:
-                # redis-py refuses MSET in a cluster pipeline; SETs in MULTI are as atomic.
-                for key, value in stored.items():
-                    pipe.set(key, value)
-            elif stored:
+            if stored:
                 pipe.mset(stored)
-            if self._cluster and doomed:
-                # The cluster pipeline's unlink() splits keys by slot outside the transaction;
-                # the raw command is queued in it (all of doomed share one slot here).
-                pipe.execute_command("UNLINK", *doomed)
-            elif doomed:
+            if doomed:
                 pipe.unlink(*doomed)
             await pipe.execute()
 
