@@ -661,10 +661,18 @@ def test_sweep_command(run: Run, store: str) -> None:
     assert (code, out.strip()) == (0, "swept 1 keys (expired episodes and strays)")
     assert "no --max-age" in err
     assert "expired one" not in Path(store).read_text()
-    time.sleep(1.1)  # every episode is now older than a one-second max_age
-    code, out, _ = run("--store", store, "--max-age", "1s", "sweep")
-    assert code == 0
-    assert json.loads(run("--store", store, "stats", "--json")[1])["total"] == 0
+
+    async def record_two_hours_ago() -> None:
+        async with FileMemoryProvider(store) as provider:
+            past = EpisodicMemory(provider, clock=lambda: time.time() - 7200)
+            for query in ("old one", "old two"):
+                await past.record(Episode(query=query))
+
+    anyio.run(record_two_hours_ago)
+    assert json.loads(run("--store", store, "stats", "--json")[1])["total"] == 6
+    code, out, _ = run("--store", store, "--max-age", "1h", "sweep")
+    assert (code, out.strip()) == (0, "swept 2 keys (expired episodes and strays)")
+    assert json.loads(run("--store", store, "stats", "--json")[1])["total"] == 4
 
 
 # --- start-up -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import Clock
 from llm_server import Reply, ScriptedLLM
 from stores import Store
 
@@ -132,12 +133,12 @@ async def test_max_age_is_a_policy_of_the_reader(provider: MemoryProvider) -> No
 
 
 async def test_an_episode_expires_while_a_reader_holds_it_in_cache(
-    provider: MemoryProvider,
+    provider: MemoryProvider, clock: Clock
 ) -> None:
-    memory = EpisodicMemory(provider, namespace="soon")
+    memory = EpisodicMemory(provider, namespace="soon", clock=clock)
     await memory.record(Episode(query="rotate the signing key", forget_after=ahead(seconds=1.2)))
     assert len(await memory.recall("rotate signing key")) == 1  # cached and indexed now
-    await anyio.sleep(1.5)  # no write happens in between: the cache must not keep it alive
+    clock.now += 1.5  # no write happens in between: the cache must not keep it alive
     assert await memory.recall("rotate signing key") == []
     assert await memory.load() == []
     assert (await memory.stats()).expired == 1
