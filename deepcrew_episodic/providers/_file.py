@@ -34,6 +34,7 @@ import os
 import stat
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -98,6 +99,7 @@ class FileMemoryProvider(MemoryProvider):
         self._mode: int | None = None
         self._pid = os.getpid()
         self._tmp_prefix = f".{self._path.name}."
+        _LIVE.add(self)
 
     @property
     def path(self) -> Path:
@@ -219,21 +221,22 @@ class FileMemoryProvider(MemoryProvider):
             ) from exc
 
     def _guard(self) -> threading.Lock:
-        """The in-process mutex, made anew in a forked child.
-
-        A child inherits the parent's lock file descriptor, and ``flock`` belongs to the open
-        file, so parent and child would not exclude each other: the child opens its own (it
-        closes the inherited one, which leaves the parent's lock in place) and reloads.
-        """
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._mutex = threading.Lock()
-            if self._lock_fd is not None:
-                with _suppress_oserror():
-                    os.close(self._lock_fd)
-                self._lock_fd = None
-            self._loaded = False
+        """The in-process mutex (made anew in a forked child: see :func:`_after_fork`)."""
         return self._mutex
+
+    def _forked(self) -> None:
+        """In a forked child, before any other thread exists: a child inherits the parent's
+        lock file descriptor, and ``flock`` belongs to the open file, so parent and child would
+        not exclude each other. The child opens its own (closing the inherited one leaves the
+        parent's lock in place), takes a fresh mutex (the parent's may have been held by a
+        thread that does not exist here) and reloads."""
+        self._pid = os.getpid()
+        self._mutex = threading.Lock()
+        if self._lock_fd is not None:
+            with _suppress_oserror():
+                os.close(self._lock_fd)
+            self._lock_fd = None
+        self._loaded = False
 
     def _resolve(self) -> None:
         """Follow symlinks to the real store file, once (in a worker thread, under the mutex)."""
@@ -367,6 +370,20 @@ class FileMemoryProvider(MemoryProvider):
             except OSError as exc:
                 # The write itself goes on (it may still succeed); the copy stays, said aloud.
                 log.warning("cannot remove the orphaned temporary file %s: %s", entry.path, exc)
+
+
+# Every provider of this process, reset in a forked child while it is still single-threaded
+# (a check done later, in whichever worker thread comes first, races with the others).
+_LIVE: weakref.WeakSet[FileMemoryProvider] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for provider in list(_LIVE):
+        provider._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def read_file_store(path: str | os.PathLike[str]) -> dict[str, str]:

@@ -37,6 +37,7 @@ import logging
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,6 +102,14 @@ class SQLiteMemoryProvider(MemoryProvider):
         self._mutex = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
+        _LIVE.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child, before any other thread exists: a fresh mutex (the parent's may
+        have been held by a thread that does not exist here); the parent's connection is
+        forgotten, never used or closed (it must not cross a fork)."""
+        self._mutex = threading.Lock()
+        self._conn = None
 
     @property
     def path(self) -> Path:
@@ -447,3 +456,16 @@ def _check_strings(keys: Iterable[object], values: Iterable[object]) -> None:
             raise ConfigurationError(
                 f"SQLiteMemoryProvider stores strings only; got {type(item).__name__} {item!r:.60}"
             )
+
+
+# Every provider of this process, reset in a forked child while it is still single-threaded.
+_LIVE: weakref.WeakSet[SQLiteMemoryProvider] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for provider in list(_LIVE):
+        provider._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
