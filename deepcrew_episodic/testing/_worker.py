@@ -34,11 +34,15 @@ async def record(store: StoreSpec, args: list[str]) -> None:
     async with store.open() as provider:
         memory = EpisodicMemory(provider, namespace=namespace, max_episodes=int(max_episodes))
 
+        # A crash test writes large records (a kill is likelier to land mid-write); a count
+        # test small ones (a file store rewrites and rereads itself whole on every record).
+        padding, answer = ("padding " * 40, "x" * 300) if forever else ("", "ok")
+
         async def one(i: int) -> None:
             await memory.record(
                 Episode(
-                    query=f"writer {label} task {i} " + "padding " * 40,
-                    response="x" * 300,
+                    query=f"writer {label} task {i} {padding}",
+                    response=answer,
                     outcome="success",
                     tags=[label],
                 )
