@@ -71,19 +71,25 @@ class Rule:
     every match holds a run of 14 or more of ``A-Z a-z 0-9 _ -`` (a key's random part): a text
     without one skips it."""
 
-    __slots__ = ("gate", "hints", "joins_lines", "name", "pattern")
+    __slots__ = ("_compiled", "_flags", "_source", "gate", "hints", "joins_lines", "name")
 
     def __init__(
         self,
         name: str,
-        pattern: re.Pattern[str],
+        pattern: re.Pattern[str] | str,
         hints: tuple[str, ...] = (),
         *,
         joins_lines: bool = False,
         gate: re.Pattern[str] | None = None,
+        flags: int = 0,
     ) -> None:
         self.name = name
-        self.pattern = pattern
+        # A pattern given as source is compiled when a text first gets past the hints: most
+        # texts hold none of a rule's hints, so most rules of a short-lived process (the CLI)
+        # are never compiled.
+        self._compiled = pattern if isinstance(pattern, re.Pattern) else None
+        self._source = pattern if isinstance(pattern, str) else pattern.pattern
+        self._flags = flags
         # Lower-case substrings of which every match contains at least one: a text without
         # any of them is skipped without running the regex. Empty: always run it.
         self.hints = hints
@@ -91,6 +97,12 @@ class Rule:
         # A cheap pattern that every match's text, lower-cased, also matches: a text without
         # a match of it is skipped (the full pattern costs more per character than hints).
         self.gate = gate
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self._source, self._flags)
+        return self._compiled
 
     def may_match(self, lowered: str, token_run: bool = True) -> bool:
         if self.joins_lines and not token_run:
@@ -409,7 +421,7 @@ def _gate(name: str) -> re.Pattern[str] | None:
 def default_rules() -> tuple[Rule, ...]:
     """The built-in rules, compiled once."""
     return tuple(
-        Rule(name, re.compile(p, flags), _HINTS[name], joins_lines=joins, gate=_gate(name))
+        Rule(name, p, _HINTS[name], joins_lines=joins, gate=_gate(name), flags=flags)
         for name, p, flags, joins in _DEFAULT_PATTERNS
     )
 
