@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 
 from ._episode import Episode
+from ._litellm import load_litellm
 
 SYSTEM_PROMPT = (
     "You distil one reusable lesson from one run of an AI agent: a single sentence that would "
@@ -63,7 +64,7 @@ async def ask_for_lesson(
 ) -> str | None:
     """Call *model* once, for at most *timeout_s* seconds in all (litellm's own retries
     included); raises on any failure (the caller decides what to tolerate)."""
-    import litellm
+    litellm = await load_litellm()
 
     # ours last: a caller's params cannot turn the call into a stream or drop the timeout
     kwargs = {**params, "stream": False, "timeout": timeout_s}

@@ -23,6 +23,7 @@ from ._agent import Agent, Tool, ToolArgumentsError
 from ._events import EventType, StreamEvent, StreamPolicy, emit
 from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
 from ._hook import EpisodicHook, Recorded, describe, user_query
+from ._litellm import load_litellm
 from ._loop import Refinement, Task, recorded_attempt
 from ._result import AgentResult
 
@@ -264,7 +265,7 @@ class _Attempt:
         return kwargs
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
-        import litellm  # only when a model is called: importing the package stays cheap
+        litellm = await load_litellm()  # only when a model is called, off the event loop
 
         aid = self.agent_id
         for _turn in range(self.agent.max_turns):

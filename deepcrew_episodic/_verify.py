@@ -19,6 +19,7 @@ import anyio
 from ._episode import Outcome
 from ._exceptions import ConfigurationError, VerifierError
 from ._hook import describe
+from ._litellm import load_litellm
 from ._validate import integer, number
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ class LLMVerifier:
         ]
 
     async def __call__(self, query: str, result: AgentResult, /) -> Verdict:
-        import litellm
+        litellm = await load_litellm()
 
         kwargs: dict[str, Any] = {"stream": False, "timeout": self.timeout}
         if self.json_mode:

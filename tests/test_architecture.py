@@ -23,6 +23,7 @@ CORE = {
     "_sync",
     "_reflect",
     "_mutex",
+    "_litellm",
     "providers",
     "testing",
 }
