@@ -131,7 +131,7 @@ def _cli_spec(store: Store) -> str | None:
 
 
 @settings(
-    max_examples=int(os.environ.get("DEEPCREW_PROPERTY_EXAMPLES", "20")),
+    max_examples=int(os.environ.get("DEEPCREW_PROPERTY_EXAMPLES", "15")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
