@@ -27,6 +27,10 @@ class TestConformance(ProviderConformance):
 
     sigkill_rounds = 50
 
+    @pytest.fixture(autouse=True)
+    def _rounds_from_the_command_line(self, sigkill_rounds: int) -> None:
+        self.sigkill_rounds = sigkill_rounds  # type: ignore[misc]  # --sigkill-rounds, 50 by default
+
     @pytest.fixture
     def store(self, store: Store) -> Store:  # conftest's, parametrized over stores.KINDS
         return store
