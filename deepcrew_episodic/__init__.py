@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._agent import Agent
+    from ._embed import Embedder, LiteLLMEmbedder
     from ._episode import Episode, Outcome
     from ._events import EventType, StreamEvent, StreamPolicy
     from ._exceptions import (
         AgentError,
         ConfigurationError,
         CorruptDataError,
+        EmbedderMismatchError,
+        EmbeddingError,
         EpisodicMemoryError,
         InvalidEpisodeError,
         MaxTurnsError,
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from ._hook import EpisodicHook, Recalled, Recorded
     from ._log import Counters
     from ._memory import EpisodicMemory, MemoryStats
-    from ._recall import Scored
+    from ._recall import Ranking, Scored
     from ._redact import Redactor
     from ._result import AgentResult
     from ._runner import AgentStream, run_agent, stream_agent
@@ -58,6 +61,9 @@ _EXPORTS: dict[str, str] = {
     "ConfigurationError": "._exceptions",
     "CorruptDataError": "._exceptions",
     "Counters": "._log",
+    "EmbedderMismatchError": "._exceptions",
+    "Embedder": "._embed",
+    "EmbeddingError": "._exceptions",
     "Episode": "._episode",
     "EpisodicHook": "._hook",
     "EpisodicMemory": "._memory",
@@ -65,11 +71,13 @@ _EXPORTS: dict[str, str] = {
     "EventType": "._events",
     "InvalidEpisodeError": "._exceptions",
     "LLMVerifier": "._verify",
+    "LiteLLMEmbedder": "._embed",
     "LoopConfig": "._verify",
     "MaxTurnsError": "._exceptions",
     "MemoryStats": "._memory",
     "MissingDependencyError": "._exceptions",
     "Outcome": "._episode",
+    "Ranking": "._recall",
     "Recalled": "._hook",
     "Recorded": "._hook",
     "Redactor": "._redact",
@@ -94,6 +102,9 @@ __all__ = [
     "ConfigurationError",
     "CorruptDataError",
     "Counters",
+    "Embedder",
+    "EmbedderMismatchError",
+    "EmbeddingError",
     "Episode",
     "EpisodicHook",
     "EpisodicMemory",
@@ -101,11 +112,13 @@ __all__ = [
     "EventType",
     "InvalidEpisodeError",
     "LLMVerifier",
+    "LiteLLMEmbedder",
     "LoopConfig",
     "MaxTurnsError",
     "MemoryStats",
     "MissingDependencyError",
     "Outcome",
+    "Ranking",
     "Recalled",
     "Recorded",
     "Redactor",

@@ -54,7 +54,7 @@ class StreamEvent:
 
     Example::
 
-        StreamEvent(EventType.EPISODE_RECALLED, {"count": 2, "ids": ["a1", "b2"]}, "assistant")
+        StreamEvent(EventType.EPISODE_RECALLED, {"count": 2, "ids": ["a1", "b2"], ...}, "assistant")
     """
 
     event: EventType
@@ -82,7 +82,7 @@ PAYLOAD_FIELDS: dict[EventType, tuple[str, ...]] = {
     EventType.AGENT_DONE: ("input_tokens", "output_tokens"),
     EventType.LOOP_ITERATION: ("iteration", "converged"),
     EventType.VERIFIER_SCORED: ("iteration", "score", "outcome", "feedback"),
-    EventType.EPISODE_RECALLED: ("count", "ids", "query"),
+    EventType.EPISODE_RECALLED: ("count", "ids", "query", "ranking", "embedder_error"),
     EventType.EPISODE_RECORDED: ("outcome", "score", "id"),
     EventType.EPISODE_RECALL_FAILED: ("error", "error_type"),
     EventType.EPISODE_RECORD_FAILED: ("outcome", "error", "error_type"),

@@ -2,10 +2,12 @@
 
     EpisodicMemoryError
      ├── ConfigurationError   (also ValueError)  a caller's mistake: bad namespace, bad limits
+     │    └── EmbedderMismatchError                the log's vectors were made by another embedder
      ├── InvalidEpisodeError  (also ValueError)  invalid episode; nothing is written
      ├── StorageError                            the backend failed (I/O, redis unreachable, ...)
      │    └── CorruptDataError                   undecodable data, left untouched
      ├── MissingDependencyError (also ImportError) an optional extra is not installed
+     ├── EmbeddingError                          an embedder failed or answered unusable vectors
      └── AgentError                              a run of an agent failed (runner, loop)
           ├── MaxTurnsError                      no final answer within ``max_turns``
           ├── ToolError                          a tool crashed (``tool_errors="raise"``)
@@ -22,6 +24,8 @@ __all__ = [
     "AgentError",
     "ConfigurationError",
     "CorruptDataError",
+    "EmbedderMismatchError",
+    "EmbeddingError",
     "EpisodicMemoryError",
     "InvalidEpisodeError",
     "MaxTurnsError",
@@ -38,6 +42,17 @@ class EpisodicMemoryError(Exception):
 
 class ConfigurationError(EpisodicMemoryError, ValueError):
     """An argument is invalid (for example a namespace that could reach other keys)."""
+
+
+class EmbedderMismatchError(ConfigurationError):
+    """The log's vectors were written by another embedder (another model or dimension) than
+    the memory's. ``memory.reembed()`` (or ``deepcrew-episodic reembed``) rebuilds them."""
+
+
+class EmbeddingError(EpisodicMemoryError):
+    """An embedder failed (error, timeout) or answered unusable vectors (wrong count or
+    dimension, NaN, all zeros). ``record`` and ``recall`` tolerate it (logged and counted);
+    ``backfill`` and ``reembed`` raise it. The embedder's own exception is the ``__cause__``."""
 
 
 class InvalidEpisodeError(EpisodicMemoryError, ValueError):

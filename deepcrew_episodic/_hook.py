@@ -142,7 +142,8 @@ class EpisodicHook:
             return Recalled(original, text)
         try:
             with anyio.fail_after(self.recall_timeout):
-                episodes = await self.memory.recall(text, self.top_k)
+                ranking = await self.memory.explain(text, self.top_k)
+            episodes = [scored.episode for scored in ranking]
             # The renderer says which episodes it kept (one that does not fit is skipped whole
             # under max_block_chars), so the event names exactly what the model sees. recall
             # has already left out expired episodes, which memory.render would filter.
@@ -153,12 +154,22 @@ class EpisodicHook:
             log.warning("episodic recall failed (%s); the run goes on without it", error)
             event = await self._emit(EventType.EPISODE_RECALL_FAILED, _error_data(exc))
             return Recalled(original, text, error=error, events=(event,))
-        if not block:
+        if not block and ranking.embedder_error is None:
             return Recalled(original, text)
+        # A fallback to keywords is said even when nothing was found: the application learns
+        # that its embedder is failing from the stream, not only from the log.
         event = await self._emit(
             EventType.EPISODE_RECALLED,
-            {"count": len(shown), "ids": [e.id for e in shown], "query": text},
+            {
+                "count": len(shown),
+                "ids": [e.id for e in shown],
+                "query": text,
+                "ranking": ranking.by,
+                "embedder_error": ranking.embedder_error,
+            },
         )
+        if not block:
+            return Recalled(original, text, events=(event,))
         return Recalled(insert_system(original, block), text, shown, block, events=(event,))
 
     async def after_run(

@@ -9,6 +9,8 @@ another's prefix; for the usual names ``N`` is ``ns`` itself)::
     episodic:N:__gen__       a random token, replaced by every clear / forget / sweep / shrink
     episodic:N:__max__       the log's ring size: the largest ``max_episodes`` that recorded
     episodic:N:id:<hash>     the claim on an explicit episode id (see ``claim``)
+    episodic:N:v:<seq>       the vector of episode <seq> (recall by meaning; see _embed.py)
+    episodic:N:__embedder__  which embedder wrote the vectors: {"name", "dimension"}
     episodic:ns:__meta__     deepcrew-ai 0.6's ring index {"count", "next"} (read, never written)
     episodic:ns:<slot>       deepcrew-ai 0.6's episodes, slot = 0 .. count-1 (read in place)
 
@@ -57,7 +59,8 @@ _SAFE = re.compile(r"[A-Za-z0-9_.\-]+")
 _ENTRY = re.compile(r"e:([0-9]+)")
 _SLOT = re.compile(r"[0-9]+")
 _CLAIM = re.compile(r"id:[0-9a-f]{32}")
-_OWN = frozenset({"__seq__", "__gen__", "__max__"})
+_VECTOR = re.compile(r"v:([0-9]+)")
+_OWN = frozenset({"__seq__", "__gen__", "__max__", "__embedder__"})
 _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII only: int() would also take "٣" or "²"
 NAMESPACE_CHARS = 256
 MAX_RING = 10**9  # max_episodes: far past what any store here can hold
@@ -112,6 +115,7 @@ class Head:
     legacy: Legacy | None
     ring: int | None = None  # the log's ring size (__max__), when a writer recorded one
     raw_ring: str | None = None  # __max__ as stored, for a compare-and-set
+    embedder: str | None = None  # __embedder__ as stored
 
 
 @dataclass
@@ -124,6 +128,7 @@ class Counters:
     recall_failures: int = 0
     record_failures: int = 0  # a run's episode could not be stored (the run went on)
     missing_records: int = 0  # a writer took a sequence number and never wrote it (it died)
+    embedding_failures: int = 0  # an embedder call failed: stored without a vector / keywords
 
 
 @dataclass
@@ -133,6 +138,7 @@ class Changes:
     reset: bool = False
     added: list[tuple[int, Episode]] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
+    vectors: dict[int, str] = field(default_factory=dict)  # stored vectors of added episodes
 
 
 class EpisodeLog:
@@ -149,6 +155,9 @@ class EpisodeLog:
         self.gen_key = self.prefix + "__gen__"
         self.meta_key = self.legacy_prefix + "__meta__"
         self.ring_key = self.prefix + "__max__"
+        self.embedder_key = self.prefix + "__embedder__"
+        self.vectors = False  # read each episode's vector with it (a memory with an embedder)
+        self.embedder: str | None = None  # __embedder__ as of the last sync
         self.conflict_key, self.conflict_with, self.conflict_needs_meta = _conflict(namespace)
         self.counters = Counters()
         self._cache: dict[int, Episode] = {}
@@ -174,6 +183,9 @@ class EpisodeLog:
         if legacy is not None and seq <= legacy.count:
             return f"{self.legacy_prefix}{legacy.slot(seq)}"
         return f"{self.prefix}e:{seq}"
+
+    def vector_key(self, seq: int) -> str:
+        return f"{self.prefix}v:{seq}"
 
     def claim_key(self, episode_id: str) -> str:
         """Where the claim on an explicit episode id is kept (a hash: ids may hold anything)."""
@@ -213,15 +225,18 @@ class EpisodeLog:
         rest = key[len(self.prefix) :]
         if rest in _OWN or _ENTRY.fullmatch(rest) or _CLAIM.fullmatch(rest):
             return True
+        if _VECTOR.fullmatch(rest):
+            return True
         return self.legacy_prefix == self.prefix and _legacy_key(rest)
 
     # --- reading --------------------------------------------------------------------------
 
     async def read_head(self) -> Head:
-        wanted = [self.seq_key, self.gen_key, self.meta_key, self.ring_key]
+        wanted = [self.seq_key, self.gen_key, self.meta_key, self.ring_key, self.embedder_key]
         if self.conflict_key:
             wanted.append(self.conflict_key)
-        raw_seq, gen, raw_meta, raw_ring, *conflict = await self.provider.retrieve_many(wanted)
+        found = await self.provider.retrieve_many(wanted)
+        raw_seq, gen, raw_meta, raw_ring, embedder, *conflict = found
         if conflict and conflict[0] and (raw_meta or not self.conflict_needs_meta):
             raise ConfigurationError(
                 f"namespace {escape_hidden(self.namespace)!r} cannot be used in this store: its "
@@ -245,7 +260,7 @@ class EpisodeLog:
                 (raw_seq, gen, raw_meta, raw_ring), last, ring, base
             )
         self._ring_hint = ring
-        return Head(last, gen or None, legacy, ring, raw_ring)
+        return Head(last, gen or None, legacy, ring, raw_ring, embedder or None)
 
     async def _check_counters(
         self, seen: tuple[str | None, ...], last: int, ring: int | None, base: int
@@ -333,7 +348,11 @@ class EpisodeLog:
         holes = {} if reset else {s: h for s, h in self._holes.items() if s in live}
         wanted = [*range(max(live.start, synced_last + 1), live.stop), *holes]
         keys = [self.entry_key(s, head.legacy) for s in wanted]
+        if self.vectors and wanted:
+            keys += [self.vector_key(s) for s in wanted]
         values = await self.provider.retrieve_many(keys) if wanted else []
+        vectors = values[len(wanted) :]
+        values, keys = values[: len(wanted)], keys[: len(wanted)]
 
         changes = Changes(reset=reset)
         if reset:
@@ -371,7 +390,11 @@ class EpisodeLog:
             if episode is not None:
                 self._cache[seq] = episode
                 changes.added.append((seq, episode))
+        for seq, vector in zip(wanted, vectors, strict=False):
+            if vector and seq in self._cache:
+                changes.vectors[seq] = vector
         self._holes = holes
+        self.embedder = head.embedder
         self._synced_last = max(synced_last, head.last)
         self._live_start = live.start
         self._gen, self._legacy, self._synced = head.gen, head.legacy, True
@@ -428,9 +451,18 @@ class EpisodeLog:
 
     # --- writing --------------------------------------------------------------------------
 
-    async def append(self, episode: Episode, *, claim: str | None = None) -> int:
-        """Store *episode* as the newest entry; return its sequence number. *claim*: the claim
-        key of its explicit id (see :meth:`claim`), pointed at the new entry in the same step."""
+    async def append(
+        self,
+        episode: Episode,
+        *,
+        claim: str | None = None,
+        vector: tuple[str, str] | None = None,
+    ) -> tuple[int, bool]:
+        """Store *episode* as the newest entry; return its sequence number and whether its
+        vector was stored. *claim*: the claim key of its explicit id (see :meth:`claim`),
+        pointed at the new entry in the same step. *vector*: ``(stored vector, embedder
+        record)``, stored with the episode when the log's vectors are this embedder's (or it
+        has none yet, and then the record is written too)."""
         if self._synced:
             legacy = self._legacy
         elif self._append_legacy is not None:
@@ -448,6 +480,7 @@ class EpisodeLog:
             await self.provider.write_if({self.seq_key: raw or None}, {self.seq_key: str(floor)})
         hint = self._ring_hint
         body = episode.to_json()
+        stored_vector = [False]
 
         def place(
             seq: int, values: Mapping[str, str | None], legacy: Legacy | None = legacy
@@ -462,30 +495,46 @@ class EpisodeLog:
                 items[self.ring_key] = str(ring)
             if claim is not None:
                 items[claim] = f"seq:{seq}"
+            stored_vector[0] = False
+            if vector is not None:
+                # Decided on the embedder record as it stands in this step: a vector is never
+                # stored beside another embedder's.
+                identity = values.get(self.embedder_key) or None
+                if identity is None or identity == vector[1]:
+                    items[self.vector_key(seq)] = vector[0]
+                    stored_vector[0] = True
+                    if identity is None:
+                        items[self.embedder_key] = vector[1]
             if seq == initial + 1:
                 # A new counter: a new log (perhaps re-created after a wipe). A new change
                 # token makes every reader that cached an older log start over.
                 items[self.gen_key] = uuid.uuid4().hex
             evicted = seq - ring
-            return items, [self.entry_key(evicted, legacy)] if evicted >= 1 else []
+            if evicted < 1:
+                return items, []
+            return items, [self.entry_key(evicted, legacy), self.vector_key(evicted)]
 
         read = [self.ring_key]
+        if vector is not None:
+            read.append(self.embedder_key)
         try:
-            return await self.provider.increment_and_write(
+            seq = await self.provider.increment_and_write(
                 self.seq_key, place, initial=initial, read=read
             )
+            return seq, stored_vector[0]
         except CorruptDataError as exc:
             # The counter is unreadable: rebuild its value from the keys that exist. The
             # provider applies the repair inside its atomic step, so when several writers
             # repair at once only the first repair counts and no sequence number is reused.
             head = await self._recover_head(exc, None, None)
-            return await self.provider.increment_and_write(
+            seq = await self.provider.increment_and_write(
                 self.seq_key,
                 lambda seq, values: place(seq, values, head.legacy),
                 initial=head.last,
                 repair=head.last,
                 read=read,
             )
+            return seq, stored_vector[0]
 
     async def claim(self, episode_id: str) -> str:
         """Reserve *episode_id* for one new episode, atomically across every writer; return the
@@ -548,7 +597,36 @@ class EpisodeLog:
         """Delete episodes by sequence number (and the keys *also*) and tell every reader to
         reload."""
         keys = [*(self.entry_key(s, self._legacy) for s in seqs), *also]
+        keys += [self.vector_key(s) for s in seqs]
         await self.provider.write({self.gen_key: uuid.uuid4().hex}, keys)
+        self._synced = False
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    async def read_embedder(self) -> str | None:
+        """``__embedder__`` as stored now (kept in :attr:`embedder`)."""
+        self.embedder = (await self.provider.retrieve_many([self.embedder_key]))[0] or None
+        return self.embedder
+
+    async def write_vectors(self, vectors: Mapping[int, str], identity: str | None) -> bool:
+        """Store *vectors* (by sequence number) if the log's embedder record still is
+        *identity* (compare-and-set: a concurrent ``reembed`` wins); ``False`` otherwise."""
+        items = {self.vector_key(seq): raw for seq, raw in vectors.items()}
+        return await self.provider.write_if({self.embedder_key: identity}, items)
+
+    async def set_embedder(self, seen: str | None, identity: str) -> bool:
+        """Record *identity* as the log's embedder if the record still is *seen*, and tell
+        every reader to reload (its vectors are now another embedder's)."""
+        items = {self.embedder_key: identity, self.gen_key: uuid.uuid4().hex}
+        done = await self.provider.write_if({self.embedder_key: seen}, items)
+        self._synced = False
+        return done
+
+    async def touch(self) -> None:
+        """Tell every reader to reload (vectors were written for cached episodes)."""
+        await self.provider.write({self.gen_key: uuid.uuid4().hex})
         self._synced = False
 
     async def clear(self) -> None:
@@ -570,7 +648,7 @@ class EpisodeLog:
             head = await self.read_head()
             keep = range(max(1, head.last - size + 1), head.last + 1)
             doomed = self._outside(keys, head, keep)
-            episodes = sum(1 for k in doomed if not self._is_claim(k))
+            episodes = sum(1 for k in doomed if not self._is_claim(k) and not self._is_vector(k))
             items = {self.ring_key: str(size), self.gen_key: uuid.uuid4().hex}
             if await self.provider.write_if({self.ring_key: head.raw_ring}, items, doomed):
                 break
@@ -594,6 +672,20 @@ class EpisodeLog:
         head = await self.read_head()
         kept = self.kept_range(head)
         strays = self._outside(keys, head, kept)
+        # A vector whose episode is gone (forgotten while a backfill wrote its vector).
+        present = set(keys)
+        orphans = {
+            key: entry
+            for key in keys
+            if self._is_vector(key)
+            and (seq := int(key[len(self.prefix) + 2 :])) in kept
+            and (entry := self.entry_key(seq, head.legacy)) not in present
+        }
+        if orphans:
+            # Read again: a listing is not a snapshot, and an episode may have landed with its
+            # vector while the keys were listed.
+            values = await self.provider.retrieve_many(list(orphans.values()))
+            strays += [key for key, value in zip(orphans, values, strict=True) if not value]
         claims = [k for k in keys if self._is_claim(k)]
         values = await self.provider.retrieve_many(claims) if claims else []
         now = time.time()
@@ -610,6 +702,9 @@ class EpisodeLog:
             strays.append(key)
         return strays
 
+    def _is_vector(self, key: str) -> bool:
+        return key.startswith(self.prefix) and bool(_VECTOR.fullmatch(key[len(self.prefix) :]))
+
     def _is_claim(self, key: str) -> bool:
         return key.startswith(self.prefix) and bool(_CLAIM.fullmatch(key[len(self.prefix) :]))
 
@@ -619,7 +714,8 @@ class EpisodeLog:
         doomed = []
         for key in keys:
             if key.startswith(self.prefix):
-                entry = _ENTRY.fullmatch(key[len(self.prefix) :])
+                rest = key[len(self.prefix) :]
+                entry = _ENTRY.fullmatch(rest) or _VECTOR.fullmatch(rest)
                 if entry is not None:
                     if int(entry.group(1)) < keep.start:
                         doomed.append(key)

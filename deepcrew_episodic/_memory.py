@@ -11,14 +11,36 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ._embed import (
+    DEFAULT_EMBED_FIELDS,
+    EMBEDDABLE_FIELDS,
+    Embedder,
+    QueryCache,
+    as_embedder,
+    check_vectors,
+    clean_text,
+    decode_identity,
+    decode_vector,
+    digest,
+    embed_text,
+    encode_identity,
+    encode_vector,
+    fingerprint,
+    load_numpy,
+)
 from ._episode import FIELDS, OUTCOMES, Episode, new_id, now_iso, parse_time
-from ._exceptions import ConfigurationError, InvalidEpisodeError
+from ._exceptions import (
+    ConfigurationError,
+    EmbedderMismatchError,
+    EmbeddingError,
+    InvalidEpisodeError,
+)
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
-from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, RecallIndex, Scored
+from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
 from ._redact import Redactor, as_redactor
 from ._render import fit_block
 from ._unicode import escape_hidden
-from ._validate import boolean, integer, number, positive_duration, strings
+from ._validate import boolean, integer, number, optional_number, positive_duration, strings
 from .providers._base import MemoryProvider, as_provider
 
 __all__ = ["EpisodicMemory", "MemoryStats"]
@@ -67,6 +89,24 @@ class EpisodicMemory:
     clock:
         The time in POSIX seconds, for timestamps, retention and recency (default
         ``time.time``). Tests pass a clock they can move instead of sleeping.
+    embedder:
+        Recall by meaning as well as by keywords (see docs/recall.md): an
+        :class:`~deepcrew_episodic.Embedder` (such as
+        :class:`~deepcrew_episodic.LiteLLMEmbedder`) or a plain callable taking a list of texts
+        and returning one vector per text (a sync one runs in a worker thread). ``None``
+        (default): keywords only, and numpy is never imported. Needs
+        ``pip install 'deepcrew-episodic[embeddings]'``.
+    embed_fields:
+        The episode fields whose text is embedded (default: query, reflection and tags; the
+        response is left out, it drowns the task's signal).
+    similarity_floor:
+        How far above the typical similarity of the query to the log (in robust standard
+        deviations) an episode's similarity must be to count as meaning the same. Higher
+        returns fewer, surer episodes.
+    min_similarity:
+        An absolute cosine floor on top of ``similarity_floor`` (``None``: none).
+    embed_timeout:
+        Seconds to wait for one embedding call (a record or a recall goes on without it).
 
     Example::
 
@@ -92,6 +132,11 @@ class EpisodicMemory:
         half_life_days: float = HALF_LIFE_DAYS,
         redact: bool | Redactor = True,
         clock: Callable[[], float] = time.time,
+        embedder: Embedder | Callable[..., Any] | None = None,
+        embed_fields: Sequence[str] = DEFAULT_EMBED_FIELDS,
+        similarity_floor: float = 3.0,
+        min_similarity: float | None = None,
+        embed_timeout: float = 10.0,
     ) -> None:
         self._provider = as_provider(backend)
         self._log = EpisodeLog(self._provider, namespace, max_episodes)
@@ -131,6 +176,29 @@ class EpisodicMemory:
         self._known: dict[int, _Known] = {}
         self._ids: dict[str, int] = {}  # episode id -> seq (record() refuses an id stored)
         self._newest: tuple[int, float] | None = None  # the newest cached seq and its time
+        self._embedder = as_embedder(embedder)
+        fields = strings("embed_fields", embed_fields)
+        if not fields or set(fields) - set(EMBEDDABLE_FIELDS) or len(set(fields)) != len(fields):
+            raise ConfigurationError(
+                f"embed_fields must name each of {EMBEDDABLE_FIELDS} at most once, not {fields!r}"
+            )
+        self._embed_fields = fields
+        self._similarity_floor = number("similarity_floor", similarity_floor)
+        self._min_similarity = optional_number(
+            "min_similarity", min_similarity, minimum=-1.0, maximum=1.0
+        )
+        self._embed_timeout = number(
+            "embed_timeout", embed_timeout, minimum=0, exclusive_minimum=True
+        )
+        self._vectors: Any = None  # a VectorIndex, with an embedder
+        self._queries = QueryCache()
+        self._background: Any = None  # the background sentences' vectors (see _vectors.py)
+        if self._embedder is not None:
+            load_numpy()  # fail here, with the install hint, not on the first recall
+            from ._vectors import VectorIndex
+
+            self._vectors = VectorIndex()
+            self._log.vectors = True
 
     # --- properties -------------------------------------------------------------------
 
@@ -209,7 +277,12 @@ class EpisodicMemory:
                 lesson = await self.reflect(stored)
                 if lesson:
                     stored.reflection = lesson
-            await self._log.append(stored, claim=claim)
+            vector = await self._episode_vector(stored) if self._embedder is not None else None
+            _, with_vector = await self._log.append(stored, claim=claim, vector=vector)
+            if vector is not None and not with_vector:
+                self._embedding_failed(
+                    "record", "the log's vectors are now another embedder's (a reembed ran)"
+                )
         except BaseException:
             if claim is not None:
                 import anyio  # only on this path: reading a memory never loads it
@@ -488,10 +561,12 @@ class EpisodicMemory:
         by_outcome = dict.fromkeys(OUTCOMES, 0)
         expired = 0
         times: list[tuple[float, str]] = []
+        shown: set[int] = set()
         for seq, ep in self._log.cached():
             if self._expired(seq, now):
                 expired += 1
                 continue
+            shown.add(seq)
             by_outcome[ep.outcome] = by_outcome.get(ep.outcome, 0) + 1
             known = self._known[seq]
             if known.dated:
@@ -510,6 +585,12 @@ class EpisodicMemory:
                 len(k.encode("utf-8", "surrogateescape"))
                 + len((v or "").encode("utf-8", "surrogateescape"))
                 for k, v in zip(keys, values, strict=True)
+            ),
+            vectors=sum(1 for s in self._vectors if s in shown) if self._vectors is not None else 0,
+            embedder=(
+                f"{identity[0]} ({identity[1]} dimensions)"
+                if (identity := decode_identity(self._log.embedder))
+                else None
             ),
         )
 
@@ -558,9 +639,11 @@ class EpisodicMemory:
         tags: Collection[str] | None = None,
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
-    ) -> list[Scored]:
-        """Like :meth:`recall`, with each episode's score and why (matched terms, recency,
-        outcome weight).
+    ) -> Ranking:
+        """Like :meth:`recall`, with each episode's score and why (matched terms, the keyword
+        and meaning parts, recency, outcome weight). The list also says how it was ranked
+        (:class:`~deepcrew_episodic.Ranking`: by keywords, hybrid, or keywords because the
+        embedder failed).
 
         Example::
 
@@ -578,7 +661,12 @@ class EpisodicMemory:
         after = _since("since", since, self._clock()) if since is not None else None
         await self._sync()
         if k == 0:
-            return []
+            return Ranking()
+        query_vector: Any = None
+        error: str | None = None
+        if self._embedder is not None:
+            self._check_embedder()
+            query_vector, error = await self._query_vector(query)
         now = self._clock()
         index = self._index
 
@@ -591,24 +679,50 @@ class EpisodicMemory:
                 return False
             return wanted_tags is None or bool(wanted_tags & {t.casefold() for t in ep.tags})
 
-        found = index.search(
-            query,
-            k,
-            now=now,
-            intent=intent,
-            half_life_days=self._half_life,
-            since=after,
-            accept=accept,
+        if query_vector is not None:
+            from ._vectors import hybrid_search
+
+            found = hybrid_search(
+                index,
+                self._vectors,
+                query,
+                query_vector,
+                self._background,
+                k,
+                now=now,
+                intent=intent,
+                half_life_days=self._half_life,
+                similarity_floor=self._similarity_floor,
+                min_similarity=self._min_similarity,
+                since=after,
+                accept=accept,
+            )
+        else:
+            found = index.search(
+                query,
+                k,
+                now=now,
+                intent=intent,
+                half_life_days=self._half_life,
+                since=after,
+                accept=accept,
+            )
+        ranking = Ranking(
+            dataclasses.replace(scored, episode=scored.episode.copy()) for _, scored in found
         )
+        if self._embedder is not None:
+            ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
+            ranking.embedder_error = error
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
-                "recall in %r: %d episodes in %.2f ms: %s",
+                "recall in %r (%s): %d episodes in %.2f ms: %s",
                 self.namespace,
+                ranking.by,
                 len(found),
                 (time.perf_counter() - started) * 1000,
                 [scored.episode.id for _, scored in found],
             )
-        return [dataclasses.replace(scored, episode=scored.episode.copy()) for _, scored in found]
+        return ranking
 
     def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
         """The ``## Relevant past experience`` block for *episodes* (best first, as
@@ -639,6 +753,254 @@ class EpisodicMemory:
         shown = [self._redact(e) for e in given if not self.is_expired(e)]
         return fit_block(shown, max_chars=max_chars)
 
+    # --- recall by meaning -----------------------------------------------------------------
+
+    @property
+    def embedder(self) -> Embedder | None:
+        return self._embedder
+
+    async def backfill(
+        self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Embed every episode the log keeps that has no usable vector (recorded before the
+        embedder was set, by deepcrew-ai, or while the embedder failed), *batch_size* texts per
+        call; return how many vectors were written. Until then such episodes are found by
+        keywords only. *progress* is called with ``(done, total)`` after each batch.
+
+        Raises :class:`EmbeddingError` when a call fails (the vectors of the batches before it
+        are kept: run it again to go on) and :class:`EmbedderMismatchError` when the log's
+        vectors are another embedder's (:meth:`reembed` replaces them).
+        """
+        return await self._embed_log(batch_size, progress, everything=False)
+
+    async def reembed(
+        self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Rebuild every vector of the log with this memory's embedder and record it as the
+        log's embedder (after a change of model); return how many vectors were written.
+
+        Readers with the old embedder stop using the old vectors at once (they are ignored,
+        not mixed). Interrupted, it leaves the episodes not yet done without a usable vector:
+        :meth:`backfill` finishes the work.
+        """
+        return await self._embed_log(batch_size, progress, everything=True)
+
+    async def _embed_log(
+        self, batch_size: int, progress: Callable[[int, int], None] | None, *, everything: bool
+    ) -> int:
+        embedder = self._embedder
+        if embedder is None:
+            raise ConfigurationError("this memory has no embedder: pass embedder= to build one")
+        batch_size = integer("batch_size", batch_size, minimum=1, maximum=4096)
+        if progress is not None and not callable(progress):
+            raise ConfigurationError(f"progress must be a callable or None, not {progress!r}")
+        await self._sync()
+        if not everything:
+            self._check_embedder()
+        identity = self._log.embedder
+        ours = decode_identity(identity)
+        todo: list[tuple[int, Episode, str]] = []
+        cached = set(self._vectors) if not everything else set()
+        beyond, _ = await self._log.beyond_view()
+        stored = (
+            await self._provider.retrieve_many([self._log.vector_key(s) for s, _ in beyond])
+            if beyond and not everything
+            else [None] * len(beyond)
+        )
+        usable = {
+            seq
+            for (seq, ep), raw in zip(beyond, stored, strict=True)
+            if raw and self._usable_vector(raw, ep, ours) is not None
+        }
+        for seq, ep in [*beyond, *self._log.cached()]:
+            if everything or (seq not in cached and seq not in usable):
+                todo.append((seq, ep, embed_text(ep, self._embed_fields)))
+        written = 0
+        if progress is not None:
+            progress(0, len(todo))
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            matrix = await self._embed([text for _, _, text in batch], "backfill")
+            dimension = int(matrix.shape[1])
+            mine = encode_identity(embedder.name, dimension)
+            if everything and identity != mine:
+                if not await self._log.set_embedder(identity, mine):
+                    raise EmbedderMismatchError(
+                        "another process changed the log's embedder during reembed; run it again"
+                    )
+                identity = mine
+            elif identity is None:
+                if not await self._log.set_embedder(None, mine):
+                    await self._sync()
+                    self._check_embedder()
+                identity = mine
+            elif identity != mine:
+                have = decode_identity(identity)
+                raise EmbeddingError(
+                    f"embedder {embedder.name!r} answered vectors of {dimension} dimensions; the "
+                    f"log's vectors have {have[1] if have else '?'}: reembed to replace them"
+                )
+            mark = fingerprint(embedder.name, dimension)
+            vectors = {
+                seq: encode_vector(row, mark, digest(text))
+                for (seq, _, text), row in zip(batch, matrix, strict=True)
+            }
+            if not await self._log.write_vectors(vectors, identity):
+                raise EmbedderMismatchError(
+                    "another process changed the log's embedder while vectors were written; "
+                    "run it again"
+                )
+            written += len(vectors)
+            if progress is not None:
+                progress(written, len(todo))
+        if written:
+            await self._log.touch()  # every reader (this one too) reloads with the vectors
+        log.info(
+            "%s of %r: %d vectors written",
+            "reembed" if everything else "backfill",
+            self.namespace,
+            written,
+        )
+        return written
+
+    def _check_embedder(self) -> None:
+        """Refuse a log whose vectors another embedder wrote (as of the last sync)."""
+        assert self._embedder is not None
+        found = decode_identity(self._log.embedder)
+        if found is None or found[0] == self._embedder.name:
+            return
+        raise EmbedderMismatchError(
+            f"the vectors of log {escape_hidden(self.namespace)!r} were written by embedder "
+            f"{escape_hidden(found[0])!r} ({found[1]} dimensions), not by this memory's "
+            f"{escape_hidden(self._embedder.name)!r}: use that embedder, or rebuild the vectors "
+            f"with memory.reembed() (CLI: deepcrew-episodic reembed)"
+        )
+
+    async def _embed(self, texts: list[str], purpose: str) -> Any:
+        """Unit vectors for *texts* (one call, with the timeout); :class:`EmbeddingError`."""
+        import anyio
+
+        assert self._embedder is not None
+        name = self._embedder.name
+        try:
+            with anyio.fail_after(self._embed_timeout):
+                raw = await self._embedder.embed(texts)
+        except TimeoutError:
+            raise EmbeddingError(
+                f"embedder {name!r} did not answer within {self._embed_timeout:g} s ({purpose})"
+            ) from None
+        except EmbeddingError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(
+                f"embedder {name!r} failed ({purpose}): {type(exc).__name__}: {exc}"
+            ) from exc
+        return check_vectors(raw, len(texts), name)
+
+    def _embedding_failed(self, purpose: str, reason: str) -> None:
+        self.counters.embedding_failures += 1
+        what = "stored without a vector" if purpose == "record" else "ranked by keywords only"
+        log.warning("embedding for %s in %r failed (%s); %s", purpose, self.namespace, reason, what)
+
+    async def _episode_vector(self, episode: Episode) -> tuple[str, str] | None:
+        """The stored vector of *episode* and the embedder record it goes with; ``None`` when
+        the embedder failed (logged and counted; ``backfill`` adds it later)."""
+        assert self._embedder is not None
+        if not self._log.synced:
+            await self._log.read_embedder()  # not a whole sync: a record stays cheap
+        self._check_embedder()
+        text = embed_text(episode, self._embed_fields)
+        try:
+            row = (await self._embed([text], "record"))[0]
+        except EmbeddingError as exc:
+            self._embedding_failed("record", str(exc))
+            return None
+        problem = self._dimension_problem(len(row))
+        if problem:
+            self._embedding_failed("record", problem)
+            return None
+        name = self._embedder.name
+        mark = fingerprint(name, len(row))
+        return encode_vector(row, mark, digest(text)), encode_identity(name, len(row))
+
+    def _dimension_problem(self, dimension: int) -> str | None:
+        found = decode_identity(self._log.embedder)
+        if found is not None and found[1] != dimension:
+            return (
+                f"embedder {found[0]!r} answered vectors of {dimension} dimensions; the log's "
+                f"have {found[1]}"
+            )
+        if (
+            self._vectors.dimension is not None
+            and len(self._vectors)
+            and (self._vectors.dimension != dimension)
+        ):
+            return (
+                f"the embedder answered vectors of {dimension} dimensions; this memory's have "
+                f"{self._vectors.dimension}"
+            )
+        return None
+
+    async def _query_vector(self, query: str) -> tuple[Any, str | None]:
+        """The query's unit vector (cached), or ``None`` and why (logged and counted)."""
+        from ._vectors import BACKGROUND
+
+        text = clean_text(self._redact_text(query))
+        vector = self._queries.get(text)
+        try:
+            if self._background is None:
+                self._background = await self._embed(list(BACKGROUND), "recall")
+            if vector is None:
+                vector = (await self._embed([text], "recall"))[0]
+                self._queries.put(text, vector)
+        except EmbeddingError as exc:
+            self._embedding_failed("recall", str(exc))
+            return None, str(exc)
+        problem = self._dimension_problem(len(vector))
+        if problem is None and self._background.shape[1] != len(vector):
+            problem = "the embedder changed its dimension between two calls"
+            self._background = None
+        if problem:
+            self._embedding_failed("recall", problem)
+            return None, problem
+        return vector, None
+
+    def _redact_text(self, text: str) -> str:
+        # The query goes to the embedding model: a secret in it must not.
+        return self._redactor.redact(text) if self._redactor else text
+
+    def _usable_vector(
+        self, raw: str, episode: Episode, identity: tuple[str, int] | None
+    ) -> Any | None:
+        """The vector stored for *episode*, if this embedder made it from the episode's
+        current text; ``None`` otherwise (it is then ignored, and rebuilt by backfill)."""
+        assert self._embedder is not None
+        decoded = decode_vector(raw)
+        if decoded is None:
+            return None
+        mark, text_digest, vector = decoded
+        name = self._embedder.name
+        if identity is not None and (identity[0] != name or identity[1] != len(vector)):
+            return None
+        if mark != fingerprint(name, len(vector)):
+            return None
+        if text_digest != digest(embed_text(episode, self._embed_fields)):
+            return None
+        return vector
+
+    def _add_vectors(self, changes: Changes) -> None:
+        identity = decode_identity(self._log.embedder)
+        if identity is None or identity[0] != self._embedder.name:  # type: ignore[union-attr]
+            return  # none of these vectors can be ours (see _check_embedder)
+        episodes = dict(changes.added)
+        for seq, raw in changes.vectors.items():
+            episode = episodes.get(seq)
+            if episode is None:
+                continue
+            vector = self._usable_vector(raw, episode, identity)
+            if vector is not None:
+                self._vectors.add(seq, vector)
+
     # --- internals ------------------------------------------------------------------------
 
     def _redact(self, episode: Episode) -> Episode:
@@ -648,16 +1010,23 @@ class EpisodicMemory:
         await self._log.sync(self._apply)
 
     def _apply(self, changes: Changes) -> None:
+        vectors = self._vectors
         if changes.reset:
             self._index.reset()
             self._known.clear()
             self._ids.clear()
             self._newest = None
+            if vectors is not None:
+                vectors.reset()
         for seq in changes.removed:
             self._index.remove(seq)
+            if vectors is not None:
+                vectors.remove(seq)
             gone = self._known.pop(seq, None)
             if gone is not None and self._ids.get(gone.id) == seq:
                 del self._ids[gone.id]
+        if vectors is not None and changes.vectors:
+            self._add_vectors(changes)
         if not changes.added:
             return
         # An episode whose timestamp cannot be used (garbled, or in the future) takes the time
@@ -765,6 +1134,11 @@ class MemoryStats:
     """``max_episodes``: the ring keeps the newest this many."""
     stored_bytes: int = 0
     """Keys and values of this namespace, in bytes."""
+    vectors: int = 0
+    """Episodes counted in ``total`` that have a usable vector (with an embedder; the others
+    are found by keywords until :meth:`EpisodicMemory.backfill` embeds them)."""
+    embedder: str | None = None
+    """The embedder that wrote the log's vectors, with their dimension (``None``: none yet)."""
 
 
 def _text_of(episode: Episode) -> str:

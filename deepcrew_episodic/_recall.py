@@ -57,7 +57,7 @@ from typing import Literal
 
 from ._episode import Episode
 
-__all__ = ["Intent", "RecallIndex", "Scored", "stem", "terms"]
+__all__ = ["Intent", "Parts", "Ranking", "RecallIndex", "Scored", "stem", "terms"]
 
 Intent = Literal["any", "what_failed", "what_worked"]
 INTENTS: tuple[str, ...] = ("any", "what_failed", "what_worked")
@@ -224,6 +224,11 @@ def episode_terms(episode: Episode, fields: Sequence[str]) -> frozenset[str]:
 class Scored:
     """A recalled episode with its score and the reasons for it (see :meth:`why`).
 
+    ``relevance`` is what the score was built from: the keyword part alone, or with an
+    embedder ``keyword + meaning * (1 - keyword)``; ``similarity`` is the cosine similarity of
+    the query and the episode (``None`` without an embedder, or for an episode with no vector
+    yet) and ``meaning`` how far it stands above the query's similarity floor, from 0 to 1.
+
     Example::
 
         for hit in await memory.explain("refund a duplicate charge"):
@@ -237,15 +242,49 @@ class Scored:
     outcome_weight: float
     matched: tuple[str, ...]
     age_days: float | None
+    keyword: float = 0.0
+    similarity: float | None = None
+    meaning: float = 0.0
 
     def why(self) -> str:
-        """One line: the matched terms (stems), relevance, recency and outcome weight."""
+        """One line: the matched terms (stems), the keyword and meaning parts, recency and
+        outcome weight."""
         age = f"{self.age_days:.0f}d" if self.age_days is not None else "undated"
+        matched = f"matched {', '.join(self.matched)}" if self.matched else "no term matched"
+        meaning = ""
+        if self.similarity is not None:
+            meaning = f" keyword={self.keyword:.2f} similarity={self.similarity:.2f} meaning={self.meaning:.2f}"
         return (
-            f"matched {', '.join(self.matched)}; relevance={self.relevance:.2f} "
+            f"{matched}; relevance={self.relevance:.2f}{meaning} "
             f"recency={self.recency:.2f} (age {age}) "
             f"outcome={self.episode.outcome} x{self.outcome_weight:g}"
         )
+
+
+class Ranking(list[Scored]):
+    """What :meth:`~deepcrew_episodic.EpisodicMemory.explain` returns: the scored episodes,
+    best first (a list), and how they were ranked.
+
+    ``by`` is ``"keywords"`` (no embedder), ``"hybrid"`` (keywords and meaning), or
+    ``"keywords-fallback"`` (the memory has an embedder but the query could not be embedded:
+    ``embedder_error`` names why; the failure was logged and counted).
+    """
+
+    by: str = "keywords"
+    embedder_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The keyword side of one episode's score for one query (for the hybrid ranking)."""
+
+    keyword: float
+    matched: tuple[str, ...]
+    factor: float  # the recency factor the score is multiplied by
+    recency: float
+    age_days: float | None
+    when: float
+    outcome: str
 
 
 def relevance(matched: int, query_size: int, episode_size: int, cap: int | None) -> float:
@@ -340,6 +379,34 @@ class RecallIndex:
 
     def episode(self, seq: int) -> Episode:
         return self._entries[seq].episode
+
+    def when(self, seq: int) -> float:
+        """The time *seq* ranks by (-inf: undated)."""
+        return self._entries[seq].when
+
+    def parts(
+        self, seq: int, q_terms: frozenset[str] | set[str], *, now: float, half_life_days: float
+    ) -> Parts:
+        """The keyword relevance and recency of one indexed episode for the query terms
+        *q_terms*, exactly as :meth:`search` computes them."""
+        entry = self._entries[seq]
+        hit = q_terms & entry.terms
+        rw = self.recency_weight
+        when = entry.when
+        if when == _NEVER:
+            age, recency = None, 0.0
+        else:
+            age = max(0.0, now - when) / 86400.0
+            recency = math.pow(0.5, age / half_life_days)
+        return Parts(
+            relevance(len(hit), len(q_terms), entry.size, self.length_cap),
+            tuple(sorted(hit)),
+            1.0 - rw + rw * recency,
+            recency,
+            age,
+            when,
+            entry.outcome,
+        )
 
     def reset(self) -> None:
         self._entries.clear()
@@ -518,11 +585,12 @@ class RecallIndex:
                     Scored(
                         entry.episode,
                         score,
-                        relevance(len(matched), q, entry.size, cap),
+                        rel := relevance(len(matched), q, entry.size, cap),
                         recency,
                         weights.get(entry.episode.outcome, 1.0),
                         tuple(sorted(matched)),
                         age,
+                        keyword=rel,
                     ),
                 )
             )

@@ -19,7 +19,7 @@ from ._episode import Episode
 from ._exceptions import ConfigurationError
 from ._log import Counters
 from ._memory import EpisodicMemory, MemoryStats, TimeLike
-from ._recall import Scored
+from ._recall import Ranking, Scored
 from .providers._base import MemoryProvider
 
 __all__ = ["SyncEpisodicMemory"]
@@ -120,7 +120,7 @@ class SyncEpisodicMemory:
         tags: Collection[str] | None = None,
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
-    ) -> list[Scored]:
+    ) -> Ranking:
         """See :meth:`EpisodicMemory.explain`."""
         return self._call(
             self.memory.explain,
@@ -201,6 +201,18 @@ class SyncEpisodicMemory:
     def clear(self) -> None:
         """See :meth:`EpisodicMemory.clear`."""
         self._call(self.memory.clear)
+
+    def backfill(
+        self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """See :meth:`EpisodicMemory.backfill`."""
+        return self._call(self.memory.backfill, batch_size=batch_size, progress=progress)
+
+    def reembed(
+        self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """See :meth:`EpisodicMemory.reembed`."""
+        return self._call(self.memory.reembed, batch_size=batch_size, progress=progress)
 
     # --- properties ---------------------------------------------------------------------------
 

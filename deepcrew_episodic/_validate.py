@@ -72,11 +72,18 @@ def number(
 
 
 def optional_number(
-    name: str, value: Any, *, minimum: float | None = None, exclusive_minimum: bool = False
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
 ) -> float | None:
     if value is None:
         return None
-    return number(name, value, minimum=minimum, exclusive_minimum=exclusive_minimum)
+    return number(
+        name, value, minimum=minimum, maximum=maximum, exclusive_minimum=exclusive_minimum
+    )
 
 
 def positive_duration(name: str, value: Any) -> timedelta:

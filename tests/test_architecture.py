@@ -24,6 +24,8 @@ CORE = {
     "_reflect",
     "_mutex",
     "_litellm",
+    "_embed",
+    "_vectors",
     "providers",
     "testing",
 }
@@ -124,7 +126,8 @@ def test_importing_the_package_loads_no_heavy_dependency() -> None:
     code = (
         "import sys, deepcrew_episodic\n"
         "from deepcrew_episodic import EpisodicMemory, Episode\n"
-        "heavy = [m for m in ('litellm', 'redis', 'pydantic', 'httpx') if m in sys.modules]\n"
+        "heavy = [m for m in ('litellm', 'redis', 'pydantic', 'httpx', 'numpy') "
+        "if m in sys.modules]\n"
         "print(heavy)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -39,6 +39,9 @@ def test_every_payload_mentioned_in_the_docs_is_the_declared_one(page: str) -> N
 
 
 def test_emit_refuses_an_undeclared_shape() -> None:
-    emit(EventType.EPISODE_RECALLED, {"count": 1, "ids": ["a"], "query": "q"})
+    emit(
+        EventType.EPISODE_RECALLED,
+        {"count": 1, "ids": ["a"], "query": "q", "ranking": "keywords", "embedder_error": None},
+    )
     with pytest.raises(AssertionError, match="episode_recalled"):
         emit(EventType.EPISODE_RECALLED, {"count": 1, "ids": ["a"]})
