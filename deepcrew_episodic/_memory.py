@@ -949,20 +949,23 @@ class EpisodicMemory:
         vector = self._queries.get(text)
         try:
             if self._background is None:
-                self._background = await self._embed(list(BACKGROUND), "recall")
+                background = await self._embed(list(BACKGROUND), "recall")
+                problem = self._dimension_problem(background.shape[1])
+                if problem:
+                    raise EmbeddingError(problem)
+                self._background = background
             if vector is None:
                 vector = (await self._embed([text], "recall"))[0]
+                problem = self._dimension_problem(len(vector))
+                if problem is None and self._background.shape[1] != len(vector):
+                    self._background = None  # the model changed: measure it again next time
+                    problem = "the embedder changed its dimension between two calls"
+                if problem:
+                    raise EmbeddingError(problem)
                 self._queries.put(text, vector)
         except EmbeddingError as exc:
             self._embedding_failed("recall", str(exc))
             return None, str(exc)
-        problem = self._dimension_problem(len(vector))
-        if problem is None and self._background.shape[1] != len(vector):
-            problem = "the embedder changed its dimension between two calls"
-            self._background = None
-        if problem:
-            self._embedding_failed("recall", problem)
-            return None, problem
         return vector, None
 
     def _redact_text(self, text: str) -> str:

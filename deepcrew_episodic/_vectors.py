@@ -155,6 +155,8 @@ class VectorIndex:
     def similarities(self, query: Matrix) -> tuple[npt.NDArray[np.int64], Matrix]:
         """The sequence numbers of the live rows and their cosine similarity to *query*."""
         used = self._used
+        if not self._row_of:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         sims = self._rows[:used] @ query
         seqs = self._seqs[:used]
         if len(self._row_of) == used:

@@ -20,12 +20,15 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from .. import (
     ConfigurationError,
     CorruptDataError,
+    EmbedderMismatchError,
     Episode,
     EpisodicMemory,
     InvalidEpisodeError,
 )
 from ..providers import MemoryProvider
 from ..providers._base import Then
+from ._embedder import CONCEPT_EPISODES as _CONCEPT_EPISODES
+from ._embedder import ConceptEmbedder
 from ._store import StoreSpec, worker
 
 __all__ = ["ProviderConformance"]
@@ -938,6 +941,123 @@ class ProviderConformance:
             "episodic:a:__seq__",
             "episodic:a:e:10",
         ]
+
+    # --- vectors (recall by meaning) ---------------------------------------------------------
+
+    async def test_vectors_are_stored_with_each_episode_and_read_back(
+        self, provider: MemoryProvider
+    ) -> None:
+        pytest.importorskip("numpy")
+        writer = EpisodicMemory(provider, namespace="vec", embedder=ConceptEmbedder())
+        for query in _CONCEPT_EPISODES:
+            await writer.record(ep(query))
+        raw = await provider.retrieve_many(["episodic:vec:v:1", "episodic:vec:__embedder__"])
+        assert raw[0] is not None
+        assert raw[1] is not None
+        # compact: float16 in base64 (4 bytes per 3 characters) plus a short header
+        assert len(raw[0]) <= ConceptEmbedder.dimension * 2 * 4 // 3 + 64
+        assert json.loads(raw[1]) == {"name": "concepts", "dimension": ConceptEmbedder.dimension}
+        reader = EpisodicMemory(provider, namespace="vec", embedder=ConceptEmbedder())
+        stats = await reader.stats()
+        assert stats.vectors == len(_CONCEPT_EPISODES)
+        assert stats.embedder == f"concepts ({ConceptEmbedder.dimension} dimensions)"
+        # shares no word with its target: only the vectors can find it
+        found = await reader.explain("payment taken two times")
+        assert found.by == "hybrid"
+        assert [s.episode.query for s in found][:1] == ["customer billed double"]
+        assert found[0].keyword == 0
+        assert found[0].similarity is not None
+        assert found[0].meaning > 0
+        # unrelated: nothing, with vectors as without
+        assert await reader.recall("bake sourdough bread") == []
+
+    async def test_no_vector_outlives_its_episode(self, provider: MemoryProvider) -> None:
+        pytest.importorskip("numpy")
+        memory = EpisodicMemory(
+            provider, namespace="vecring", max_episodes=3, embedder=ConceptEmbedder()
+        )
+        for i in range(6):
+            await memory.record(ep(f"customer billed double {i}"))
+        vectors = await provider.keys("episodic:vecring:v:")
+        assert sorted(vectors) == [f"episodic:vecring:v:{i}" for i in (4, 5, 6)]
+        first = (await memory.load())[0]
+        await memory.forget([first.id])
+        assert "episodic:vecring:v:4" not in await provider.keys("episodic:vecring:v:")
+        await memory.shrink(1)
+        assert await provider.keys("episodic:vecring:v:") == ["episodic:vecring:v:6"]
+        await memory.clear()
+        assert await provider.keys("episodic:vecring:v:") == []
+
+    async def test_a_log_of_another_embedder_is_refused_until_reembed(
+        self, provider: MemoryProvider
+    ) -> None:
+        pytest.importorskip("numpy")
+        old = EpisodicMemory(provider, namespace="vecswap", embedder=ConceptEmbedder())
+        for query in _CONCEPT_EPISODES:
+            await old.record(ep(query))
+        new = EpisodicMemory(provider, namespace="vecswap", embedder=ConceptEmbedder("other"))
+        with pytest.raises(EmbedderMismatchError) as caught:
+            await new.recall("payment taken two times")
+        assert "'concepts'" in str(caught.value)
+        assert "'other'" in str(caught.value)
+        with pytest.raises(EmbedderMismatchError):
+            await new.record(ep("customer billed double again"))
+        with pytest.raises(EmbedderMismatchError):
+            await new.backfill()
+        seen: list[tuple[int, int]] = []
+        written = await new.reembed(batch_size=2, progress=lambda d, t: seen.append((d, t)))
+        assert written == len(_CONCEPT_EPISODES)
+        assert seen == [(0, written), (2, written), (written, written)]
+        found = await new.recall("payment taken two times")
+        assert [e.query for e in found][:1] == ["customer billed double"]
+        assert (await new.stats()).vectors == len(_CONCEPT_EPISODES)
+        with pytest.raises(EmbedderMismatchError):
+            await old.recall("payment taken two times")
+        # keyword-only memories read the log as before
+        plain = EpisodicMemory(provider, namespace="vecswap")
+        assert len(await plain.recall("customer billed")) >= 1
+
+    async def test_episodes_without_vectors_are_found_by_keywords_then_backfilled(
+        self, provider: MemoryProvider
+    ) -> None:
+        pytest.importorskip("numpy")
+        plain = EpisodicMemory(provider, namespace="vecfill")
+        for query in _CONCEPT_EPISODES:
+            await plain.record(ep(query))
+        memory = EpisodicMemory(provider, namespace="vecfill", embedder=ConceptEmbedder())
+        assert (await memory.stats()).vectors == 0
+        assert [e.query for e in await memory.recall("customer billed")][:1] == [
+            "customer billed double"
+        ]
+        assert await memory.recall("payment taken two times") == []
+        assert await memory.backfill(batch_size=2) == len(_CONCEPT_EPISODES)
+        assert await memory.backfill() == 0  # nothing left to do
+        assert [e.query for e in await memory.recall("payment taken two times")][:1] == [
+            "customer billed double"
+        ]
+        other = EpisodicMemory(provider, namespace="vecfill", embedder=ConceptEmbedder())
+        assert (await other.stats()).vectors == len(_CONCEPT_EPISODES)
+
+    async def test_a_failing_embedder_never_costs_an_episode(
+        self, provider: MemoryProvider
+    ) -> None:
+        pytest.importorskip("numpy")
+        embedder = ConceptEmbedder()
+        memory = EpisodicMemory(provider, namespace="vecfail", embedder=embedder)
+        await memory.record(ep("customer billed double"))
+        for failure in ("raise", "wrong-count", "nan", "zero", "dimension"):
+            embedder.failure = failure
+            stored = await memory.record(ep(f"login broken {failure}"))
+            assert stored.id in {e.id for e in await memory.load()}
+            ranking = await memory.explain("customer billed")
+            assert ranking.by == "keywords-fallback"
+            assert ranking.embedder_error
+            assert [s.episode.query for s in ranking] == ["customer billed double"]
+        assert memory.counters.embedding_failures == 10
+        embedder.failure = None
+        assert (await memory.stats()).vectors == 1
+        assert await memory.backfill() == 5
+        assert (await memory.explain("customer billed")).by == "hybrid"
 
 
 PRINTABLE_NAMESPACES = [
