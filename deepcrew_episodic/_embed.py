@@ -175,14 +175,14 @@ def embed_text(episode: Episode, fields: Sequence[str]) -> str:
         value = getattr(episode, name)
         if isinstance(value, list):
             value = ", ".join(value)
-        if value:
-            parts.append(value)
-    return clean_text("\n".join(parts))
+        if value and (cleaned := clean_text(value)):
+            parts.append(cleaned)
+    return "\n".join(parts)[:TEXT_CHARS]
 
 
 def clean_text(text: str) -> str:
-    """*text* without hidden characters, cut to :data:`TEXT_CHARS`."""
-    return strip_hidden(text)[:TEXT_CHARS]
+    """*text* on one line, without hidden characters, cut to :data:`TEXT_CHARS`."""
+    return " ".join(strip_hidden(" ".join(text.split())).split())[:TEXT_CHARS]
 
 
 def digest(text: str) -> str:
