@@ -44,6 +44,9 @@ EMBEDDABLE_FIELDS: tuple[str, ...] = ("query", "response", "tags", "reflection",
 # pasted log must not cost a large model's whole context.
 TEXT_CHARS = 2000
 MAX_DIMENSION = 16384
+# How far above the background level a query's similarity to an episode must be to count as
+# meaning the same (see _vectors.py); calibrated on the paraphrase probe (docs/benchmarks.md).
+SIMILARITY_FLOOR = 0.2
 _FORMAT = "v1"
 
 

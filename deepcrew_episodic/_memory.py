@@ -14,6 +14,7 @@ from typing import Any
 from ._embed import (
     DEFAULT_EMBED_FIELDS,
     EMBEDDABLE_FIELDS,
+    SIMILARITY_FLOOR,
     Embedder,
     QueryCache,
     as_embedder,
@@ -100,9 +101,9 @@ class EpisodicMemory:
         The episode fields whose text is embedded (default: query, reflection and tags; the
         response is left out, it drowns the task's signal).
     similarity_floor:
-        How far above the typical similarity of the query to the log (in robust standard
-        deviations) an episode's similarity must be to count as meaning the same. Higher
-        returns fewer, surer episodes.
+        How far an episode's cosine similarity to the query must rise above what unrelated
+        everyday text reaches with the same model to count as meaning the same (0.2, calibrated
+        on all-MiniLM-L6-v2; see docs/recall.md). Higher returns fewer, surer episodes.
     min_similarity:
         An absolute cosine floor on top of ``similarity_floor`` (``None``: none).
     embed_timeout:
@@ -134,7 +135,7 @@ class EpisodicMemory:
         clock: Callable[[], float] = time.time,
         embedder: Embedder | Callable[..., Any] | None = None,
         embed_fields: Sequence[str] = DEFAULT_EMBED_FIELDS,
-        similarity_floor: float = 3.0,
+        similarity_floor: float = SIMILARITY_FLOOR,
         min_similarity: float | None = None,
         embed_timeout: float = 10.0,
     ) -> None:
@@ -687,7 +688,6 @@ class EpisodicMemory:
                 self._vectors,
                 query,
                 query_vector,
-                self._background,
                 k,
                 now=now,
                 intent=intent,
@@ -954,6 +954,7 @@ class EpisodicMemory:
                 if problem:
                     raise EmbeddingError(problem)
                 self._background = background
+                self._vectors.set_background(background)
             if vector is None:
                 vector = (await self._embed([text], "recall"))[0]
                 problem = self._dimension_problem(len(vector))

@@ -3,23 +3,28 @@
 Imported only by a memory with an embedder (it needs numpy).
 
 Score (see docs/recall.md)
-    ``c`` is the cosine similarity of the query's vector and the episode's. Whether ``c`` is
-    high depends on the model (unrelated texts score about 0.0 with one model and 0.7 with
-    another) and on the query, so the floor is not a fixed number: it is read off how the
-    query's similarities spread over the whole log plus a fixed set of everyday sentences that
-    no log is about (the *background*, which makes the floor work for a log of one episode)::
+    ``c`` is the cosine similarity of the query's vector and the episode's. How high ``c`` runs
+    for unrelated texts depends on the model (about 0.1 with one, 0.7 with another) and on the
+    texts themselves: some are close to everything (short, generic, or in the same language as
+    the query). So ``c`` is measured against a fixed set of everyday sentences that no log is
+    about, the *background* (:data:`BACKGROUND`, a few languages): ``b_q`` and ``b_e`` are the
+    means of the query's and of the episode's :data:`HUB_TOP` highest similarities to it, and
+    the part of ``c`` above what unrelated text reaches is::
 
-        centre, spread = median, 1.4826 * MAD   of the query's similarities to log + background
-        floor          = max(centre + similarity_floor * spread, min_similarity)
-        meaning        = clamp((c - floor) / (1 - floor), 0, 1)
-        relevance      = keyword + meaning * (1 - keyword)
-        score          = relevance * recency factor * outcome weight      (as for keywords)
+        excess    = c - (b_q + b_e) / 2          (cross-domain similarity local scaling)
+        meaning   = clamp((excess - similarity_floor) / (1 - similarity_floor), 0, 1)
+        relevance = keyword + meaning * (1 - keyword)
+        score     = relevance * recency factor * outcome weight      (as for keywords)
 
     ``keyword`` is the Jaccard relevance of :mod:`._recall`. An episode is returned when one of
-    the two parts is above zero, so an exact identifier still finds its episode and a
-    paraphrase finds its own, and a query that stands out from nothing returns nothing. An
-    episode that shares a word with the query but whose meaning is further from it than the
-    log's median (``c < centre``: "bank" the river against "bank transfer") is left out.
+    the two parts is above zero, so an exact identifier still finds its episode, a paraphrase
+    finds its own, and a query no closer to any episode than to everyday chatter returns
+    nothing. The background does not depend on the log, so the floor means the same for a log
+    of one episode and of a million.
+
+    A weak keyword match (``keyword < WEAK_KEYWORD``) whose meaning is no closer than the
+    background (``excess < 0``: "the river bank" against "bank transfer failed") is left out:
+    the word is shared, the meaning is not.
 
     The top k is exact: an episode that is not among the keyword top k (with the same filters)
     and whose meaning part is zero scores its keyword part alone, which is below every keyword
@@ -31,75 +36,80 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ._embed import SIMILARITY_FLOOR
 from ._recall import OUTCOME_WEIGHTS, RecallIndex, Scored, terms
 
-__all__ = ["BACKGROUND", "Floor", "VectorIndex", "floor_for", "hybrid_search"]
+__all__ = ["BACKGROUND", "VectorIndex", "hub_levels", "hybrid_search"]
 
 Matrix = npt.NDArray[np.float32]
 
-# Robust standard deviations above the median similarity that a query's similarity to an
-# episode must reach to count as meaning the same (calibrated on the paraphrase probe: see
-# docs/benchmarks.md).
-SIMILARITY_FLOOR = 3.0
-# The spread is at least this much, so that a log of near-identical episodes (a tiny MAD)
-# does not turn noise into meaning.
-MIN_SPREAD = 0.02
+# A keyword match this weak or weaker, with no meaning behind it, is dropped.
+WEAK_KEYWORD = 0.5
 
-# Everyday requests no agent log is about: the similarity of a query to these shows where
-# "unrelated" lies for this model, whatever the size of the log.
+# Everyday requests in a few languages that no agent's log is about. How similar a query and an
+# episode each are to these is the level that "unrelated" reaches with this model (see the module
+# doc); a query must exceed it to recall anything by meaning.
 BACKGROUND: tuple[str, ...] = (
-    "What is a good recipe for banana bread?",
-    "Recommend a novel to read on holiday.",
-    "How tall is the Eiffel Tower?",
-    "Write a short poem about the sea.",
-    "Which houseplants need little light?",
-    "Plan a three-day trip to Lisbon.",
-    "Who won the football world cup in 1998?",
-    "How do I train my puppy to sit?",
-    "Explain how rainbows form.",
-    "Suggest a name for a pet goldfish.",
-    "What should I pack for a camping weekend?",
-    "How long should I boil an egg?",
-    "Translate 'good morning' into Italian.",
-    "What are the rules of chess castling?",
-    "Give me a beginner yoga routine.",
-    "How do I remove a wine stain from a carpet?",
-    "Tell me a fun fact about octopuses.",
-    "What is the capital of Australia?",
-    "How many calories are in an apple?",
-    "Help me write a birthday card for my aunt.",
-    "Which movies won the Oscar for best picture recently?",
-    "How do I grow tomatoes on a balcony?",
-    "Summarise the plot of Hamlet.",
-    "What is the difference between a violin and a viola?",
-    "How can I improve my sleep?",
-    "Describe the water cycle for a ten-year-old.",
-    "Find a word that rhymes with orange.",
-    "What time zone is Tokyo in?",
-    "How do I knit a scarf?",
-    "Which birds migrate south in winter?",
-    "Suggest a playlist for a road trip.",
-    "How do volcanoes erupt?",
+    "How do I descale an electric kettle?",
+    "Suggest a board game for four players.",
+    "What is the difference between a crocodile and an alligator?",
+    "Help me plan a vegetarian dinner menu.",
+    "How often should I water a cactus?",
+    "Explain the rules of cricket simply.",
+    "What should I wear to a summer wedding?",
+    "Recommend a podcast about ancient history.",
+    "How do I get chewing gum out of hair?",
+    "Give me a stretching routine for runners.",
+    "How do bees make honey?",
+    "Write a limerick about a cat.",
+    "How do I iron a linen shirt?",
+    "What is the tallest mountain in Africa?",
+    "Suggest a name for a sailing boat.",
+    "What's a good way to learn to whistle?",
+    "How many players are on a volleyball team?",
+    "Tell me about the life cycle of a butterfly.",
+    "Plan a picnic for a rainy afternoon.",
+    "What do pandas eat?",
+    "How do I polish silver cutlery?",
+    "Which spices go well with pumpkin soup?",
+    "How do hot air balloons fly?",
+    "Suggest a family-friendly card game.",
+    "How do I crochet a granny square?",
+    "What colour goes well with dark green walls?",
+    "Why do cats purr?",
+    "What are some easy magic tricks for children?",
+    "How do I keep cut flowers fresh longer?",
+    "Which instruments are in a brass band?",
+    "Welche Farbe passt zu einem grauen Sofa?",
+    "Wie pflege ich einen Bonsai richtig?",
+    "Quel est le meilleur moment pour planter des tulipes ?",
+    "Comment faire une pâte à crêpes légère ?",
+    "¿Cuál es la mejor forma de aprender a nadar?",
+    "¿Qué ropa llevar para una excursión en la nieve?",
 )
+# A vector's "hubness": the mean of its this many highest similarities to the background.
+HUB_TOP = 5
 
 
 class VectorIndex:
-    """Unit vectors of the cached episodes as rows of one float32 matrix, by sequence number.
+    """Unit vectors of the cached episodes as rows of one float32 matrix, by sequence number,
+    with each row's similarity to the background (its "hub" level, once the background is
+    known).
 
-    Rows are appended; a removed row is zeroed and reused once half the rows are dead (a
-    compaction), so adding and removing cost O(dimension) amortised, and scoring the whole log
-    is one matrix-vector product.
+    Rows are appended (the matrix grows by a quarter when full); a removed row is zeroed and
+    the rows are compacted once half of them are dead, so adding and removing cost
+    O(dimension) amortised, and scoring the whole log is one matrix-vector product.
     """
 
     def __init__(self) -> None:
         self.dimension: int | None = None
+        self.background: Matrix | None = None
         self._rows: Matrix = np.zeros((0, 0), dtype=np.float32)
+        self._hubs: Matrix = np.zeros(0, dtype=np.float32)
         self._seqs: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)  # -1: a dead row
         self._row_of: dict[int, int] = {}
         self._used = 0
@@ -115,29 +125,40 @@ class VectorIndex:
 
     @property
     def nbytes(self) -> int:
-        return int(self._rows.nbytes + self._seqs.nbytes)
+        return int(self._rows.nbytes + self._hubs.nbytes + self._seqs.nbytes)
 
     def reset(self) -> None:
-        self.__init__()  # type: ignore[misc]
+        self._rows = np.zeros((0, 0), dtype=np.float32)
+        self._hubs = np.zeros(0, dtype=np.float32)
+        self._seqs = np.zeros(0, dtype=np.int64)
+        self._row_of = {}
+        self._used = 0
+        self.dimension = None
+
+    def set_background(self, background: Matrix) -> None:
+        """Measure every row against *background* (the same model's vectors of BACKGROUND)."""
+        self.background = background
+        if self._used:
+            self._hubs[: self._used] = hub_levels(self._rows[: self._used], background)
 
     def add(self, seq: int, vector: Matrix) -> None:
         if self.dimension is None or not self._row_of:
+            self.reset()
             self._rows = np.zeros((0, len(vector)), dtype=np.float32)
-            self._seqs = np.zeros(0, dtype=np.int64)
-            self._used = 0
             self.dimension = len(vector)
         if len(vector) != self.dimension:
             raise ValueError(f"vector of {len(vector)} dimensions in an index of {self.dimension}")
-        if seq in self._row_of:
-            self._rows[self._row_of[seq]] = vector
-            return
-        if self._used == len(self._rows):
-            self._grow()
-        row = self._used
+        row = self._row_of.get(seq)
+        if row is None:
+            if self._used == len(self._rows):
+                self._grow()
+            row = self._used
+            self._seqs[row] = seq
+            self._row_of[seq] = row
+            self._used += 1
         self._rows[row] = vector
-        self._seqs[row] = seq
-        self._row_of[seq] = row
-        self._used += 1
+        if self.background is not None and self.background.shape[1] == self.dimension:
+            self._hubs[row] = hub_levels(vector[None, :], self.background)[0]
 
     def remove(self, seq: int) -> None:
         row = self._row_of.pop(seq, None)
@@ -152,57 +173,53 @@ class VectorIndex:
         row = self._row_of.get(seq)
         return None if row is None else self._rows[row]
 
-    def similarities(self, query: Matrix) -> tuple[npt.NDArray[np.int64], Matrix]:
-        """The sequence numbers of the live rows and their cosine similarity to *query*."""
+    def hub(self, seq: int) -> float:
+        return float(self._hubs[self._row_of[seq]])
+
+    def similarities(self, query: Matrix) -> tuple[npt.NDArray[np.int64], Matrix, Matrix]:
+        """The sequence numbers of the live rows, their cosine similarity to *query* and their
+        hub levels."""
         used = self._used
         if not self._row_of:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+            empty = np.zeros(0, dtype=np.float32)
+            return np.zeros(0, dtype=np.int64), empty, empty
         sims = self._rows[:used] @ query
-        seqs = self._seqs[:used]
+        seqs, hubs = self._seqs[:used], self._hubs[:used]
         if len(self._row_of) == used:
-            return seqs, sims
+            return seqs, sims, hubs
         live = seqs >= 0
-        return seqs[live], sims[live]
+        return seqs[live], sims[live], hubs[live]
 
     def _grow(self) -> None:
-        size = max(64, 2 * len(self._rows))
-        rows = np.zeros((size, self.dimension or 0), dtype=np.float32)
-        rows[: self._used] = self._rows[: self._used]
-        seqs = np.full(size, -1, dtype=np.int64)
-        seqs[: self._used] = self._seqs[: self._used]
-        self._rows, self._seqs = rows, seqs
+        self._resize(max(64, len(self._rows) + len(self._rows) // 4))  # 1.25x: little slack
 
     def _compact(self) -> None:
         live = self._seqs[: self._used] >= 0
-        rows, seqs = self._rows[: self._used][live], self._seqs[: self._used][live]
+        rows = self._rows[: self._used][live]
+        hubs = self._hubs[: self._used][live]
+        seqs = self._seqs[: self._used][live]
+        self._rows, self._hubs, self._seqs = rows, hubs, seqs
         self._used = len(seqs)
-        self._rows = np.zeros((max(64, 2 * self._used), self.dimension or 0), dtype=np.float32)
-        self._rows[: self._used] = rows
-        self._seqs = np.full(len(self._rows), -1, dtype=np.int64)
-        self._seqs[: self._used] = seqs
+        self._resize(max(64, self._used + self._used // 4))
         self._row_of = {int(s): i for i, s in enumerate(seqs)}
 
+    def _resize(self, size: int) -> None:
+        used = self._used
+        rows = np.zeros((size, self.dimension or 0), dtype=np.float32)
+        rows[:used] = self._rows[:used]
+        hubs = np.zeros(size, dtype=np.float32)
+        hubs[:used] = self._hubs[:used]
+        seqs = np.full(size, -1, dtype=np.int64)
+        seqs[:used] = self._seqs[:used]
+        self._rows, self._hubs, self._seqs = rows, hubs, seqs
 
-@dataclass(frozen=True)
-class Floor:
-    """Where "means the same" starts for one query: the similarity floor and the centre of
-    the query's similarities (below it, a keyword match is taken for a coincidence)."""
 
-    floor: float
-    centre: float
-    spread: float
-
-
-def floor_for(
-    sims: Matrix, background: Matrix, *, similarity_floor: float, min_similarity: float | None
-) -> Floor:
-    sample = np.concatenate([sims, background]) if len(sims) else background
-    centre = float(np.median(sample))
-    spread = max(MIN_SPREAD, 1.4826 * float(np.median(np.abs(sample - centre))))
-    floor = centre + similarity_floor * spread
-    if min_similarity is not None:
-        floor = max(floor, min_similarity)
-    return Floor(min(floor, 0.999), centre, spread)
+def hub_levels(rows: Matrix, background: Matrix) -> Matrix:
+    """Each row's mean similarity to its :data:`HUB_TOP` closest background sentences."""
+    sims = rows @ background.T
+    top = min(HUB_TOP, sims.shape[1])
+    levels: Matrix = np.sort(sims, axis=1)[:, -top:].mean(axis=1).astype(np.float32)
+    return levels
 
 
 def hybrid_search(
@@ -210,7 +227,6 @@ def hybrid_search(
     vectors: VectorIndex,
     query: str,
     query_vector: Matrix,
-    background: Matrix,
     k: int,
     *,
     now: float,
@@ -221,74 +237,96 @@ def hybrid_search(
     since: float | None = None,
     accept: Callable[[int], bool] | None = None,
 ) -> list[tuple[int, Scored]]:
-    """The *k* best episodes for *query* by the hybrid score (module doc), best first."""
+    """The *k* best episodes for *query* by the hybrid score (module doc), best first. The
+    index's background must be set (:meth:`VectorIndex.set_background`)."""
     if k <= 0:
         return []
-    seqs, sims = vectors.similarities(query_vector)
-    bg = background @ query_vector
-    cut = floor_for(sims, bg, similarity_floor=similarity_floor, min_similarity=min_similarity)
-    sim_of: dict[int, float] = {}
-    if len(seqs):
-        above = np.nonzero(sims > cut.floor)[0]
-        sim_of = {int(seqs[i]): float(sims[i]) for i in above}
-    low = cut.centre
+    if vectors.background is None:
+        raise ValueError("the vector index has no background yet")
+    seqs, sims, hubs = vectors.similarities(query_vector)
+    query_hub = float(hub_levels(query_vector[None, :], vectors.background)[0])
+    excess = sims - 0.5 * (hubs + query_hub)
+    above = excess > similarity_floor
+    if min_similarity is not None:
+        above &= sims >= min_similarity
+    meant = {int(seqs[i]): (float(sims[i]), float(excess[i])) for i in np.nonzero(above)[0]}
 
-    def similarity(seq: int) -> float | None:
-        found = sim_of.get(seq)
-        if found is not None:
-            return found
+    def similarity(seq: int) -> tuple[float, float] | None:
+        hit = meant.get(seq)
+        if hit is not None:
+            return hit
         vector = vectors.vector(seq)
-        return None if vector is None else float(vector @ query_vector)
-
-    def keyword_accept(seq: int) -> bool:
-        if accept is not None and not accept(seq):
-            return False
-        sim = similarity(seq)
-        return sim is None or sim >= low
+        if vector is None:
+            return None
+        sim = float(vector @ query_vector)
+        return sim, sim - 0.5 * (vectors.hub(seq) + query_hub)
 
     q_terms = terms(query)
-    candidates = {
-        seq
-        for seq, _ in index.search(
+    cutoff = -math.inf if since is None else since
+    weights = OUTCOME_WEIGHTS[intent]
+    span = 1.0 - similarity_floor
+    scored_at: dict[int, tuple[float, float, int, Scored] | None] = {}
+
+    def score(seq: int) -> tuple[float, float, int, Scored] | None:
+        parts = index.parts(seq, q_terms, now=now, half_life_days=half_life_days)
+        found = similarity(seq)
+        meaning, keyword = 0.0, parts.keyword
+        if found is not None:
+            excess = found[1]
+            if seq in meant:
+                meaning = min(1.0, (excess - similarity_floor) / span)
+            if keyword < WEAK_KEYWORD and excess <= similarity_floor:
+                # A word shared by texts that mean different things: "the river bank" and
+                # "bank transfer failed".
+                keyword = 0.0
+        relevance = keyword + meaning * (1.0 - keyword)
+        if relevance <= 0.0:
+            return None
+        outcome_weight = weights.get(parts.outcome, 1.0)
+        total = relevance * parts.factor * outcome_weight
+        return (
+            total,
+            parts.when,
+            seq,
+            Scored(
+                index.episode(seq),
+                total,
+                relevance,
+                parts.recency,
+                outcome_weight,
+                parts.matched,
+                parts.age_days,
+                keyword=keyword,
+                similarity=None if found is None else found[0],
+                meaning=meaning,
+            ),
+        )
+
+    for seq in meant:
+        if seq in index and index.when(seq) >= cutoff and (accept is None or accept(seq)):
+            scored_at[seq] = score(seq)
+    # Keyword candidates, more of them until the k-th hybrid score is above what any episode
+    # not fetched could reach (its keyword score, since its meaning part is zero): exact.
+    wanted = max(4 * k, 32)
+    while True:
+        fetched = index.search(
             query,
-            k,
+            wanted,
             now=now,
             intent=intent,
             half_life_days=half_life_days,
             since=since,
-            accept=keyword_accept,
+            accept=accept,
         )
-    }
-    cutoff = -math.inf if since is None else since
-    for seq in sim_of:
-        if seq in index and index.when(seq) >= cutoff and (accept is None or accept(seq)):
-            candidates.add(seq)
-    weights = OUTCOME_WEIGHTS[intent]
-    span = 1.0 - cut.floor
-    ranked: list[tuple[float, float, int, Any]] = []
-    for seq in candidates:
-        parts = index.parts(seq, q_terms, now=now, half_life_days=half_life_days)
-        sim = similarity(seq)
-        meaning = 0.0
-        if sim is not None and sim > cut.floor:
-            meaning = min(1.0, (sim - cut.floor) / span)
-        relevance = parts.keyword + meaning * (1.0 - parts.keyword)
-        if relevance <= 0.0:
-            continue
-        outcome_weight = weights.get(parts.outcome, 1.0)
-        score = relevance * parts.factor * outcome_weight
-        scored = Scored(
-            index.episode(seq),
-            score,
-            relevance,
-            parts.recency,
-            outcome_weight,
-            parts.matched,
-            parts.age_days,
-            keyword=parts.keyword,
-            similarity=sim,
-            meaning=meaning,
-        )
-        ranked.append((score, parts.when, seq, scored))
+        for seq, _ in fetched:
+            if seq not in scored_at:
+                scored_at[seq] = score(seq)
+        ranked = [item for item in scored_at.values() if item is not None]
+        if len(fetched) < wanted:
+            break
+        best = heapq.nlargest(k, ranked, key=lambda t: t[:3])
+        if len(best) == k and best[-1][0] >= fetched[-1][1].score:
+            break
+        wanted *= 4
     best = heapq.nlargest(k, ranked, key=lambda t: t[:3])
     return [(seq, scored) for _, _, seq, scored in best]

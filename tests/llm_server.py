@@ -1,4 +1,5 @@
-"""A scripted OpenAI-compatible chat server on 127.0.0.1, for driving litellm in tests.
+"""A scripted OpenAI-compatible chat and embeddings server on 127.0.0.1, for driving litellm in
+tests.
 
 Tests never patch litellm: they point it at this server, which answers from a per-test script
 and records every request it receives. litellm goes through its real HTTP path (request
@@ -40,14 +41,52 @@ What the server does:
   request in ``llm.unscripted``, which the fixture fails the test on.
 - ``llm.requests`` lists every request (``path``, ``body``, ``headers``), in arrival order.
 
-Note that litellm/openai retry HTTP 429 and 5xx: pass ``max_retries=0`` (or script one error
-per attempt) when a test wants the first error to surface.
+Embeddings (``POST /v1/embeddings`` and ``POST /embeddings``), called through litellm as::
+
+    response = await litellm.aembedding(
+        model="openai/wordllama", input=["customer charged twice"], **llm.params
+    )
+    vector = response.data[0]["embedding"]
+
+- OpenAI's format: ``input`` is a string or a list of at most 2048 non-empty strings;
+  ``encoding_format`` ``"float"`` (the default) or ``"base64"`` (little-endian float32). The
+  openai client asks for base64 when called without a format and decodes it; litellm sends
+  no format unless given one, and hands base64 strings back undecoded. ``dimensions`` may
+  equal the model's, or shorten a WordLlama model to 64/128 (litellm sends it to an
+  ``openai/`` model only with ``allowed_openai_params=["dimensions"]``).
+  Anything else is HTTP 400 with an OpenAI error body; an unknown model is HTTP 404
+  (``code: "model_not_found"``), a model whose package is missing HTTP 400 naming the
+  ``pip install`` command. ``usage`` counts words in the inputs.
+- The model name picks a real, offline model from ``tests/embedding_models.py``:
+  ``wordllama`` (256 dims; ``wordllama-64``/``-128``/``-256``), ``minilm`` (384) or
+  ``hash-<dim>`` (a deterministic bag of words).
+- ``llm.script_embeddings(EmbedReply...)`` queues answers for embeddings requests only
+  (``when=`` and ``delay=`` as for chat): ``EmbedReply.error(status, message)``,
+  ``EmbedReply.vectors([[...], ...])`` (exactly these, whatever the inputs),
+  ``EmbedReply.wrong_dimension(n)`` (one ``hash-<n>`` vector per input, whatever the model),
+  ``EmbedReply.real()`` (the model's vectors; with ``delay=``, a slow embedder). With no
+  matching reply queued, ``llm.embed_fallback`` answers (an ``EmbedReply``, for an embedder
+  that fails on every attempt), or when it is ``None`` the real model (never an "unscripted"
+  failure).
+- Every embeddings request is in ``llm.requests`` (``request.inputs`` lists its texts), and
+  ``llm.embedded`` holds the inputs of each well-formed one, in order: one entry per call,
+  so a test counts calls and checks batching.
+
+Note that litellm/openai retry HTTP 408, 409, 429, 5xx and timeouts: pass ``max_retries=0``
+(or script one error per attempt) when a test wants the first error to surface. Embeddings
+cannot opt out: litellm 1.110's ``aembedding`` turns ``max_retries=0`` into its default of 2
+(``max_retries or litellm.DEFAULT_MAX_RETRIES``), so such an error is tried three times:
+script three, or set ``llm.embed_fallback``. Scripted embedding errors carry
+``retry-after-ms: 1``, so those retries do not sleep.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import re
+import struct
 import threading
 import time
 import uuid
@@ -57,7 +96,14 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["RecordedRequest", "Reply", "ScriptedLLM", "ToolCall", "scripted_llm"]
+import embedding_models
+
+__all__ = ["EmbedReply", "RecordedRequest", "Reply", "ScriptedLLM", "ToolCall", "scripted_llm"]
+
+_log = logging.getLogger(__name__)
+_EMBED_PATHS = ("/v1/embeddings", "/embeddings")
+_CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+_MAX_EMBED_INPUTS = 2048  # the OpenAI API's limit per request
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -106,6 +152,17 @@ class RecordedRequest:
     def last_user_text(self) -> str:
         users = self.texts("user")
         return users[-1] if users else ""
+
+    @property
+    def inputs(self) -> list[str]:
+        """An embeddings request's ``input`` as a list of texts (a lone string is one text);
+        empty for anything else."""
+        value = self.body.get("input")
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return list(value)
+        return []
 
 
 @dataclass(frozen=True)
@@ -180,14 +237,69 @@ class Reply:
         )
 
 
+@dataclass(frozen=True)
+class EmbedReply:
+    """One scripted answer to an embeddings request. Build with :meth:`vectors`,
+    :meth:`wrong_dimension`, :meth:`error` or :meth:`real`; ``delay=`` and ``when=`` work as on
+    :class:`Reply`."""
+
+    vectors_: tuple[tuple[float, ...], ...] | None = None
+    dimension: int | None = None
+    status: int = 200
+    error_message: str = ""
+    error_type: str | None = None
+    error_code: str | None = None
+    delay: float = 0.0
+    when: Callable[[RecordedRequest], bool] | None = None
+
+    @classmethod
+    def vectors(cls, vectors: Sequence[Sequence[float]], **options: Any) -> EmbedReply:
+        """Answer exactly *vectors*, however many inputs the request had (so a test can send
+        too few or too many)."""
+        return cls(vectors_=tuple(tuple(float(x) for x in v) for v in vectors), **options)
+
+    @classmethod
+    def wrong_dimension(cls, n: int, **options: Any) -> EmbedReply:
+        """Answer one unit vector of *n* components per input (the ``hash-<n>`` model's),
+        whatever the requested model's dimension."""
+        if not 1 <= n <= embedding_models.HASH_MAX_DIMENSION:  # fail here, not in the server
+            limit = embedding_models.HASH_MAX_DIMENSION
+            raise ValueError(f"wrong_dimension needs 1 <= n <= {limit}, not {n}")
+        return cls(dimension=n, **options)
+
+    @classmethod
+    def real(cls, **options: Any) -> EmbedReply:
+        """Answer with the requested model's real vectors: with ``delay=``, a slow embedder."""
+        return cls(**options)
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        message: str = "scripted error",
+        *,
+        type: str | None = None,
+        code: str | None = None,
+        **options: Any,
+    ) -> EmbedReply:
+        if status < 400:
+            raise ValueError(f"an error reply needs a 4xx/5xx status, not {status}")
+        return cls(
+            status=status, error_message=message, error_type=type, error_code=code, **options
+        )
+
+
 class ScriptedLLM:
     """The server. Start it with :func:`scripted_llm` (or the ``llm`` fixture)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queue: list[Reply] = []
+        self._embed_queue: list[EmbedReply] = []
         self._closing = threading.Event()
         self.requests: list[RecordedRequest] = []
+        self.embedded: list[list[str]] = []
+        self.embed_fallback: EmbedReply | None = None
         self.unscripted: list[RecordedRequest] = []
         self.fallback: Reply | None = None
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -217,6 +329,18 @@ class ScriptedLLM:
         with self._lock:
             return list(self._queue)
 
+    def script_embeddings(self, *replies: EmbedReply) -> None:
+        """Queue *replies* for embeddings requests (chat requests never see them); each request
+        consumes the first one that matches it, and answers from the real model when none does."""
+        with self._lock:
+            self._embed_queue.extend(replies)
+
+    @property
+    def pending_embeddings(self) -> list[EmbedReply]:
+        """Scripted embedding replies no request has consumed yet."""
+        with self._lock:
+            return list(self._embed_queue)
+
     def start(self) -> None:
         self._thread.start()
 
@@ -238,6 +362,17 @@ class ScriptedLLM:
                 return self.fallback
             self.unscripted.append(request)
             return None
+
+    def _take_embedding(self, request: RecordedRequest, valid: bool) -> EmbedReply | None:
+        with self._lock:
+            self.requests.append(request)
+            if not valid:
+                return None
+            self.embedded.append(request.inputs)
+            for i, reply in enumerate(self._embed_queue):
+                if reply.when is None or reply.when(request):
+                    return self._embed_queue.pop(i)
+            return self.embed_fallback
 
     def _wait(self, seconds: float) -> None:
         if seconds > 0:
@@ -261,6 +396,9 @@ def scripted_llm() -> Iterator[ScriptedLLM]:
 def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes: with Nagle's algorithm on, the body
+        # waits for the client's delayed ACK of the headers (~40 ms per answer).
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
             pass
@@ -269,7 +407,7 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0].rstrip("/")
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            if path not in ("/v1/chat/completions", "/chat/completions"):
+            if path not in _CHAT_PATHS + _EMBED_PATHS:
                 self._send_json(404, _error_body(404, f"no route {path}", None, None))
                 return
             try:
@@ -279,7 +417,17 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                     400, _error_body(400, f"request body is not JSON: {exc}", None, None)
                 )
                 return
+            if not isinstance(body, dict):
+                message = f"request body is a JSON {type(body).__name__}, not an object"
+                self._send_json(400, _error_body(400, message, None, None))
+                return
             request = RecordedRequest(path, body, {k.lower(): v for k, v in self.headers.items()})
+            if path in _EMBED_PATHS:
+                self._answer_embeddings(request)
+            else:
+                self._answer_chat(request)
+
+        def _answer_chat(self, request: RecordedRequest) -> None:
             reply = llm._take(request)
             if reply is None:
                 message = "the scripted server has no reply left for this request"
@@ -302,9 +450,45 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout): nothing to answer
 
-        def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        def _answer_embeddings(self, request: RecordedRequest) -> None:
+            problem = _embedding_request_problem(request.body)
+            reply = llm._take_embedding(request, valid=problem is None)
+            if problem is not None:
+                self._send_json(400, _error_body(400, problem, None, None))
+                return
+            if reply is not None:
+                llm._wait(reply.delay)
+                if llm._closing.is_set():
+                    self.close_connection = True
+                    return
+            try:
+                if reply is not None and reply.status >= 400:
+                    body_out = _error_body(
+                        reply.status, reply.error_message, reply.error_type, reply.error_code
+                    )
+                    # litellm retries embeddings whatever max_retries says: keep its waits short
+                    self._send_json(reply.status, body_out, {"retry-after-ms": "1"})
+                    return
+                try:
+                    vectors = _embedding_vectors(request, reply)
+                    payload = _embedding_response(request, vectors)
+                except _EmbeddingRefused as refused:
+                    self._send_json(
+                        refused.status,
+                        _error_body(refused.status, str(refused), None, refused.code),
+                    )
+                    return
+                self._send_json(200, payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout): nothing to answer
+
+        def _send_json(
+            self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+        ) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -429,6 +613,115 @@ def _stream_chunks(request: RecordedRequest, reply: Reply) -> Iterator[dict[str,
     options = request.body.get("stream_options") or {}
     if options.get("include_usage"):
         yield {**base, "choices": [], "usage": _usage(request, reply)}
+
+
+# --- embeddings ---------------------------------------------------------------------------
+
+
+class _EmbeddingRefused(Exception):
+    """An embeddings request the server answers with an HTTP error."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def _embedding_request_problem(body: dict[str, Any]) -> str | None:
+    """What is wrong with an embeddings request body, in the words of a 400, or None."""
+    value = body.get("input")
+    if isinstance(value, str):
+        texts = [value]
+    elif isinstance(value, list) and value:
+        if not all(isinstance(item, str) for item in value):
+            # token arrays are valid OpenAI input but mean nothing to these models
+            return "'input' must be a string or a list of strings (token arrays unsupported)"
+        texts = value
+    else:
+        return "'input' must be a non-empty string or a non-empty list of strings"
+    if len(texts) > _MAX_EMBED_INPUTS:
+        return f"'input' has {len(texts)} items; at most {_MAX_EMBED_INPUTS} per request"
+    for index, text in enumerate(texts):
+        if not text:
+            return f"'input[{index}]' is empty: every input must be a non-empty string"
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError as exc:  # JSON can carry a lone surrogate; UTF-8 cannot
+                return f"'input[{index}]' is not valid Unicode text: {exc.reason}"
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "'model' must be a non-empty string"
+    if body.get("encoding_format", "float") not in ("float", "base64"):
+        return f"'encoding_format' must be 'float' or 'base64', not {body['encoding_format']!r}"
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (
+        not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1
+    ):
+        return f"'dimensions' must be a positive integer, not {dimensions!r}"
+    return None
+
+
+def _embedding_vectors(request: RecordedRequest, reply: EmbedReply | None) -> list[list[float]]:
+    if reply is not None and reply.vectors_ is not None:
+        return [list(v) for v in reply.vectors_]
+    if reply is not None and reply.dimension is not None:
+        return embedding_models.embed(f"hash-{reply.dimension}", request.inputs)
+    model = _backend_model(request)
+    try:
+        return embedding_models.embed(model, request.inputs)
+    except embedding_models.ModelNotInstalledError as exc:
+        raise _EmbeddingRefused(400, str(exc), "model_not_installed") from exc
+    except (TypeError, ValueError) as exc:
+        raise _EmbeddingRefused(400, str(exc)) from exc
+    except Exception as exc:  # a broken backend: the caller sees the failure, never a hang
+        _log.exception("embedding model %r failed", model)
+        raise _EmbeddingRefused(500, f"embedding backend failed: {exc!r}") from exc
+
+
+def _backend_model(request: RecordedRequest) -> str:
+    """The model that answers *request*: its name, or a shorter WordLlama when it asks for
+    fewer ``dimensions`` (the only models here trained to be truncated)."""
+    model = request.model
+    try:
+        native = embedding_models.dimension(model)
+    except embedding_models.UnknownModelError as exc:
+        raise _EmbeddingRefused(404, str(exc), "model_not_found") from exc
+    wanted = request.body.get("dimensions")
+    if wanted is None or wanted == native:
+        return model
+    truncated = f"wordllama-{wanted}"
+    if model.startswith("wordllama") and truncated in embedding_models.MODELS and wanted < native:
+        return truncated
+    raise _EmbeddingRefused(
+        400, f"model {model!r} does not support dimensions={wanted} (its vectors have {native})"
+    )
+
+
+def _embedding_response(request: RecordedRequest, vectors: list[list[float]]) -> dict[str, Any]:
+    as_base64 = request.body.get("encoding_format") == "base64"
+    tokens = sum(_words(text) for text in request.inputs)
+    return {
+        "object": "list",
+        "data": [
+            {
+                "object": "embedding",
+                "index": index,
+                "embedding": _base64_floats(vector) if as_base64 else vector,
+            }
+            for index, vector in enumerate(vectors)
+        ],
+        "model": request.model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def _base64_floats(vector: list[float]) -> str:
+    """The OpenAI API's base64 encoding: little-endian float32, back to back."""
+    try:
+        packed = struct.pack(f"<{len(vector)}f", *vector)
+    except OverflowError as exc:  # only a scripted vector can hold such a value
+        raise _EmbeddingRefused(500, f"a vector does not fit float32 for base64: {exc}") from exc
+    return base64.b64encode(packed).decode("ascii")
 
 
 def _error_body(status: int, message: str, type: str | None, code: str | None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ class Probe:
     relevant: frozenset[str]
     first: str | None
     intent: str
+    decoys: frozenset[str] = frozenset()  # near misses: episodes that share words, not meaning
 
     @property
     def unrelated(self) -> bool:
@@ -40,20 +41,31 @@ class Probe:
         return self.kind not in ("unrelated", "near-miss")
 
 
-def load_probes() -> list[Probe]:
-    raw: list[dict[str, Any]] = json.loads((PROBES / "queries.json").read_text("utf-8"))
+PARAPHRASES = PROBES / "paraphrase"  # queries worded unlike their targets (recall by meaning)
+
+
+def load_probes(folder: Path = PROBES) -> list[Probe]:
+    raw: list[dict[str, Any]] = json.loads((folder / "queries.json").read_text("utf-8"))
     return [
-        Probe(q["id"], q["kind"], q["query"], frozenset(q["relevant"]), q["first"], q["intent"])
+        Probe(
+            q["id"],
+            q["kind"],
+            q["query"],
+            frozenset(q["relevant"]),
+            q["first"],
+            q["intent"],
+            frozenset(q.get("decoys", ())),
+        )
         for q in raw
     ]
 
 
-def load_episodes(now: float) -> list[tuple[str, Episode]]:
+def load_episodes(now: float, folder: Path = PROBES) -> list[tuple[str, Episode]]:
     """``(key, episode)`` pairs stamped relative to *now*, oldest first (the order a log
     would have recorded them in)."""
     rows = [
         json.loads(line)
-        for line in (PROBES / "episodes.jsonl").read_text("utf-8").splitlines()
+        for line in (folder / "episodes.jsonl").read_text("utf-8").splitlines()
         if line.strip()
     ]
     rows.sort(key=lambda r: -r["age_days"])
@@ -78,6 +90,8 @@ class Report:
     unrelated_recalled: dict[str, list[str]] = field(default_factory=dict)
     near_misses: int = 0
     near_misses_recalled: dict[str, list[str]] = field(default_factory=dict)
+    decoy_queries: int = 0  # near misses that name decoys
+    decoys_in_top3: dict[str, list[str]] = field(default_factory=dict)
     misses: dict[str, list[str]] = field(default_factory=dict)  # top 3 without a relevant one
     wrong_first: dict[str, str | None] = field(default_factory=dict)
     by_kind: dict[str, tuple[float, float, int]] = field(default_factory=dict)  # r@3, mrr, n
@@ -97,6 +111,10 @@ async def evaluate(recall: RecallFn, probes: list[Probe]) -> Report:
             report.near_misses += 1
             if got:
                 report.near_misses_recalled[probe.id] = got
+            if probe.decoys:
+                report.decoy_queries += 1
+                if probe.decoys & set(got[:3]):
+                    report.decoys_in_top3[probe.id] = got[:3]
             continue
         top3 = got[:3]
         r3 = len(probe.relevant & set(top3)) / min(3, len(probe.relevant))

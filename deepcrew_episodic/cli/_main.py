@@ -10,11 +10,29 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ._errors import CliError, UsageError
-from ._output import OUTPUT, PROG, REDACTED, SafeFormatter, Scrubber, clean, last_words
-from ._parse import STORE_ENV, build_parser, check_usage
+from ._output import (
+    OUTPUT,
+    PROG,
+    REDACTED,
+    SafeFormatter,
+    Scrubber,
+    clean,
+    last_words,
+    without_traceback,
+)
+from ._parse import EMBEDDER_API_BASE_ENV, STORE_ENV, build_parser, check_usage
 from ._read import cmd_export, cmd_recall, cmd_stats, cmd_timeline
 from ._store import Settings, make_memory, open_store, run_now
-from ._write import cmd_clear, cmd_forget, cmd_import, cmd_record, cmd_shrink, cmd_sweep
+from ._write import (
+    cmd_backfill,
+    cmd_clear,
+    cmd_forget,
+    cmd_import,
+    cmd_record,
+    cmd_reembed,
+    cmd_shrink,
+    cmd_sweep,
+)
 
 if TYPE_CHECKING:
     from ..providers import MemoryProvider
@@ -27,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The secrets are known before anything can print: argparse echoes arguments in errors.
     OUTPUT.scrub = Scrubber()
-    for given in (*argv, os.environ.get(STORE_ENV, "")):
+    for given in (*argv, os.environ.get(STORE_ENV, ""), os.environ.get(EMBEDDER_API_BASE_ENV, "")):
         OUTPUT.scrub.learn(given)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(SafeFormatter())
@@ -96,6 +114,8 @@ async def _run(args: argparse.Namespace, settings: Settings, provider: MemoryPro
             "clear": lambda: cmd_clear(args, memory, settings.label),
             "sweep": lambda: cmd_sweep(args, memory),
             "shrink": lambda: cmd_shrink(args, memory, settings.label),
+            "backfill": lambda: cmd_backfill(args, memory),
+            "reembed": lambda: cmd_reembed(args, memory, settings.label),
         }
         return await handlers[args.command]()
 
@@ -108,7 +128,7 @@ def _explain(exc: BaseException, settings: Settings | None) -> str:
     from .. import StorageError
 
     # A message may quote stored text or a value read from a file: cleaned before any use.
-    message = " ".join(clean(str(exc)).split()) or type(exc).__name__
+    message = " ".join(clean(without_traceback(str(exc))).split()) or type(exc).__name__
     cause = exc.__cause__
     scheme = settings.store.partition("://")[0].lower() if settings is not None else ""
     unreachable = cause is not None and (

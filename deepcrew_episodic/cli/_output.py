@@ -39,10 +39,24 @@ REDACTED = "***"
 # given as a query parameter.
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/@:]*)(:?)[^\s/@]*@")
 _QUERY_SECRET = re.compile(
-    r"(?i)([?&;][a-z_]*(?:password|passwd|pwd|secret|token)=)[^&\s]*?"
+    r"(?i)([?&;][a-z_-]*(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key)=)[^&\s]*?"
     r"(?=$|[&\s]|[:,;)'\"]\s|[:,;)'\"]$)"
 )
-_SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token")
+_SECRET_KEYS = (
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "api-key",
+    "access_key",
+    "access-key",
+)
+# Some clients (litellm among them) put the traceback of the error they wrap into its message:
+# a one-line report keeps what comes before it.
+_TRACEBACK = re.compile(r"\s*Traceback \(most recent call last\):.*", re.DOTALL)
 # A piece of a store secret this long, where a text was cut (end of a line, before or after an
 # ellipsis), is removed too: a cut made before the scrubber ran leaves no whole secret to find.
 MIN_FRAGMENT = 4
@@ -282,12 +296,23 @@ def safe_label(store: str) -> str:
     return scrub(store)
 
 
+def without_traceback(message: str) -> str:
+    """*message* without a traceback a client wrote into it (litellm does), so that a
+    failure stays a readable line."""
+    return _TRACEBACK.sub("", message)
+
+
 class SafeFormatter(logging.Formatter):
     """The library's warnings, one escaped and scrubbed line each (never a traceback)."""
 
     def format(self, record: logging.LogRecord) -> str:
         # A warning may quote stored text (a corrupt record): cleaned like a listing.
-        text = f"{PROG}: {record.levelname.lower()}: {clean(record.getMessage())}"
+        # Each argument on its own, so that the words after a quoted error are kept.
+        args = record.args
+        if isinstance(args, tuple) and args:
+            args = tuple(without_traceback(a) if isinstance(a, str) else a for a in args)
+        message = without_traceback(str(record.msg) % args if args else str(record.msg))
+        text = f"{PROG}: {record.levelname.lower()}: {clean(message)}"
         return OUTPUT.scrub(escape_hidden(OUTPUT.scrub(text)))
 
 
@@ -442,7 +467,7 @@ def timeline_line(episode: Episode) -> str:
     )
 
 
-def recall_lines(rank: int, found: Scored, verbose: bool) -> list[str]:
+def recall_lines(rank: int, found: Scored, verbose: bool, ranking: str = "keywords") -> list[str]:
     """A recalled episode in two lines (four with *verbose*), cleaned before any cut."""
     ep = for_display(found.episode)
     lines = [
@@ -454,7 +479,7 @@ def recall_lines(rank: int, found: Scored, verbose: bool) -> list[str]:
     elif ep["response"]:
         lines.append(f"   answer: {one_line(ep['response'], 160)}")
     if verbose:
-        lines.append(f"   score {found.score:.3f}: {one_line(found.why(), 400)}")
+        lines.append(f"   score {found.score:.3f}: {one_line(score_parts(found, ranking), 400)}")
         extra = [f"id {ep['id']}"]
         if ep["tags"]:
             extra.append("tags " + ", ".join(ep["tags"]))
@@ -462,6 +487,35 @@ def recall_lines(rank: int, found: Scored, verbose: bool) -> list[str]:
             extra.append("tools " + ", ".join(ep["tools_used"]))
         lines.append("   " + one_line("  ".join(extra), 200))
     return lines
+
+
+def score_parts(found: Scored, ranking: str) -> str:
+    """Both parts of a score on one line: the matched terms, the keyword part, and when an
+    embedder ranked, the similarity and the meaning part; then recency and outcome weight.
+
+    ``score = relevance * recency * outcome weight``, where ``relevance`` is the keyword part
+    alone, or ``keyword + meaning * (1 - keyword)`` when an embedder ranked (docs/recall.md)."""
+    matched = f"matched {', '.join(found.matched)}" if found.matched else "no term matched"
+    if ranking != "hybrid":
+        relevance = f"keyword {found.keyword:.2f}"
+    elif found.similarity is None:
+        relevance = f"keyword {found.keyword:.2f}, no vector yet ('backfill' embeds it)"
+    else:
+        relevance = (
+            f"keyword {found.keyword:.2f} + meaning {found.meaning:.2f} (similarity "
+            f"{found.similarity:.2f}) = relevance {found.relevance:.2f}"
+        )
+    age = f"age {found.age_days:.0f}d" if found.age_days is not None else "undated"
+    return (
+        f"{matched}; {relevance}; recency {found.recency:.2f} ({age}); outcome "
+        f"{found.episode.outcome} x{found.outcome_weight:.4g}"
+    )
+
+
+def number(value: float | None) -> float | None:
+    """A computed score as JSON shows it: 4 decimals, no float noise (``0.399999995668588``
+    from a float32 similarity is ``0.4``)."""
+    return None if value is None else round(float(value), 4)
 
 
 def size_text(n: int) -> str:

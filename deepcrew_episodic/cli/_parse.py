@@ -22,6 +22,11 @@ STORE_ENV = "DEEPCREW_EPISODIC_STORE"
 NAMESPACE_ENV = "DEEPCREW_EPISODIC_NAMESPACE"
 MAX_EPISODES_ENV = "DEEPCREW_EPISODIC_MAX_EPISODES"
 MAX_AGE_ENV = "DEEPCREW_EPISODIC_MAX_AGE"
+EMBEDDER_ENV = "DEEPCREW_EPISODIC_EMBEDDER"
+EMBEDDER_API_BASE_ENV = "DEEPCREW_EPISODIC_EMBEDDER_API_BASE"
+DEFAULT_BATCH_SIZE = 64
+# The most texts EpisodicMemory.backfill sends in one call.
+MAX_BATCH_SIZE = 4096
 DEFAULT_NAMESPACE = "default"
 DEFAULT_MAX_EPISODES = 100
 # Far above any real ring or result count, and small enough that every store keeps it exactly.
@@ -155,6 +160,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def batch_size(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_BATCH_SIZE:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: must be at most {MAX_BATCH_SIZE}")
+    return value
+
+
 def score_value(text: str) -> float:
     if not _NUMBER.fullmatch(text.strip()):
         raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
@@ -202,6 +214,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="AGE",
         help=f"retention: hide (and let sweep delete) episodes older than this, e.g. 90d "
         f"(default: ${MAX_AGE_ENV}, else none)",
+    )
+    meaning = common.add_argument_group("recall by meaning")
+    meaning.add_argument(
+        "--embedder",
+        default=argparse.SUPPRESS,
+        metavar="MODEL",
+        help=f"a litellm embedding model (openai/text-embedding-3-small, ollama/nomic-embed-text, "
+        f"...): recall ranks by keywords and meaning, record stores vectors (default: "
+        f"${EMBEDDER_ENV}, else keywords only); the API key comes from the provider's usual "
+        f"variable (OPENAI_API_KEY, ...)",
+    )
+    meaning.add_argument(
+        "--embedder-api-base",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=f"the embedding server's base URL (default: ${EMBEDDER_API_BASE_ENV}, else the "
+        f"provider's own)",
     )
 
     parser = Parser(
@@ -300,6 +329,24 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("-y", "--yes", action="store_true", help="do not ask")
 
     command("sweep", "delete expired episodes and stray keys for real")
+
+    def embedding(name: str, help: str) -> argparse.ArgumentParser:
+        sub = command(name, help)
+        sub.add_argument(
+            "--batch-size",
+            type=batch_size,
+            default=DEFAULT_BATCH_SIZE,
+            metavar="N",
+            help=f"texts per call to the embedder (default {DEFAULT_BATCH_SIZE})",
+        )
+        sub.add_argument("--json", action="store_true", help='print {"written": N}')
+        return sub
+
+    embedding("backfill", "embed the episodes that have no vector yet (needs --embedder)")
+    re_ = embedding(
+        "reembed", "rebuild every vector with --embedder, after a change of model (replaces them)"
+    )
+    re_.add_argument("-y", "--yes", action="store_true", help="do not ask")
 
     sh = command("shrink", "lower the log's ring size to N, deleting the older episodes for good")
     sh.add_argument("size", type=positive_int, metavar="N", help="the new ring size")

@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._errors import CliError
 from ._output import (
@@ -22,17 +22,19 @@ from ._output import (
     for_display,
     holds_secrets,
     note,
+    number,
     out,
     recall_lines,
     shown,
     size_text,
     timeline_line,
     to_json,
+    without_traceback,
 )
 from ._store import Settings, hint_if_empty, off_the_loop
 
 if TYPE_CHECKING:
-    from .. import EpisodicMemory
+    from .. import EpisodicMemory, MemoryStats, Ranking, Scored
 
 HISTOGRAM_WIDTH = 30
 # An export holds the store's data: it gets the JSON store file's permission bits, and these
@@ -44,30 +46,47 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     found = await memory.explain(
         args.query, args.top_k, intent=args.intent, tags=args.tags, outcome=args.outcome
     )
+    # An embedder that failed has already said so, in one warning line on stderr (the library
+    # logs it): the ranking below is by keywords, and --json -v says so in "ranking".
     if args.json:
         items = []
         for s in found:
             item = for_display(s.episode)
             if args.verbose:
-                item["recall"] = {
-                    "score": s.score,
-                    "relevance": s.relevance,
-                    "recency": s.recency,
-                    "outcome_weight": s.outcome_weight,
-                    "matched": [clean(term) for term in s.matched],
-                    "why": clean(s.why()),
-                }
+                item["recall"] = _recall_json(s, found)
             items.append(item)
         dump(items)
     else:
         for rank, s in enumerate(found, 1):
-            for line in recall_lines(rank, s, args.verbose):
+            for line in recall_lines(rank, s, args.verbose, found.by):
                 out(line)
     if not found:
         if not args.json:
             note(f"no episode in namespace '{memory.namespace}' is relevant to {shown(args.query)}")
         await hint_if_empty(memory)
     return 0
+
+
+def _recall_json(found: Scored, ranking: Ranking) -> dict[str, Any]:
+    """The parts of one score, as numbers of 4 decimals (``similarity`` and ``meaning`` are
+    ``null`` unless an embedder ranked and the episode has a vector)."""
+    measured = ranking.by == "hybrid" and found.similarity is not None
+    return {
+        "score": number(found.score),
+        "relevance": number(found.relevance),
+        "keyword": number(found.keyword),
+        "similarity": number(found.similarity) if measured else None,
+        "meaning": number(found.meaning) if measured else None,
+        "recency": number(found.recency),
+        "outcome_weight": number(found.outcome_weight),
+        "age_days": number(found.age_days),
+        "matched": [clean(term) for term in found.matched],
+        "why": clean(found.why()),
+        "ranking": ranking.by,
+        "embedder_error": (
+            clean(without_traceback(ranking.embedder_error)) if ranking.embedder_error else None
+        ),
+    }
 
 
 async def cmd_timeline(args: argparse.Namespace, memory: EpisodicMemory) -> int:
@@ -116,6 +135,8 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
                 "newest": clean(stats.newest) if stats.newest else stats.newest,
                 "capacity": stats.capacity,
                 "size_bytes": stats.stored_bytes,
+                "vectors": _vectors_counted(memory, stats),
+                "embedder": clean(stats.embedder) if stats.embedder else None,
             }
         )
     else:
@@ -139,6 +160,7 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
                 ),
             ),
         ]
+        rows += _vector_rows(memory, stats)
         for name, value in rows:
             out(f"{name:<10} {value}")
         out()
@@ -151,6 +173,40 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
     if not stats.total and not stats.expired and not stats.corrupt:
         await hint_if_empty(memory)
     return 0
+
+
+def _vectors_counted(memory: EpisodicMemory, stats: MemoryStats) -> int | None:
+    """How many shown episodes have a usable vector: counted only with the log's own embedder
+    (``None`` otherwise: no other memory can tell a usable vector from a stale one)."""
+    embedder = memory.embedder
+    if embedder is None:
+        return None
+    if stats.embedder is not None and not stats.embedder.startswith(f"{embedder.name} ("):
+        return None  # the log's vectors are another embedder's
+    return stats.vectors
+
+
+def _vector_rows(memory: EpisodicMemory, stats: MemoryStats) -> list[tuple[str, str]]:
+    """The ``vectors`` and ``embedder`` rows, when the log has vectors or --embedder is given."""
+    embedder = memory.embedder
+    if embedder is None and stats.embedder is None:
+        return []
+    counted = _vectors_counted(memory, stats)
+    if embedder is None:
+        vectors = "not counted (pass --embedder with the log's model to count them)"
+    elif counted is None:
+        vectors = (
+            f"not counted: the log's vectors are another embedder's, not "
+            f"{shown(embedder.name)}'s ('reembed' replaces them)"
+        )
+    else:
+        vectors = f"{counted} of {stats.total} episodes"
+        if counted < stats.total:
+            vectors += " ('backfill' embeds the others; until then they are found by keywords)"
+    return [
+        ("vectors", vectors),
+        ("embedder", shown_value(stats.embedder) if stats.embedder else "none yet"),
+    ]
 
 
 def shown_value(value: str | None) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,6 +18,8 @@ from ._errors import CliError, UsageError
 from ._output import OUTPUT, ambiguous_url, note
 from ._parse import (
     DEFAULT_NAMESPACE,
+    EMBEDDER_API_BASE_ENV,
+    EMBEDDER_ENV,
     MAX_AGE_ENV,
     MAX_EPISODES_ENV,
     NAMESPACE_ENV,
@@ -27,13 +29,19 @@ from ._parse import (
 )
 
 if TYPE_CHECKING:
-    from .. import Episode, EpisodicMemory
+    from .. import Embedder, Episode, EpisodicMemory
     from ..providers import MemoryProvider
 
 T = TypeVar("T")
 
 CREATES = frozenset({"record", "import"})
 READS = frozenset({"recall", "timeline", "stats", "export"})
+# The commands a memory with an embedder changes: recall ranks by meaning too, record and import
+# store vectors, stats counts them. The others never need it (nor numpy, nor litellm).
+USE_EMBEDDER = frozenset({"recall", "record", "import", "stats", "backfill", "reembed"})
+NEED_EMBEDDER = frozenset({"backfill", "reembed"})
+# The commands that call the embedder (stats only reads stored vectors).
+EMBED = USE_EMBEDDER - {"stats"}
 
 
 class Settings:
@@ -64,10 +72,43 @@ class Settings:
             max_age = _from_env(MAX_AGE_ENV, parse_duration)
         self.max_age: timedelta | None = max_age
         self.label = OUTPUT.scrub(store)
+        self.embedder_model, self.embedder_api_base = _embedder_options(args, env)
+        # Whether this command's memory gets the embedder (see USE_EMBEDDER).
+        self.embedding = self.embedder_model is not None and args.command in USE_EMBEDDER
         # A reading command over a JSON file runs without an event loop (see run_now).
         self.loop_free = False
         # The JSON store file, when the store is one (an export takes its permission bits).
         self.file: Path | None = None
+
+
+def _embedder_options(
+    args: argparse.Namespace, env: Mapping[str, str]
+) -> tuple[str | None, str | None]:
+    """``--embedder`` and ``--embedder-api-base`` (or their variables), checked."""
+    given = getattr(args, "embedder", None)
+    if given is not None and not given.strip():
+        raise UsageError("--embedder: give a litellm embedding model name")
+    model = (given or env.get(EMBEDDER_ENV, "")).strip() or None
+    flag = getattr(args, "embedder_api_base", None)
+    api_base = (flag or env.get(EMBEDDER_API_BASE_ENV, "")).strip() or None
+    if api_base is not None:
+        OUTPUT.scrub.learn(api_base)
+        if "://" not in api_base:
+            # Not echoed: a secret in it is only recognised in a URL.
+            raise UsageError("--embedder-api-base: not a URL (give http://host:port/v1)")
+        if ambiguous_url(api_base):
+            raise UsageError(
+                f"--embedder-api-base {OUTPUT.scrub(api_base)}: the URL is ambiguous; "
+                f"percent-encode '@', '#', '/' and '?' in a user name or password"
+            )
+    if flag is not None and model is None:
+        raise UsageError(f"--embedder-api-base needs --embedder MODEL (or ${EMBEDDER_ENV})")
+    if args.command in NEED_EMBEDDER and model is None:
+        raise UsageError(
+            f"{args.command}: needs an embedding model: pass --embedder MODEL (or set "
+            f"${EMBEDDER_ENV})"
+        )
+    return model, api_base
 
 
 def _from_env(name: str, parse: Callable[[str], Any]) -> Any:
@@ -89,7 +130,8 @@ def open_store(settings: Settings, command: str) -> MemoryProvider:
         if isinstance(provider, FileMemoryProvider):
             # Nothing is open yet: the provider touches the file on its first call only.
             settings.file = provider.path
-            if command in READS:
+            # An embedder is called through litellm, which needs an event loop.
+            if command in READS and not settings.embedding:
                 settings.loop_free = True
                 return open_provider(settings.store, snapshot=True)
         return provider
@@ -114,6 +156,8 @@ async def make_memory(
     from .. import EpisodicMemory
 
     options: dict[str, Any] = {"namespace": settings.namespace, "max_age": settings.max_age}
+    if settings.embedding:
+        options["embedder"] = await make_embedder(settings, command)
     memory = await EpisodicMemory.open(provider, **options)
     ring, given = memory.max_episodes, settings.max_episodes
     if given is None or given == ring:
@@ -125,6 +169,27 @@ async def make_memory(
         f"{ring}; 'shrink {given}' deletes what falls outside a smaller ring"
     )
     return memory
+
+
+async def make_embedder(settings: Settings, command: str) -> Embedder:
+    """The ``--embedder`` model, through litellm. For a command that calls it, litellm is
+    imported first (in a worker thread: seconds of file reads), so that the embedder's timeout
+    measures the model, not the import."""
+    from .. import LiteLLMEmbedder
+
+    assert settings.embedder_model is not None
+    params = {"api_base": settings.embedder_api_base} if settings.embedder_api_base else {}
+    embedder = LiteLLMEmbedder(settings.embedder_model, **params)
+    if command in EMBED:
+        import importlib
+
+        import anyio.to_thread
+
+        litellm: Any = await anyio.to_thread.run_sync(importlib.import_module, "litellm")
+        # Its "Give Feedback / Get Help" banner is printed to stdout on every error: it would
+        # corrupt --json output, and the error itself is reported in one line.
+        litellm.suppress_debug_info = True
+    return embedder
 
 
 async def stored(memory: EpisodicMemory) -> list[Episode]:

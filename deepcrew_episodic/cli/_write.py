@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CliError, UsageError
-from ._output import clean, confirm, dump, for_display, note, out, timeline_line
+from ._output import (
+    clean,
+    confirm,
+    dump,
+    for_display,
+    note,
+    out,
+    timeline_line,
+    without_traceback,
+)
 from ._parse import has_filter
 from ._store import stored, stored_namespaces
 
@@ -340,3 +349,109 @@ async def cmd_shrink(args: argparse.Namespace, memory: EpisodicMemory, label: st
     deleted = await memory.shrink(args.size)
     out(f"shrank namespace '{memory.namespace}' to {args.size} episodes: deleted {deleted}")
     return 0
+
+
+# --- recall by meaning --------------------------------------------------------------------------
+
+
+class Progress:
+    """A tqdm progress bar on stderr for ``backfill`` and ``reembed`` (only on a terminal:
+    a log file or a pipe gets the one result line). Counts what was written, for the message
+    of a failure part way."""
+
+    def __init__(self, command: str) -> None:
+        import importlib
+
+        from .. import MissingDependencyError
+
+        try:
+            # (by name: the package ships no type stubs, and only its constructor is used)
+            tqdm = importlib.import_module("tqdm").tqdm
+        except ImportError:
+            raise MissingDependencyError(
+                f"{command} needs tqdm for its progress bar: pip install "
+                f"'deepcrew-episodic[embeddings]'"
+            ) from None
+        self._tqdm = tqdm
+        self._command = command
+        self._bar: Any = None
+        self.done = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        self.done = done
+        if self._bar is None:
+            self._bar = self._tqdm(
+                total=total,
+                desc=self._command,
+                unit="episode",
+                file=sys.stderr,
+                disable=None,  # no bar when stderr is not a terminal
+                leave=False,
+                dynamic_ncols=True,
+            )
+        self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+async def cmd_backfill(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    """Embed the episodes that have no usable vector (``EpisodicMemory.backfill``)."""
+    progress = Progress("backfill")
+    try:
+        written = await memory.backfill(batch_size=args.batch_size, progress=progress)
+    except _embedding_errors() as exc:
+        raise _stopped(exc, progress.done, "backfill") from exc
+    finally:
+        progress.close()
+    _written(args, "backfilled", written)
+    return 0
+
+
+async def cmd_reembed(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
+    """Rebuild every vector with this embedder (``EpisodicMemory.reembed``), after asking."""
+    assert memory.embedder is not None
+    progress = Progress("reembed")
+    if not args.yes:
+        stats = await memory.stats()
+        now = f" (now {clean(stats.embedder)}'s)" if stats.embedder else ""
+        if not confirm(
+            f"Embed every episode of namespace '{memory.namespace}' in {label} again with "
+            f"'{clean(memory.embedder.name)}', replacing every vector{now}?"
+        ):
+            raise CliError(
+                "not confirmed: no vector was replaced (pass --yes to reembed without asking)"
+            )
+    try:
+        written = await memory.reembed(batch_size=args.batch_size, progress=progress)
+    except _embedding_errors() as exc:
+        raise _stopped(exc, progress.done, "reembed") from exc
+    finally:
+        progress.close()
+    _written(args, "reembedded", written)
+    return 0
+
+
+def _embedding_errors() -> tuple[type[Exception], ...]:
+    from .. import EmbedderMismatchError, EmbeddingError
+
+    return (EmbeddingError, EmbedderMismatchError)
+
+
+def _stopped(exc: Exception, done: int, command: str) -> CliError:
+    """The library's message (it names the embedders), and what the run already wrote: those
+    vectors are kept, and running ``backfill`` again goes on from there."""
+    message = " ".join(clean(without_traceback(str(exc))).split())
+    if not done:
+        return CliError(message)
+    return CliError(
+        f"{message} ({done} vectors written before it are kept; 'backfill' goes on from there)"
+    )
+
+
+def _written(args: argparse.Namespace, verb: str, written: int) -> None:
+    if args.json:
+        dump({"written": written})
+    else:
+        out(f"{verb} {written} vectors")
