@@ -22,6 +22,7 @@ import anyio
 
 from ._episode import Episode, Outcome
 from ._events import EventType, StreamEvent, emit
+from ._redact import safe_message
 from ._validate import optional_integer, optional_number
 
 if TYPE_CHECKING:
@@ -278,7 +279,7 @@ def describe(error: BaseException) -> str:
     """``"TypeName: message"``, cut to a readable length."""
     text = str(error).strip()
     named = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return named if len(named) <= ERROR_CHARS else named[: ERROR_CHARS - 1] + "…"
+    return safe_message(named, ERROR_CHARS)
 
 
 def _error_data(error: BaseException) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from ._exceptions import (
 )
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
-from ._redact import Redactor, as_redactor
+from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
 from ._unicode import escape_hidden
 from ._validate import boolean, integer, number, optional_number, positive_duration, strings
@@ -344,10 +344,9 @@ class EpisodicMemory:
         except Exception as exc:
             self.counters.reflection_failures += 1
             log.warning(
-                "reflection with %s failed (%s: %s); recording without a lesson",
+                "reflection with %s failed (%s); recording without a lesson",
                 self._reflect_model,
-                type(exc).__name__,
-                exc,
+                safe_message(f"{type(exc).__name__}: {exc}"),
             )
             return None
 
@@ -892,8 +891,9 @@ class EpisodicMemory:
         except EmbeddingError:
             raise
         except Exception as exc:
+            # The provider's message may echo the key it refused: redacted, escaped, cut.
             raise EmbeddingError(
-                f"embedder {name!r} failed ({purpose}): {type(exc).__name__}: {exc}"
+                safe_message(f"embedder {name!r} failed ({purpose}): {type(exc).__name__}: {exc}")
             ) from exc
         return check_vectors(raw, len(texts), name)
 

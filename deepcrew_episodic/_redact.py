@@ -719,3 +719,13 @@ def _default() -> Redactor:
     if _DEFAULT is None:
         _DEFAULT = Redactor()
     return _DEFAULT
+
+
+def safe_message(text: str, limit: int = 500) -> str:
+    """*text* (an error message from a model, a provider, an embedder) fit to be logged, shown
+    or emitted: secrets redacted with the built-in rules (a provider may echo the API key it
+    refused), hidden and control characters escaped, cut to *limit* characters."""
+    from ._unicode import escape_hidden
+
+    cleaned = escape_hidden(_default().redact(" ".join(text.split())))
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"

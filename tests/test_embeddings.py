@@ -373,3 +373,38 @@ def test_the_sync_facade_backfills_and_reembeds() -> None:
     with SyncEpisodicMemory(backend, embedder=ConceptEmbedder("v2")) as other:
         assert other.reembed() == 1
         assert len(other.recall(PARAPHRASE)) == 1
+
+
+class _Leaky(ConceptEmbedder):
+    """An embedding service whose error echoes the key it refused, with a terminal escape."""
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if self.failure:
+            raise RuntimeError(f"Incorrect API key provided: {LEAKED_KEY}\x1b[2J\nretry later")
+        return await super().embed(texts)
+
+
+LEAKED_KEY = "sk-proj-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Jh1Gf0Ed" * 2
+
+
+async def test_an_embedder_error_never_carries_a_secret_or_a_control_sequence(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    embedder = _Leaky()
+    memory = await _filled(embedder=embedder)
+    hook = EpisodicHook(memory)
+    embedder.failure = "leak"
+    with caplog.at_level(logging.WARNING, logger="deepcrew_episodic"):
+        await memory.record(Episode(query="customer billed again", response="ok"))
+        ranking = await memory.explain("customer billed")
+        recalled = await hook.before_run([{"role": "user", "content": "login broken"}])
+    shown = [
+        ranking.embedder_error or "",
+        json.dumps(recalled.events[0].data),
+        *(r.getMessage() for r in caplog.records),
+    ]
+    assert "Incorrect API key provided" in ranking.embedder_error  # type: ignore[operator]
+    for text in shown:
+        assert "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Jh1Gf0Ed" not in text
+        assert "\x1b" not in text
+    assert memory.counters.embedding_failures == 3

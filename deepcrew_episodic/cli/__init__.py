@@ -15,7 +15,8 @@ A thin layer over the public API: the store is opened with
 * ``_output``: what reaches the terminal, escaped and scrubbed of the store's secrets;
 * ``_store``: the store and the memory a command works on;
 * ``_read``: ``recall``, ``timeline``, ``stats``, ``export``;
-* ``_write``: ``record``, ``import``, ``forget``, ``clear``, ``sweep``, ``shrink``;
+* ``_write``: ``record``, ``import``, ``forget``, ``clear``, ``sweep``, ``shrink``, and
+  ``backfill`` and ``reembed`` (vectors for recall by meaning, with ``--embedder``);
 * ``_main``: :func:`main`, and one line for any failure.
 
 Parsing is argparse's, not click's or typer's: start-up time is a measured target (``recall``
@@ -25,7 +26,8 @@ also lets the two hooks that keep secrets and escapes safe (its messages and its
 be replaced in one small subclass, and it is in the standard library: no dependency to add.
 
 Only the standard library loads at start-up; the providers and anyio load when a command
-needs them, and neither pydantic nor litellm ever does, so ``recall`` starts fast.
+needs them, so ``recall`` starts fast. litellm (and with it pydantic) and numpy load only with
+``--embedder``, for the commands that use it.
 """
 
 from __future__ import annotations

@@ -185,6 +185,10 @@ async def make_embedder(settings: Settings, command: str) -> Embedder:
 
         import anyio.to_thread
 
+        # Unless told otherwise, litellm fetches its model price list from GitHub on import:
+        # seconds of retries and warning lines offline, for prices this command never reads.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
         litellm: Any = await anyio.to_thread.run_sync(importlib.import_module, "litellm")
         # Its "Give Feedback / Get Help" banner is printed to stdout on every error: it would
         # corrupt --json output, and the error itself is reported in one line.

@@ -1,4 +1,5 @@
-"""The writing commands: ``record``, ``import``, ``forget``, ``clear``, ``sweep``, ``shrink``.
+"""The writing commands: ``record``, ``import``, ``forget``, ``clear``, ``sweep``, ``shrink``,
+and ``backfill`` and ``reembed``, which write vectors (recall by meaning).
 
 A command that deletes asks first on a terminal (and takes no for an answer without one), and
 checks everything it was given before it writes anything: every record of a file passes
@@ -402,7 +403,7 @@ async def cmd_backfill(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     try:
         written = await memory.backfill(batch_size=args.batch_size, progress=progress)
     except _embedding_errors() as exc:
-        raise _stopped(exc, progress.done, "backfill") from exc
+        raise _stopped(exc, progress.done) from exc
     finally:
         progress.close()
     _written(args, "backfilled", written)
@@ -415,10 +416,10 @@ async def cmd_reembed(args: argparse.Namespace, memory: EpisodicMemory, label: s
     progress = Progress("reembed")
     if not args.yes:
         stats = await memory.stats()
-        now = f" (now {clean(stats.embedder)}'s)" if stats.embedder else ""
+        made = f" (made by {clean(stats.embedder)})" if stats.embedder else ""
         if not confirm(
-            f"Embed every episode of namespace '{memory.namespace}' in {label} again with "
-            f"'{clean(memory.embedder.name)}', replacing every vector{now}?"
+            f"Replace every vector of namespace '{memory.namespace}' in {label}{made} with one "
+            f"made by '{clean(memory.embedder.name)}'?"
         ):
             raise CliError(
                 "not confirmed: no vector was replaced (pass --yes to reembed without asking)"
@@ -426,7 +427,7 @@ async def cmd_reembed(args: argparse.Namespace, memory: EpisodicMemory, label: s
     try:
         written = await memory.reembed(batch_size=args.batch_size, progress=progress)
     except _embedding_errors() as exc:
-        raise _stopped(exc, progress.done, "reembed") from exc
+        raise _stopped(exc, progress.done) from exc
     finally:
         progress.close()
     _written(args, "reembedded", written)
@@ -439,7 +440,7 @@ def _embedding_errors() -> tuple[type[Exception], ...]:
     return (EmbeddingError, EmbedderMismatchError)
 
 
-def _stopped(exc: Exception, done: int, command: str) -> CliError:
+def _stopped(exc: Exception, done: int) -> CliError:
     """The library's message (it names the embedders), and what the run already wrote: those
     vectors are kept, and running ``backfill`` again goes on from there."""
     message = " ".join(clean(without_traceback(str(exc))).split())
