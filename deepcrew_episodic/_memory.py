@@ -619,7 +619,8 @@ class EpisodicMemory:
     ) -> list[Episode]:
         """Up to *top_k* (default ``recall_k``) episodes relevant to *query*, best first.
 
-        Episodes that share no term with *query* are never returned. ``intent="what_failed"``
+        Episodes that share no term with *query* are never returned, unless the memory has
+        an ``embedder`` and an episode means the same as *query* (see docs/recall.md). ``intent="what_failed"``
         ranks failures first among equally relevant episodes, ``"what_worked"`` successes.
         ``tags`` keeps episodes with at least one of the tags, ``outcome`` those with that
         outcome (or one of them), ``since`` those recorded at or after a time (a datetime, an
@@ -891,9 +892,12 @@ class EpisodicMemory:
         except EmbeddingError:
             raise
         except Exception as exc:
-            # The provider's message may echo the key it refused: redacted, escaped, cut.
+            # The provider's message may echo the key it refused (redacted, escaped, cut) and
+            # may carry a whole traceback (litellm's do): its first line says what happened.
+            lines = str(exc).strip().splitlines()
+            first = f": {lines[0]}" if lines else ""
             raise EmbeddingError(
-                safe_message(f"embedder {name!r} failed ({purpose}): {type(exc).__name__}: {exc}")
+                safe_message(f"embedder {name!r} failed ({purpose}): {type(exc).__name__}{first}")
             ) from exc
         return check_vectors(raw, len(texts), name)
 

@@ -24,7 +24,8 @@ Score (see docs/recall.md)
 
     A weak keyword match (``keyword < WEAK_KEYWORD``) whose excess is at most half the floor
     ("the river bank" against "bank transfer failed") is left out: the word is shared, the
-    meaning is not.
+    meaning is not. A match on an identifier (a term with a digit: an order number, a ticket,
+    a version) always counts: that is what vectors miss.
 
     The top k is exact: an episode that is not among the keyword top k (with the same filters)
     and whose meaning part is zero scores its keyword part alone, which is below every keyword
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -52,6 +54,9 @@ Matrix = npt.NDArray[np.float32]
 # handles a language poorly still sees a real match in it at about the floor; calibrated on
 # both probe sets, see docs/benchmarks.md.)
 WEAK_KEYWORD = 0.5
+# A matched term holding a digit is an identifier (an order, a ticket, a version): models see
+# little in it, so a match on one always counts.
+_IDENTIFIER = re.compile(r"[0-9]")
 
 # Everyday requests in a few languages that no agent's log is about. How similar a query and an
 # episode each are to these is the level that "unrelated" reaches with this model (see the module
@@ -278,7 +283,11 @@ def hybrid_search(
             excess = found[1]
             if seq in meant:
                 meaning = min(1.0, (excess - similarity_floor) / span)
-            if keyword < WEAK_KEYWORD and excess <= similarity_floor / 2:
+            if (
+                keyword < WEAK_KEYWORD
+                and excess <= similarity_floor / 2
+                and not any(_IDENTIFIER.search(term) for term in parts.matched)
+            ):
                 # A word shared by texts that mean different things: "the river bank" and
                 # "bank transfer failed".
                 keyword = 0.0

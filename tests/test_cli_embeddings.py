@@ -4,12 +4,17 @@ JSON store and the scripted OpenAI-compatible server (``llm`` fixture), through 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import re
+import select
+import struct
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -90,7 +95,8 @@ def stats_rows(out: str) -> dict[str, str]:
 def test_backfill_embeds_a_log_recorded_without_an_embedder(cli: Cli) -> None:
     cli.seed()
     code, out, _ = cli("recall", "charged twice", "-v")
-    assert code == 0 and "similarity" not in out  # keywords only, nothing to compare
+    assert code == 0
+    assert "similarity" not in out
     code, out, err = cli("backfill", "--batch-size", "3", *cli.embedder())
     assert (code, out, err) == (0, "backfilled 4 vectors\n", "")
     # Every episode once, three texts per call.
@@ -104,7 +110,8 @@ def test_backfill_embeds_a_log_recorded_without_an_embedder(cli: Cli) -> None:
     title, score = out.splitlines()[:2]  # (no answer or lesson line: none was recorded)
     assert "Customer was charged twice" in title
     assert re.search(r"keyword 0\.\d\d \+ meaning \d\.\d\d \(similarity 0\.\d\d\)", score)
-    assert "recency 1.00" in score and "outcome unknown x1" in score
+    assert "recency 1.00" in score
+    assert "outcome unknown x1" in score
 
     # Nothing left to do: no call at all.
     calls = len(cli.llm.embedded)
@@ -132,7 +139,8 @@ def test_backfill_and_reembed_need_an_embedder(cli: Cli, monkeypatch: pytest.Mon
         code, out, err = cli(*argv)
         assert (code, out) == (2, "")
         line = one_error_line(err)
-        assert "--embedder MODEL" in line and "DEEPCREW_EPISODIC_EMBEDDER" in line
+        assert "--embedder MODEL" in line
+        assert "DEEPCREW_EPISODIC_EMBEDDER" in line
     bad = [
         ["backfill", "--embedder-api-base", cli.llm.base_url],  # a server but no model
         ["backfill", "--embedder", " "],
@@ -163,9 +171,12 @@ def test_backfill_without_tqdm_says_how_to_install_it(
     assert cli.llm.embedded == []  # refused before any call
 
 
-def test_backfill_shows_a_progress_bar_on_a_terminal(cli: Cli, tmp_path: Path) -> None:
+def test_backfill_shows_a_progress_bar_on_a_terminal(cli: Cli) -> None:
     cli.seed()
     leader, follower = pty.openpty()
+    # A terminal 100 columns wide (a new pty has 0, where tqdm draws nothing).
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    bar = b""
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "deepcrew_episodic", "--store", cli.store, "backfill",
@@ -173,26 +184,21 @@ def test_backfill_shows_a_progress_bar_on_a_terminal(cli: Cli, tmp_path: Path) -
             stdout=subprocess.PIPE,
             stderr=follower,
             env=dict(os.environ),
-            text=True,
         )  # fmt: skip
-        out, _ = proc.communicate(timeout=120)
-        os.close(follower)
-        follower = -1
-        bar = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if ready:
+                bar += os.read(leader, 65536)
+            elif proc.poll() is not None:
                 break
-            if not chunk:
-                break
-            bar += chunk
+        out = proc.communicate(timeout=10)[0].decode()
     finally:
         os.close(leader)
-        if follower != -1:
-            os.close(follower)
+        os.close(follower)
     assert (proc.returncode, out) == (0, "backfilled 4 vectors\n")
-    assert b"backfill" in bar and b"4/4" in bar
+    assert re.search(rb"backfill: +\d+%\|.*\| [0-4]/4 ", bar), bar
 
 
 # --- a change of model --------------------------------------------------------------------------
@@ -205,13 +211,15 @@ def test_reembed_with_another_model_after_a_mismatch(cli: Cli) -> None:
         code, out, err = cli(*argv, *cli.embedder(WORDLLAMA))
         assert (code, out) == (1, "")
         line = one_error_line(err)
-        assert f"'{HASH}' (64 dimensions)" in line and f"'{WORDLLAMA}'" in line
+        assert f"'{HASH}' (64 dimensions)" in line
+        assert f"'{WORDLLAMA}'" in line
         assert "reembed" in line
 
     # Without a terminal the question is answered no: every vector stays.
     calls = len(cli.llm.embedded)
     code, out, err = cli("reembed", *cli.embedder(WORDLLAMA))
-    assert code == 1 and "not confirmed" in one_error_line(err)
+    assert code == 1
+    assert "not confirmed" in one_error_line(err)
     assert len(cli.llm.embedded) == calls
     assert stats_rows(cli("stats", *cli.embedder(HASH))[1])["vectors"] == "4 of 4 episodes"
 
@@ -220,12 +228,15 @@ def test_reembed_with_another_model_after_a_mismatch(cli: Cli) -> None:
     rows = stats_rows(cli("stats", *cli.embedder(WORDLLAMA))[1])
     assert rows["vectors"] == "4 of 4 episodes"
     assert rows["embedder"] == f"{WORDLLAMA} (256 dimensions)"
-    code, out, err = cli("recall", "customer charged twice", "--json", "-v", *cli.embedder(WORDLLAMA))
+    code, out, err = cli(
+        "recall", "customer charged twice", "--json", "-v", *cli.embedder(WORDLLAMA)
+    )
     assert code == 0, err
     assert json.loads(out)[0]["recall"]["ranking"] == "hybrid"
     # The old model's vectors are gone for it too: told, not mixed.
     code, _, err = cli("recall", "charged twice", *cli.embedder(HASH))
-    assert code == 1 and f"'{WORDLLAMA}' (256 dimensions)" in one_error_line(err)
+    assert code == 1
+    assert f"'{WORDLLAMA}' (256 dimensions)" in one_error_line(err)
     # reembed --json
     code, out, _ = cli("reembed", "--yes", "--json", *cli.embedder(HASH))
     assert (code, json.loads(out)) == (0, {"written": 4})
@@ -238,7 +249,8 @@ def test_a_failed_backfill_keeps_what_it_wrote_and_names_the_embedder(cli: Cli) 
     code, out, err = cli("backfill", "--batch-size", "2", *cli.embedder())
     assert (code, out) == (1, "")
     line = one_error_line(err)
-    assert f"embedder '{HASH}' failed (backfill)" in line and "model overloaded" in line
+    assert f"embedder '{HASH}' failed (backfill)" in line
+    assert "model overloaded" in line
     assert "2 vectors written before it are kept" in line
     code, out, _ = cli("backfill", *cli.embedder())
     assert out == "backfilled 2 vectors\n"
@@ -252,10 +264,13 @@ def test_recall_json_carries_both_parts_rounded(cli: Cli) -> None:
     code, out, err = cli("recall", "refund order charged", "--json", "-v")
     assert code == 0, err
     keywords = [item["recall"] for item in json.loads(out)]
-    assert keywords and not NOISE.search(out)
+    assert keywords
+    assert not NOISE.search(out)
     for parts in keywords:
-        assert parts["ranking"] == "keywords" and parts["embedder_error"] is None
-        assert parts["similarity"] is None and parts["meaning"] is None
+        assert parts["ranking"] == "keywords"
+        assert parts["embedder_error"] is None
+        assert parts["similarity"] is None
+        assert parts["meaning"] is None
         assert parts["keyword"] == parts["relevance"]
 
     cli("backfill", *cli.embedder())
@@ -266,8 +281,10 @@ def test_recall_json_carries_both_parts_rounded(cli: Cli) -> None:
     assert items[0]["query"] == "Customer was charged twice for one purchase"
     for item in items:
         parts = item["recall"]
-        assert parts["ranking"] == "hybrid" and parts["embedder_error"] is None
-        assert isinstance(parts["similarity"], float) and isinstance(parts["meaning"], float)
+        assert parts["ranking"] == "hybrid"
+        assert parts["embedder_error"] is None
+        assert isinstance(parts["similarity"], float)
+        assert isinstance(parts["meaning"], float)
         for name in ("score", "relevance", "keyword", "similarity", "meaning", "recency"):
             assert parts[name] == round(parts[name], 4), name
         # relevance = keyword + meaning * (1 - keyword), to the 4 decimals shown
@@ -289,7 +306,8 @@ def test_the_fallback_warns_once_and_still_answers(cli: Cli) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert lines[0].startswith("deepcrew-episodic: warning: ")
-    assert "keywords only" in lines[0] and "model overloaded" in lines[0]
+    assert "keywords only" in lines[0]
+    assert "model overloaded" in lines[0]
     assert "Traceback" not in err
 
     code, out, _ = cli("recall", "charged twice", "-v", "--json", *cli.embedder())
@@ -304,8 +322,9 @@ def test_the_fallback_warns_once_and_still_answers(cli: Cli) -> None:
 
 def test_stats_shows_the_vectors_and_the_embedder(cli: Cli) -> None:
     cli.seed()
-    code, out, _ = cli("stats")
-    assert "vectors" not in stats_rows(out) and "embedder" not in stats_rows(out)
+    _code, out, _ = cli("stats")
+    assert "vectors" not in stats_rows(out)
+    assert "embedder" not in stats_rows(out)
     data = json.loads(cli("stats", "--json")[1])
     assert (data["vectors"], data["embedder"]) == (None, None)
     rows = stats_rows(cli("stats", *cli.embedder())[1])
@@ -325,8 +344,9 @@ def test_stats_shows_the_vectors_and_the_embedder(cli: Cli) -> None:
     assert (data["vectors"], data["embedder"]) == (None, f"{HASH} (64 dimensions)")
     # Another model: not counted, and said why.
     rows = stats_rows(cli("stats", *cli.embedder(WORDLLAMA))[1])
-    assert "another embedder's" in rows["vectors"] and "reembed" in rows["vectors"]
-    assert cli.llm.embedded[-1:] != [] and len(cli.llm.embedded) == 1  # stats never embeds
+    assert "another embedder's" in rows["vectors"]
+    assert "reembed" in rows["vectors"]
+    assert len(cli.llm.embedded) == 1  # the backfill's one call: stats never embeds
 
 
 # --- secrets ------------------------------------------------------------------------------------
@@ -356,7 +376,8 @@ def test_a_password_in_the_api_base_is_never_printed(
     # A password that makes the URL ambiguous is refused, and not echoed.
     code, out, err = cli("recall", "x", "--embedder", HASH, "--embedder-api-base",
                          f"http://bob:{password}#x@127.0.0.1:1/v1")  # fmt: skip
-    assert code == 2 and "ambiguous" in one_error_line(err)
+    assert code == 2
+    assert "ambiguous" in one_error_line(err)
     outputs.append(out + err)
     # The variable's secret is known as well.
     monkeypatch.setenv("DEEPCREW_EPISODIC_EMBEDDER_API_BASE", with_password)
@@ -368,3 +389,17 @@ def test_a_password_in_the_api_base_is_never_printed(
     for text in outputs:
         assert password not in text
         assert "S3cret" not in text
+
+
+def test_an_embedder_command_reads_no_price_list_from_the_network(cli: Cli) -> None:
+    # litellm fetches its price list on import unless LITELLM_LOCAL_MODEL_COST_MAP is set:
+    # offline, seconds of retries and warning lines on stderr. The command sets it.
+    cli.seed()
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    done = subprocess.run(
+        [sys.executable, "-m", "deepcrew_episodic", "--store", cli.store, "recall",
+         "charged twice", "--json", "-v", *cli.embedder()],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout)[0]["recall"]["ranking"] == "hybrid"

@@ -1,8 +1,8 @@
 """Recall by meaning: the embedder contract, failures, cost, and what reaches the model.
 
 Storage guarantees for vectors (every provider) live in the conformance suite
-(``deepcrew_episodic.testing``); the embedding model's real HTTP path is in
-``tests/test_embeddings_litellm.py``.
+(``deepcrew_episodic.testing``); ranking quality with a real model through litellm's real HTTP
+path is in ``tests/test_recall_meaning_quality.py``, the CLI in ``tests/test_cli_embeddings.py``.
 """
 
 from __future__ import annotations
@@ -408,3 +408,20 @@ async def test_an_embedder_error_never_carries_a_secret_or_a_control_sequence(
         assert "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Jh1Gf0Ed" not in text
         assert "\x1b" not in text
     assert memory.counters.embedding_failures == 3
+
+
+async def test_a_bare_identifier_finds_its_episode_whatever_the_model_sees_in_it() -> None:
+    class Blind(ConceptEmbedder):
+        """A model that sees nothing in numbers: the worst case for an identifier."""
+
+        def _vector(self, text: str) -> list[float]:
+            return super()._vector("".join(c for c in text if not c.isdigit()) or "nothing")
+
+    memory = EpisodicMemory(InMemoryProvider(), embedder=Blind())
+    await memory.record(Episode(query="Refund order 51174 for a damaged parcel", response="ok"))
+    await memory.record(Episode(query="the river bank of the city", response="ok"))
+    assert [e.query for e in await memory.recall("51174")] == [
+        "Refund order 51174 for a damaged parcel"
+    ]
+    # a shared word without shared meaning still drops out
+    assert await memory.recall("bank transfer failed for a customer payment") == []

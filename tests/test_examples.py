@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,23 @@ def test_privacy_example_redacts_hides_and_deletes() -> None:
     assert "in the file after sweep:  False" in out
     assert "episodes left: 0" in out
     assert "secret ever written to disk: False" in out
+
+
+def test_recall_by_meaning_finds_the_paraphrase_that_keywords_miss() -> None:
+    out = run_example("recall_by_meaning.py")
+    assert "keywords only: 0 episode(s)" in out
+    assert "keywords + meaning (hybrid): 1 episode(s)" in out
+    hits = out.split("keywords + meaning")[1].split("## Relevant past experience")[0]
+    assert "'Password reset email never arrives'" in hits
+    why = next(line for line in hits.splitlines() if "meaning" in line)
+    assert "no term matched" in why
+    meaning = re.search(r"meaning[= ]([0-9.]+)", why)
+    assert meaning is not None, why
+    assert float(meaning[1]) > 0, why
+    block = out.split("## Relevant past experience")[1]
+    assert 'asked: "Password reset email never arrives"' in block
+    assert "'order 51174' first: ['Customer was charged twice for order 51174']" in out
+    assert "unrelated 'how long should I boil an egg?': 0 episode(s)" in out
+    assert (
+        "4 of 4 episodes have a vector; embedder wordllama/l2_supercat-256 (256 dimensions)" in out
+    )
