@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._agent import Agent
     from ._embed import Embedder, LiteLLMEmbedder
-    from ._episode import Episode, Outcome
+    from ._episode import Episode, Outcome, outcome_for_score
     from ._events import EventType, StreamEvent, StreamPolicy
     from ._exceptions import (
         AgentError,
@@ -77,6 +77,7 @@ _EXPORTS: dict[str, str] = {
     "MemoryStats": "._memory",
     "MissingDependencyError": "._exceptions",
     "Outcome": "._episode",
+    "outcome_for_score": "._episode",
     "Ranking": "._recall",
     "Recalled": "._hook",
     "Recorded": "._hook",
@@ -132,6 +133,7 @@ __all__ = [
     "Verifier",
     "VerifierError",
     "__version__",
+    "outcome_for_score",
     "run_agent",
     "stream_agent",
 ]

@@ -15,10 +15,33 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from ._exceptions import InvalidEpisodeError
 from ._unicode import is_hidden
 
-__all__ = ["Episode", "Outcome"]
+__all__ = ["Episode", "Outcome", "outcome_for_score"]
 
-Outcome = Literal["success", "failure", "partial", "unknown"]
+Outcome = Literal["success", "failure", "partial", "unknown", "claimed_success", "abandoned"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
+# Checked by something outside the agent: a test, an exit code, a verifier, the user.
+VERIFIED: frozenset[str] = frozenset({"success", "failure"})
+# The one rule for a score given without an outcome (API, hook, runner, CLI, grades).
+SUCCESS_SCORE = 0.7
+FAILURE_SCORE = 0.3
+
+
+def outcome_for_score(
+    score: float, *, success: float = SUCCESS_SCORE, failure: float = FAILURE_SCORE
+) -> Outcome:
+    """The outcome a score in [0, 1] stands for when no outcome is given: ``success`` at or
+    above *success* (0.7), ``failure`` below *failure* (0.3), ``partial`` between.
+
+    >>> outcome_for_score(0.9), outcome_for_score(0.5), outcome_for_score(0.1)
+    ('success', 'partial', 'failure')
+    """
+    if score >= success:
+        return "success"
+    if score < failure:
+        return "failure"
+    return "partial"
+
+
 # Decoding never falls back to a default for these: the text of the run, its identity, and
 # its retention deadline (a garbled deadline must hide the record, not keep it forever).
 _STRICT_FIELDS = frozenset({"query", "id", "forget_after"})
@@ -41,8 +64,12 @@ class _Invalid(Exception):
 class Episode:
     """One recorded agent run.
 
-    The fields are deepcrew-ai 0.6's, in its order, plus ``id`` (filled on record) and
-    ``forget_after`` (retention). Every field is checked on construction and on assignment:
+    The fields are deepcrew-ai 0.6's, in its order, plus ``id`` (filled on record),
+    ``forget_after`` (retention), ``approach`` (how the agent went about it, from a distilled
+    run), ``transcript_ref`` (where the raw transcript lives) and ``run_id`` (the iterations of
+    one run or refinement loop share it). ``score`` is in [0, 1]; recorded without an outcome
+    (``unknown``), a score stands for one (:func:`outcome_for_score`). Every field is checked
+    on construction and on assignment:
     a wrong value raises :class:`~deepcrew_episodic.InvalidEpisodeError` (a ``ValueError``)
     naming the field. JSON written by deepcrew-ai decodes unchanged.
 
@@ -63,6 +90,14 @@ class Episode:
     agent_id: str = ""
     id: str = ""
     forget_after: str | None = None
+    approach: str = ""
+    transcript_ref: str | None = None
+    run_id: str = ""
+
+    @property
+    def verified(self) -> bool:
+        """Whether the outcome was checked outside the agent (``success`` or ``failure``)."""
+        return self.outcome in VERIFIED
 
     if not TYPE_CHECKING:  # hidden from type checkers, which then still catch typos
 
@@ -238,6 +273,13 @@ def _score(value: Any) -> float | None:
     return number
 
 
+def _unit_score(value: Any) -> float | None:
+    number = _score(value)
+    if number is not None and not 0.0 <= number <= 1.0:
+        raise _Invalid(f"expected a number from 0 to 1, not {value!r}")
+    return number
+
+
 def _texts(value: Any) -> list[str]:
     if isinstance(value, str | bytes | dict) or not isinstance(
         value, list | tuple | set | frozenset
@@ -292,7 +334,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "query": _text,
     "response": _text,
     "outcome": _outcome,
-    "score": _score,
+    "score": _unit_score,
     "tools_used": _texts,
     "reflection": _optional_text,
     "tags": _texts,
@@ -300,10 +342,14 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "agent_id": _text,
     "id": _episode_id,
     "forget_after": _deadline,
+    "approach": _text,
+    "transcript_ref": _optional_text,
+    "run_id": _text,
 }
 # Decoding accepts any stored id (a hand-edited or imported record keeps its id; the CLI escapes
-# what it prints): only new episodes are held to the id rules.
-_DECODE_CHECKS = {**_CHECKS, "id": _text}
+# what it prints) and any finite score (deepcrew-ai took any): only new episodes are held to the
+# id rules and to scores in [0, 1].
+_DECODE_CHECKS = {**_CHECKS, "id": _text, "score": _score}
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
 # Every field but the required query, with its default.
 _DEFAULTS: dict[str, Any] = {

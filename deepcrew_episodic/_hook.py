@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._episode import Episode, Outcome
+from ._episode import Episode, Outcome, outcome_for_score
 from ._events import EventType, StreamEvent, emit
 from ._redact import safe_message
-from ._validate import optional_integer, optional_number
+from ._validate import number, optional_integer, optional_number
 
 if TYPE_CHECKING:
     from ._memory import EpisodicMemory
@@ -35,8 +35,6 @@ log = logging.getLogger("deepcrew_episodic")
 EventCallback = Callable[[StreamEvent], Any]
 """Receives each event; may be a plain function or a coroutine function."""
 
-# deepcrew-ai's rule for a score without an explicit outcome.
-SUCCESS_SCORE = 0.7
 UNVERIFIED_TAG = "unverified"
 ERROR_CHARS = 500
 
@@ -185,16 +183,16 @@ class EpisodicHook:
     ) -> Recorded:
         """Record one episode for a finished run.
 
-        Without *outcome*: ``success`` when ``score >= 0.7``, ``partial`` below, ``unknown``
-        without a score (deepcrew-ai's rule). Never raises for a memory failure: it is logged,
+        Without *outcome*, a score stands for one (:func:`~deepcrew_episodic.outcome_for_score`:
+        ``success`` from 0.7, ``failure`` below 0.3, ``partial`` between); without either, the
+        outcome is ``unknown``. *score* must be in [0, 1]. Never raises for a memory failure: it is logged,
         counted (``memory.counters.record_failures``), emitted as ``EPISODE_RECORD_FAILED`` and
         returned in :attr:`Recorded.error`.
         """
         if outcome is None:
-            if score is None:
-                outcome = "unknown"
-            else:
-                outcome = "success" if score >= SUCCESS_SCORE else "partial"
+            if score is not None:
+                score = number("score", score, minimum=0.0, maximum=1.0)
+            outcome = "unknown" if score is None else outcome_for_score(score)
         return await self._record(query, response, outcome, score, tools_used, tags)
 
     async def failed(

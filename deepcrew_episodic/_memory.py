@@ -29,7 +29,7 @@ from ._embed import (
     fingerprint,
     load_numpy,
 )
-from ._episode import FIELDS, OUTCOMES, Episode, new_id, now_iso, parse_time
+from ._episode import FIELDS, OUTCOMES, Episode, new_id, now_iso, outcome_for_score, parse_time
 from ._exceptions import (
     ConfigurationError,
     EmbedderMismatchError,
@@ -309,6 +309,8 @@ class EpisodicMemory:
         before writing any of it.
         """
         stored = self._redact(_checked_copy(episode))
+        if stored.outcome == "unknown" and stored.score is not None:
+            stored.outcome = outcome_for_score(stored.score)  # the one rule, on every path
         if stored.id and self._redactor is not None:
             kind = self._redactor.find(stored.id)
             if kind is not None:
@@ -678,6 +680,8 @@ class EpisodicMemory:
             ep = index.episode(seq)
             if outcomes is not None and ep.outcome not in outcomes:
                 return False
+            if ep.outcome == "abandoned" and outcomes is None:
+                return False  # a run that never got to the task: asked for by name only
             return wanted_tags is None or bool(wanted_tags & {t.casefold() for t in ep.tags})
 
         if query_vector is not None:

@@ -70,11 +70,33 @@ DEFAULT_FIELDS: tuple[str, ...] = ("query", "tags", "reflection")
 MATCHABLE_FIELDS: tuple[str, ...] = ("query", "response", "tags", "reflection", "tools_used")
 
 # Under an intent, the unwanted outcomes weigh less than the recency floor (0.8), so that the
-# freshest unwanted episode still ranks below the oldest wanted one of equal relevance.
+# freshest unwanted episode still ranks below the oldest wanted one of equal relevance; a claim
+# ranks below a verified outcome of its kind the same way, and above every other outcome.
 OUTCOME_WEIGHTS: dict[str, dict[str, float]] = {
-    "any": {"success": 1.0, "partial": 1.0, "failure": 1.0, "unknown": 1.0},
-    "what_failed": {"failure": 1.0, "partial": 0.75, "unknown": 0.7, "success": 0.6},
-    "what_worked": {"success": 1.0, "partial": 0.75, "unknown": 0.7, "failure": 0.6},
+    "any": {
+        "success": 1.0,
+        "claimed_success": 1.0,
+        "partial": 1.0,
+        "failure": 1.0,
+        "abandoned": 1.0,
+        "unknown": 1.0,
+    },
+    "what_failed": {
+        "failure": 1.0,
+        "abandoned": 0.78,
+        "partial": 0.75,
+        "unknown": 0.7,
+        "claimed_success": 0.62,
+        "success": 0.6,
+    },
+    "what_worked": {
+        "success": 1.0,
+        "claimed_success": 0.78,
+        "partial": 0.75,
+        "unknown": 0.7,
+        "abandoned": 0.62,
+        "failure": 0.6,
+    },
 }
 
 # --- terms ------------------------------------------------------------------------------------

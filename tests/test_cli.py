@@ -167,6 +167,8 @@ def test_full_round_trip_in_subprocesses(tmp_path: Path) -> None:
         "failure": 1,
         "partial": 0,
         "unknown": 0,
+        "claimed_success": 0,
+        "abandoned": 0,
     }
     exported = cli("--store", store, "export")
     assert [json.loads(x)["outcome"] for x in exported.stdout.splitlines()] == [
@@ -428,7 +430,14 @@ def test_stats_counts_corrupt_and_expired(run: Run, store: str) -> None:
     assert code == 0
     stats = json.loads(out)
     assert stats["total"] == 3
-    assert stats["by_outcome"] == {"success": 1, "failure": 0, "partial": 1, "unknown": 1}
+    assert stats["by_outcome"] == {
+        "success": 1,
+        "failure": 0,
+        "partial": 1,
+        "unknown": 1,
+        "claimed_success": 0,
+        "abandoned": 0,
+    }
     assert stats["expired"] == 1
     assert stats["corrupt"] == 1
     assert stats["capacity"] == 100
@@ -438,7 +447,7 @@ def test_stats_counts_corrupt_and_expired(run: Run, store: str) -> None:
     code, out, _ = run("--store", store, "stats")
     assert "corrupt    1" in out
     assert "expired    1" in out
-    histogram = {line.split()[0]: line for line in out.splitlines()[-4:]}
+    histogram = {line.split()[0]: line for line in out.splitlines()[-6:]}
     assert histogram["success"].endswith("#" * 30)
     assert histogram["failure"].split() == ["failure", "0"]
 

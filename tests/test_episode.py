@@ -28,6 +28,9 @@ FULL = Episode(
     agent_id="support",
     id="abc123",
     forget_after="2027-01-01T00:00:00Z",
+    approach="Looked the order up and refunded it.",
+    transcript_ref="runs/2026-03-01/abc123.jsonl",
+    run_id="run-7",
 )
 
 
@@ -42,7 +45,9 @@ def test_positional_arguments_follow_deepcrew_ai() -> None:
     args = ("q", "r", "failure", 0.25, ["t"], "lesson", ["tag"], "2026-01-01T00:00:00Z", "a")
     ours, theirs = Episode(*args), Ancestor(*args)  # type: ignore[arg-type]
     assert dataclasses.asdict(theirs) == {
-        k: v for k, v in dataclasses.asdict(ours).items() if k not in ("id", "forget_after")
+        k: v
+        for k, v in dataclasses.asdict(ours).items()
+        if k not in ("id", "forget_after", "approach", "transcript_ref", "run_id")
     }
 
 
@@ -190,4 +195,7 @@ def test_deepcrew_ai_records_decode_unchanged() -> None:
         **dataclasses.asdict(theirs),
         "id": "",
         "forget_after": None,
+        "approach": "",
+        "transcript_ref": None,
+        "run_id": "",
     }

@@ -176,7 +176,7 @@ async def test_one_bad_field_does_not_hide_a_deepcrew_record(provider: MemoryPro
                 {
                     "query": "rotate the key",
                     "response": "done",
-                    "outcome": "abandoned",
+                    "outcome": "exploded",  # from a newer writer
                     "score": "high",
                 }
             ),

@@ -48,6 +48,7 @@ PUBLIC = {
     "Verifier",
     "VerifierError",
     "__version__",
+    "outcome_for_score",
     "run_agent",
     "stream_agent",
 }

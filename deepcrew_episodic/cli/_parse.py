@@ -33,7 +33,7 @@ DEFAULT_MAX_EPISODES = 100
 MAX_COUNT = 1_000_000_000
 # The same values as Episode's outcomes (a test keeps them equal); repeated here so that
 # parsing the command line imports nothing of the library.
-OUTCOMES = ("success", "failure", "partial", "unknown")
+OUTCOMES = ("success", "failure", "partial", "unknown", "claimed_success", "abandoned")
 INTENTS = ("any", "what_failed", "what_worked")
 
 # ASCII digits only: re's \d, int() and float() also take "٣" (Arabic-Indic three).
