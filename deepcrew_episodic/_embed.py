@@ -114,14 +114,22 @@ def _field(item: Any, name: str) -> Any:
 
 
 class _FunctionEmbedder:
-    """A plain callable as an embedder; a sync one runs in a worker thread."""
+    """An embedder with its name fixed: a plain callable, or an object's ``embed``. A sync
+    one runs in a worker thread, abandoned (not waited for) when the call times out: an
+    in-process model that hangs must not hang the memory."""
 
-    def __init__(self, function: Callable[..., Any]) -> None:
+    def __init__(
+        self, function: Callable[..., Any], *, name: str | None = None, original: object = None
+    ) -> None:
         self.function = function
-        self.name = str(
-            getattr(function, "name", None)
-            or f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"
-        )
+        self.original = function if original is None else original
+        if name is None:
+            name = str(
+                getattr(function, "name", None)
+                or f"{getattr(function, '__module__', '?')}."
+                f"{getattr(function, '__qualname__', '?')}"
+            )
+        self.name = name
         call = getattr(function, "__call__", None)  # noqa: B004 - an object's async __call__
         self._async = inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
 
@@ -131,7 +139,7 @@ class _FunctionEmbedder:
         else:
             import anyio.to_thread
 
-            result = await anyio.to_thread.run_sync(self.function, texts)
+            result = await anyio.to_thread.run_sync(self.function, texts, abandon_on_cancel=True)
         if inspect.isawaitable(result):
             result = await result
         return result  # type: ignore[no-any-return]
@@ -141,24 +149,47 @@ class _FunctionEmbedder:
 
 
 def as_embedder(value: object) -> Embedder | None:
-    """*value* (``None``, an :class:`Embedder`, or a callable) as an embedder."""
+    """*value* (``None``, an :class:`Embedder`, or a callable) as an embedder whose ``name``
+    is read once, here: the name is recorded in the log, and one that changed later (or that
+    raised) would turn every record into a mismatch."""
     if value is None:
         return None
-    embed = getattr(value, "embed", None)
-    if callable(embed):
+    try:
+        embed = getattr(value, "embed", None)
         name = getattr(value, "name", None)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"embedder {type(value).__name__}: reading its name failed ({exc})"
+        ) from None
+    if callable(embed):
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(
-                f"embedder {value!r} needs a non-empty string attribute 'name' (it is recorded "
-                f"in the log, so that vectors of another model are never mixed with its own)"
+                f"embedder {type(value).__name__} needs a non-empty string attribute 'name' (it "
+                f"is recorded in the log, so that vectors of another model are never mixed with "
+                f"its own)"
             )
-        return value  # type: ignore[return-value]
+        return _FunctionEmbedder(embed, name=name, original=value)
     if callable(value):
         return _FunctionEmbedder(value)
     raise ConfigurationError(
         f"embedder must be an object with a name and async embed(texts), or a callable taking "
         f"a list of texts, not {type(value).__name__}"
     )
+
+
+def literal_secrets(embedder: object) -> list[str]:
+    """Secrets an embedder was configured with (a ``LiteLLMEmbedder``'s ``api_key``), to take
+    out of its error messages whatever their shape."""
+    original = getattr(embedder, "original", embedder)
+    params = getattr(original, "params", None)
+    if not isinstance(params, dict):
+        return []
+    words = ("key", "token", "secret", "password")
+    return [
+        value
+        for name, value in params.items()
+        if isinstance(value, str) and len(value) >= 8 and any(w in name.lower() for w in words)
+    ]
 
 
 def load_numpy() -> Any:
@@ -204,23 +235,31 @@ def check_vectors(raw: object, count: int, name: str) -> Matrix:
     np = load_numpy()
     if isinstance(raw, str | bytes) or not isinstance(raw, Sequence | np.ndarray):
         raise EmbeddingError(f"embedder {name!r} answered {type(raw).__name__}, not vectors")
+    if isinstance(raw, np.ndarray) and (raw.ndim == 0 or raw.dtype.kind not in "iuf"):
+        raise EmbeddingError(
+            f"embedder {name!r} answered an array of {raw.dtype} and {raw.ndim} dimensions"
+        )
     if len(raw) != count:
         raise EmbeddingError(f"embedder {name!r} answered {len(raw)} vectors for {count} texts")
     try:
-        matrix = np.array(raw, dtype=np.float32)
-    except (TypeError, ValueError, OverflowError) as exc:
+        # float64 first: a value float32 cannot hold, or a norm that would overflow or
+        # underflow in float32, is seen for what it is rather than becoming inf or zero.
+        matrix = np.array(raw, dtype=np.float64)
+    except Exception as exc:  # anything __float__ may raise, from any object
         raise EmbeddingError(
-            f"embedder {name!r} answered vectors that are not lists of numbers of one length "
-            f"({exc})"
+            f"embedder {name!r} answered vectors that are not lists of real numbers of one "
+            f"length ({type(exc).__name__})"
         ) from None
     if matrix.ndim != 2 or not 0 < matrix.shape[1] <= MAX_DIMENSION:
         raise EmbeddingError(f"embedder {name!r} answered vectors of shape {matrix.shape}")
     if not np.isfinite(matrix).all():
         raise EmbeddingError(f"embedder {name!r} answered a vector holding NaN or infinity")
-    norms = np.linalg.norm(matrix, axis=1)
-    if (norms == 0).any():
+    scale = np.abs(matrix).max(axis=1, keepdims=True)
+    if (scale == 0).any():
         raise EmbeddingError(f"embedder {name!r} answered an all-zero vector")
-    return (matrix / norms[:, None]).astype(np.float32)  # type: ignore[no-any-return]
+    matrix = matrix / scale  # no overflow or underflow in the norm, whatever the magnitude
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    return unit.astype(np.float32)  # type: ignore[no-any-return]
 
 
 def encode_vector(vector: Any, mark: str, text_digest: str) -> str:

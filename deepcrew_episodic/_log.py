@@ -46,6 +46,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
+from ._embed import decode_identity
 from ._episode import Episode
 from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeError
 from ._mutex import Mutex
@@ -498,12 +499,12 @@ class EpisodeLog:
             stored_vector[0] = False
             if vector is not None:
                 # Decided on the embedder record as it stands in this step: a vector is never
-                # stored beside another embedder's.
-                identity = values.get(self.embedder_key) or None
-                if identity is None or identity == vector[1]:
+                # stored beside another embedder's. An unreadable record counts as none.
+                found = decode_identity(values.get(self.embedder_key) or None)
+                if found is None or found == decode_identity(vector[1]):
                     items[self.vector_key(seq)] = vector[0]
                     stored_vector[0] = True
-                    if identity is None:
+                    if found is None:
                         items[self.embedder_key] = vector[1]
             if seq == initial + 1:
                 # A new counter: a new log (perhaps re-created after a wipe). A new change

@@ -27,6 +27,7 @@ from ._embed import (
     encode_identity,
     encode_vector,
     fingerprint,
+    literal_secrets,
     load_numpy,
 )
 from ._episode import FIELDS, OUTCOMES, Episode, new_id, now_iso, outcome_for_score, parse_time
@@ -760,8 +761,14 @@ class EpisodicMemory:
     # --- recall by meaning -----------------------------------------------------------------
 
     @property
-    def embedder(self) -> Embedder | None:
-        return self._embedder
+    def embedder(self) -> Embedder | Callable[..., Any] | None:
+        """The embedder this memory was given (``None``: keywords only)."""
+        return getattr(self._embedder, "original", self._embedder)
+
+    @property
+    def embedder_name(self) -> str | None:
+        """The embedder's name as this memory records it in the log (read once)."""
+        return None if self._embedder is None else self._embedder.name
 
     async def backfill(
         self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
@@ -827,18 +834,20 @@ class EpisodicMemory:
             matrix = await self._embed([text for _, _, text in batch], "backfill")
             dimension = int(matrix.shape[1])
             mine = encode_identity(embedder.name, dimension)
-            if everything and identity != mine:
+            seen = decode_identity(identity)
+            if everything and seen != (embedder.name, dimension):
                 if not await self._log.set_embedder(identity, mine):
                     raise EmbedderMismatchError(
                         "another process changed the log's embedder during reembed; run it again"
                     )
                 identity = mine
-            elif identity is None:
-                if not await self._log.set_embedder(None, mine):
+            elif seen is None:
+                # None yet, or unreadable: record ours, unless another writer just did.
+                if not await self._log.set_embedder(identity, mine):
                     await self._sync()
                     self._check_embedder()
                 identity = mine
-            elif identity != mine:
+            elif seen != (embedder.name, dimension):
                 have = decode_identity(identity)
                 raise EmbeddingError(
                     f"embedder {embedder.name!r} answered vectors of {dimension} dimensions; the "
@@ -893,16 +902,21 @@ class EpisodicMemory:
             raise EmbeddingError(
                 f"embedder {name!r} did not answer within {self._embed_timeout:g} s ({purpose})"
             ) from None
-        except EmbeddingError:
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
-        except Exception as exc:
-            # The provider's message may echo the key it refused (redacted, escaped, cut) and
-            # may carry a whole traceback (litellm's do): its first line says what happened.
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            # The message may echo the key the provider refused, carry a whole traceback
+            # (litellm's do) or control characters: its first line, redacted, escaped and cut.
+            # Not chained (`from None`): the original, unredacted, would travel with it.
             lines = str(exc).strip().splitlines()
-            first = f": {lines[0]}" if lines else ""
-            raise EmbeddingError(
-                safe_message(f"embedder {name!r} failed ({purpose}): {type(exc).__name__}{first}")
-            ) from exc
+            first = lines[0] if lines else ""
+            if not isinstance(exc, EmbeddingError):
+                first = f"embedder {name!r} failed ({purpose}): {type(exc).__name__}: {first}"
+            for secret in literal_secrets(self._embedder):
+                first = first.replace(secret, "[REDACTED:api-key]")
+            raise EmbeddingError(safe_message(first)) from None
         return check_vectors(raw, len(texts), name)
 
     def _embedding_failed(self, purpose: str, reason: str) -> None:

@@ -260,6 +260,15 @@ _DEFAULT_PATTERNS: tuple[tuple[Any, ...], ...] = (
         joins=True,
     ),
     _rule(
+        "provider-key",
+        # Model and embedding providers' keys: Groq gsk_, Jina jina_, Voyage pa-, NVIDIA nvapi-,
+        # xAI xai-, Replicate r8_, Fireworks fw_, Perplexity pplx-, Together tgp_v1_, Mistral
+        # and Cohere keys have no prefix (see refused-key). 20+ key characters with a digit.
+        r"(?<![A-Za-z0-9_-])(?:gsk_|jina_|pa-|nvapi-|xai-|r8_|fw_|pplx-|tgp_v1_)"
+        r"(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{20,}(?![A-Za-z0-9_-])",
+        joins=True,
+    ),
+    _rule(
         "slack-webhook",
         r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{8,}",
     ),
@@ -351,6 +360,14 @@ _DEFAULT_PATTERNS: tuple[tuple[Any, ...], ...] = (
         r"@[^\s/?#@]",
     ),
     _rule(
+        "refused-key",
+        # The key a provider echoes in its error ("Incorrect API key provided: X", "invalid
+        # api key: X", "API key X is invalid"): whatever its shape, 16+ key characters.
+        r"(?i)(?<![A-Za-z0-9])(?:api|access|secret|auth)[ _-]?(?:key|token)"
+        r"(?:\s+(?:provided|given|supplied|used))?\s*(?:[:=]|\bis\b)?\s*[\"'`]?"
+        r"(?P<secret>(?=[A-Za-z0-9._*+/=-]*[0-9])[A-Za-z0-9._*+/=-]{16,})",
+    ),
+    _rule(
         "secret-assignment",
         # PASSWORD=..., PGPASSWORD=x, DB_PASSWORD=x, "api_key": "...", password: hunter22,
         # Password=...; in a connection string - but not prose ("the secret: patience") and not
@@ -387,6 +404,8 @@ _HINTS: dict[str, tuple[str, ...]] = {
     "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     "gitlab-token": ("gl", "gr1348941"),
     "slack-token": ("xox", "xapp-"),
+    "provider-key": ("gsk_", "jina_", "pa-", "nvapi-", "xai-", "r8_", "fw_", "pplx-", "tgp_v1_"),
+    "refused-key": ("key", "token"),
     "slack-webhook": ("hooks.slack.com",),
     "google-api-key": ("aiza",),
     "huggingface-token": ("hf_",),

@@ -11,12 +11,14 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
+from llm_server import EmbedReply, ScriptedLLM
 
 from deepcrew_episodic import (
     ConfigurationError,
@@ -25,6 +27,7 @@ from deepcrew_episodic import (
     EpisodicHook,
     EpisodicMemory,
     EventType,
+    LiteLLMEmbedder,
     MissingDependencyError,
     SyncEpisodicMemory,
 )
@@ -132,8 +135,9 @@ async def test_a_sync_callable_runs_off_the_event_loop() -> None:
     found = await memory.explain(PARAPHRASE)
     assert found.by == "hybrid"
     assert found[0].episode.query == CONCEPT_EPISODES[0]
-    assert memory.embedder is not None
-    assert memory.embedder.name.endswith("embed")  # module.qualname, recorded in the log
+    assert memory.embedder is embed
+    assert memory.embedder_name is not None
+    assert memory.embedder_name.endswith("embed")  # module.qualname, recorded in the log
     assert len(threads) == len(CONCEPT_EPISODES) + 2  # records, the background, the query
 
 
@@ -248,19 +252,17 @@ async def test_backfill_raises_a_typed_error_and_keeps_what_it_wrote() -> None:
     plain = EpisodicMemory(InMemoryProvider())
     for i in range(6):
         await plain.record(Episode(query=f"customer billed double {i}", response="ok"))
-    embedder = ConceptEmbedder()
-    memory = EpisodicMemory(plain.backend, embedder=embedder)
-    calls = 0
-    original = embedder.embed
 
-    async def flaky(texts: list[str]) -> list[list[float]]:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
-            raise RuntimeError("rate limited")
-        return await original(texts)
+    class Flaky(ConceptEmbedder):
+        attempts = 0
 
-    embedder.embed = flaky  # type: ignore[method-assign]
+        async def embed(self, texts: list[str]) -> list[list[float]]:
+            self.attempts += 1
+            if self.attempts == 2:
+                raise RuntimeError("rate limited")
+            return await super().embed(texts)
+
+    memory = EpisodicMemory(plain.backend, embedder=Flaky())
     with pytest.raises(EmbeddingError, match="rate limited"):
         await memory.backfill(batch_size=3)
     assert (await memory.stats()).vectors == 3
@@ -425,3 +427,138 @@ async def test_a_bare_identifier_finds_its_episode_whatever_the_model_sees_in_it
     ]
     # a shared word without shared meaning still drops out
     assert await memory.recall("bank transfer failed for a customer payment") == []
+
+
+class _Boom(BaseException):
+    """Not an Exception, and not a cancellation: still the embedder's failure."""
+
+
+class _BadFloat:
+    def __float__(self) -> float:
+        raise RuntimeError("no float here")
+
+
+def _answers(kind: str, texts: list[str]) -> Any:
+    import numpy as np
+
+    if kind == "base-exception":
+        raise _Boom("boom")
+    if kind == "zero-dim":
+        return np.array(1.0)
+    if kind == "bad-float":
+        return [[_BadFloat(), 1.0] for _ in texts]
+    if kind == "complex":
+        return np.array([[1 + 2j, 3j] for _ in texts])
+    if kind == "object":
+        return np.array([["a", "b"] for _ in texts], dtype=object)
+    if kind == "none":
+        return None
+    if kind == "ragged":
+        return [[1.0, 2.0], [1.0]][: len(texts)] if len(texts) > 1 else [[1.0, 2.0, 3.0]]
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize(
+    "kind", ["base-exception", "zero-dim", "bad-float", "complex", "object", "none"]
+)
+async def test_any_misbehaving_embedder_costs_no_episode_and_no_run(kind: str) -> None:
+    good = ConceptEmbedder()
+    broken = False
+
+    def embed(texts: list[str]) -> Any:
+        return _answers(kind, texts) if broken else [good._vector(t) for t in texts]
+
+    memory = await _filled(embedder=embed)
+    broken = True
+    stored = await memory.record(Episode(query="login broken again", response="ok"))
+    assert stored.id in {e.id for e in await memory.load()}
+    ranking = await memory.explain("login broken")
+    assert ranking.by == "keywords-fallback"
+    recalled = await EpisodicHook(memory).before_run([{"role": "user", "content": "login"}])
+    assert recalled.error is None
+    assert memory.counters.embedding_failures >= 2
+
+
+@pytest.mark.parametrize("scale", [3e38, 1e-30])
+async def test_vectors_of_any_magnitude_are_kept(scale: float) -> None:
+    good = ConceptEmbedder()
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [[x * scale for x in good._vector(t)] for t in texts]
+
+    memory = await _filled(embedder=embed)
+    assert (await memory.stats()).vectors == len(CONCEPT_EPISODES)
+    assert memory.counters.embedding_failures == 0
+    assert [e.query for e in await memory.recall(PARAPHRASE)][:1] == [CONCEPT_EPISODES[0]]
+
+
+async def test_the_name_is_read_once_and_a_sync_embed_method_runs_in_a_thread() -> None:
+    class Drifting:
+        """Reports a new revision on every read of its name, and embeds synchronously."""
+
+        def __init__(self) -> None:
+            self.reads = 0
+            self.concept = ConceptEmbedder()
+
+        @property
+        def name(self) -> str:
+            self.reads += 1
+            return f"model-rev{self.reads}"
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            time.sleep(0.01)  # blocking: must not run on the event loop
+            return [self.concept._vector(t) for t in texts]
+
+    memory = await _filled(embedder=Drifting())
+    assert memory.embedder_name == "model-rev1"
+    assert (await memory.stats()).vectors == len(CONCEPT_EPISODES)
+    assert memory.counters.embedding_failures == 0
+
+
+async def test_a_hanging_sync_model_is_abandoned_at_the_timeout() -> None:
+    release = threading.Event()
+    concept = ConceptEmbedder()
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        if texts and texts[0].startswith("hang"):
+            release.wait(10)  # an in-process model stuck in native code
+        return [concept._vector(t) for t in texts]
+
+    memory = await _filled(embedder=embed, embed_timeout=0.2)
+    try:
+        started = time.perf_counter()
+        stored = await memory.record(Episode(query="hang now", response="ok"))
+        assert time.perf_counter() - started < 2
+        assert stored.id in {e.id for e in await memory.load()}
+        assert memory.counters.embedding_failures == 1
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    ["[1, 2]", '{"name": "concepts", "dimension": "1024"}', "not json", "{" * 5000, ""],
+)
+async def test_an_unreadable_embedder_record_is_replaced_not_obeyed(garbage: str) -> None:
+    memory = await _filled()
+    await memory.backend.write({"episodic:default:__embedder__": garbage})
+    fresh = EpisodicMemory(memory.backend, embedder=ConceptEmbedder())
+    stored = await fresh.record(Episode(query="customer billed double again", response="ok"))
+    assert fresh.counters.embedding_failures == 0
+    raw = (await memory.backend.retrieve_many(["episodic:default:__embedder__"]))[0]
+    assert json.loads(raw or "") == {"name": "concepts", "dimension": ConceptEmbedder.dimension}
+    assert stored.id in {s.episode.id for s in await fresh.explain(PARAPHRASE)}
+
+
+async def test_the_configured_api_key_never_comes_back_in_an_error(llm: ScriptedLLM) -> None:
+    key = "zz9-Ab.Cd-ef12+X"  # no known key shape: only its literal value can catch it
+    llm.embed_fallback = EmbedReply.error(401, f"credentials {key} refused")
+    embedder = LiteLLMEmbedder("openai/hash-64", api_base=llm.base_url, api_key=key)
+    memory = EpisodicMemory(InMemoryProvider(), embedder=embedder)
+    await memory.record(Episode(query="customer billed double", response="ok"))
+    ranking = await memory.explain("customer billed")
+    assert ranking.by == "keywords-fallback"
+    assert ranking.embedder_error is not None
+    assert "refused" in ranking.embedder_error
+    assert key not in ranking.embedder_error
+    assert memory.counters.embedding_failures == 2

@@ -181,7 +181,7 @@ def _vectors_counted(memory: EpisodicMemory, stats: MemoryStats) -> int | None:
     embedder = memory.embedder
     if embedder is None:
         return None
-    if stats.embedder is not None and not stats.embedder.startswith(f"{embedder.name} ("):
+    if stats.embedder is not None and not stats.embedder.startswith(f"{memory.embedder_name} ("):
         return None  # the log's vectors are another embedder's
     return stats.vectors
 
@@ -197,7 +197,7 @@ def _vector_rows(memory: EpisodicMemory, stats: MemoryStats) -> list[tuple[str, 
     elif counted is None:
         vectors = (
             f"not counted: the log's vectors are another embedder's, not "
-            f"{shown(embedder.name)}'s ('reembed' replaces them)"
+            f"{shown(memory.embedder_name or '')}'s ('reembed' replaces them)"
         )
     else:
         vectors = f"{counted} of {stats.total} episodes"

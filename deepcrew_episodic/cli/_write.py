@@ -419,7 +419,7 @@ async def cmd_reembed(args: argparse.Namespace, memory: EpisodicMemory, label: s
         made = f" (made by {clean(stats.embedder)})" if stats.embedder else ""
         if not confirm(
             f"Replace every vector of namespace '{memory.namespace}' in {label}{made} with one "
-            f"made by '{clean(memory.embedder.name)}'?"
+            f"made by '{clean(memory.embedder_name or '')}'?"
         ):
             raise CliError(
                 "not confirmed: no vector was replaced (pass --yes to reembed without asking)"
