@@ -11,6 +11,13 @@ another's prefix; for the usual names ``N`` is ``ns`` itself)::
     episodic:N:id:<hash>     the claim on an explicit episode id (see ``claim``)
     episodic:N:v:<seq>       the vector of episode <seq> (recall by meaning; see _embed.py)
     episodic:N:__embedder__  which embedder wrote the vectors: {"name", "dimension"}
+    episodic:N:__grades__    the newest grade number (an atomic counter)
+    episodic:N:g:<n>         one grade of an episode, given after it was recorded (JSON)
+    episodic:N:u:<seq>       how many times episode <seq> was used in a run (a counter)
+    episodic:N:__uses__      bumped by every use, so that readers know to read the counts
+
+An episode's key is written once and never again (only deleted): a grade is a record of its own,
+applied on every read path, and a use is counted beside the episode, not in it.
     episodic:ns:__meta__     deepcrew-ai 0.6's ring index {"count", "next"} (read, never written)
     episodic:ns:<slot>       deepcrew-ai 0.6's episodes, slot = 0 .. count-1 (read in place)
 
@@ -61,7 +68,9 @@ _ENTRY = re.compile(r"e:([0-9]+)")
 _SLOT = re.compile(r"[0-9]+")
 _CLAIM = re.compile(r"id:[0-9a-f]{32}")
 _VECTOR = re.compile(r"v:([0-9]+)")
-_OWN = frozenset({"__seq__", "__gen__", "__max__", "__embedder__"})
+_GRADE = re.compile(r"g:([0-9]+)")
+_USE = re.compile(r"u:([0-9]+)")
+_OWN = frozenset({"__seq__", "__gen__", "__max__", "__embedder__", "__grades__", "__uses__"})
 _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII only: int() would also take "٣" or "²"
 NAMESPACE_CHARS = 256
 MAX_RING = 10**9  # max_episodes: far past what any store here can hold
@@ -117,6 +126,8 @@ class Head:
     ring: int | None = None  # the log's ring size (__max__), when a writer recorded one
     raw_ring: str | None = None  # __max__ as stored, for a compare-and-set
     embedder: str | None = None  # __embedder__ as stored
+    grades: int = 0  # __grades__: the newest grade number
+    uses: str | None = None  # __uses__ as stored
 
 
 @dataclass
@@ -140,6 +151,8 @@ class Changes:
     added: list[tuple[int, Episode]] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
     vectors: dict[int, str] = field(default_factory=dict)  # stored vectors of added episodes
+    grades: list[tuple[int, str]] = field(default_factory=list)  # new grade records, in order
+    uses: dict[int, int] | None = None  # every use count, when one changed since the last sync
 
 
 class EpisodeLog:
@@ -157,6 +170,10 @@ class EpisodeLog:
         self.meta_key = self.legacy_prefix + "__meta__"
         self.ring_key = self.prefix + "__max__"
         self.embedder_key = self.prefix + "__embedder__"
+        self.grades_key = self.prefix + "__grades__"
+        self.uses_key = self.prefix + "__uses__"
+        self._synced_grades = 0
+        self._synced_uses: str | None = None
         self.vectors = False  # read each episode's vector with it (a memory with an embedder)
         self.embedder: str | None = None  # __embedder__ as of the last sync
         self.conflict_key, self.conflict_with, self.conflict_needs_meta = _conflict(namespace)
@@ -187,6 +204,12 @@ class EpisodeLog:
 
     def vector_key(self, seq: int) -> str:
         return f"{self.prefix}v:{seq}"
+
+    def grade_key(self, number: int) -> str:
+        return f"{self.prefix}g:{number}"
+
+    def use_key(self, seq: int) -> str:
+        return f"{self.prefix}u:{seq}"
 
     def claim_key(self, episode_id: str) -> str:
         """Where the claim on an explicit episode id is kept (a hash: ids may hold anything)."""
@@ -226,18 +249,26 @@ class EpisodeLog:
         rest = key[len(self.prefix) :]
         if rest in _OWN or _ENTRY.fullmatch(rest) or _CLAIM.fullmatch(rest):
             return True
-        if _VECTOR.fullmatch(rest):
+        if _VECTOR.fullmatch(rest) or _GRADE.fullmatch(rest) or _USE.fullmatch(rest):
             return True
         return self.legacy_prefix == self.prefix and _legacy_key(rest)
 
     # --- reading --------------------------------------------------------------------------
 
     async def read_head(self) -> Head:
-        wanted = [self.seq_key, self.gen_key, self.meta_key, self.ring_key, self.embedder_key]
+        wanted = [
+            self.seq_key,
+            self.gen_key,
+            self.meta_key,
+            self.ring_key,
+            self.embedder_key,
+            self.grades_key,
+            self.uses_key,
+        ]
         if self.conflict_key:
             wanted.append(self.conflict_key)
         found = await self.provider.retrieve_many(wanted)
-        raw_seq, gen, raw_meta, raw_ring, embedder, *conflict = found
+        raw_seq, gen, raw_meta, raw_ring, embedder, raw_grades, uses, *conflict = found
         if conflict and conflict[0] and (raw_meta or not self.conflict_needs_meta):
             raise ConfigurationError(
                 f"namespace {escape_hidden(self.namespace)!r} cannot be used in this store: its "
@@ -261,7 +292,8 @@ class EpisodeLog:
                 (raw_seq, gen, raw_meta, raw_ring), last, ring, base
             )
         self._ring_hint = ring
-        return Head(last, gen or None, legacy, ring, raw_ring, embedder or None)
+        grades = int(raw_grades) if raw_grades and _DIGITS.fullmatch(raw_grades) else 0
+        return Head(last, gen or None, legacy, ring, raw_ring, embedder or None, grades, uses)
 
     async def _check_counters(
         self, seen: tuple[str | None, ...], last: int, ring: int | None, base: int
@@ -354,6 +386,24 @@ class EpisodeLog:
         values = await self.provider.retrieve_many(keys) if wanted else []
         vectors = values[len(wanted) :]
         values, keys = values[: len(wanted)], keys[: len(wanted)]
+        # Grades: the new ones (all of them after a reset); a missing one was swept.
+        first_grade = 1 if reset else self._synced_grades + 1
+        numbers = list(range(first_grade, head.grades + 1))
+        graded = (
+            await self.provider.retrieve_many([self.grade_key(n) for n in numbers])
+            if numbers
+            else []
+        )
+        # Use counts: read again whenever a use was counted since the last sync.
+        use_counts: dict[int, int] | None = {} if reset else None
+        if head.uses is not None and (reset or head.uses != self._synced_uses):
+            use_counts = {}
+            use_keys = await self.provider.keys(f"{self.prefix}u:")
+            raw_counts = await self.provider.retrieve_many(use_keys) if use_keys else []
+            for key, raw in zip(use_keys, raw_counts, strict=True):
+                match = _USE.fullmatch(key[len(self.prefix) :])
+                if match and raw and _DIGITS.fullmatch(raw):
+                    use_counts[int(match.group(1))] = int(raw)
 
         changes = Changes(reset=reset)
         if reset:
@@ -394,6 +444,10 @@ class EpisodeLog:
         for seq, vector in zip(wanted, vectors, strict=False):
             if vector and seq in self._cache:
                 changes.vectors[seq] = vector
+        changes.grades = [(n, raw) for n, raw in zip(numbers, graded, strict=True) if raw]
+        changes.uses = use_counts
+        self._synced_grades = max(self._synced_grades if not reset else 0, head.grades)
+        self._synced_uses = head.uses
         self._holes = holes
         self.embedder = head.embedder
         self._synced_last = max(synced_last, head.last)
@@ -439,6 +493,10 @@ class EpisodeLog:
             except ValueError:
                 bad.append(key)
         return found, bad
+
+    def episode(self, seq: int) -> Episode:
+        """The cached episode *seq* (as stored)."""
+        return self._cache[seq]
 
     def cached(self) -> Iterator[tuple[int, Episode]]:
         """The cached episodes, oldest first."""
@@ -599,6 +657,7 @@ class EpisodeLog:
         reload."""
         keys = [*(self.entry_key(s, self._legacy) for s in seqs), *also]
         keys += [self.vector_key(s) for s in seqs]
+        keys += [self.use_key(s) for s in seqs]
         await self.provider.write({self.gen_key: uuid.uuid4().hex}, keys)
         self._synced = False
 
@@ -703,6 +762,26 @@ class EpisodeLog:
             strays.append(key)
         return strays
 
+    async def add_grade(self, record: str) -> int:
+        """Append one grade record; return its number. Grades are never rewritten."""
+
+        def place(
+            number: int, values: Mapping[str, str | None]
+        ) -> tuple[dict[str, str], list[str]]:
+            return {self.grade_key(number): record}, []
+
+        return await self.provider.increment_and_write(self.grades_key, place)
+
+    async def count_use(self, seqs: Collection[int]) -> None:
+        """Count one use of each episode, and tell readers to read the counts again."""
+        for seq in seqs:
+            await self.provider.increment(self.use_key(seq))
+        if seqs:
+            await self.provider.increment(self.uses_key)
+
+    async def grade_keys(self) -> list[str]:
+        return [k for k in await self.provider.keys(f"{self.prefix}g:") if self._ours(k)]
+
     def _is_vector(self, key: str) -> bool:
         return key.startswith(self.prefix) and bool(_VECTOR.fullmatch(key[len(self.prefix) :]))
 
@@ -716,7 +795,7 @@ class EpisodeLog:
         for key in keys:
             if key.startswith(self.prefix):
                 rest = key[len(self.prefix) :]
-                entry = _ENTRY.fullmatch(rest) or _VECTOR.fullmatch(rest)
+                entry = _ENTRY.fullmatch(rest) or _VECTOR.fullmatch(rest) or _USE.fullmatch(rest)
                 if entry is not None:
                     if int(entry.group(1)) < keep.start:
                         doomed.append(key)

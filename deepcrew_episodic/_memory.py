@@ -30,13 +30,23 @@ from ._embed import (
     literal_secrets,
     load_numpy,
 )
-from ._episode import FIELDS, OUTCOMES, Episode, new_id, now_iso, outcome_for_score, parse_time
+from ._episode import (
+    FIELDS,
+    OUTCOMES,
+    Episode,
+    Outcome,
+    new_id,
+    now_iso,
+    outcome_for_score,
+    parse_time,
+)
 from ._exceptions import (
     ConfigurationError,
     EmbedderMismatchError,
     EmbeddingError,
     InvalidEpisodeError,
 )
+from ._grade import NOTE_CHARS, Grade, graded
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
 from ._redact import Redactor, as_redactor, safe_message
@@ -109,6 +119,9 @@ class EpisodicMemory:
         An absolute cosine floor on top of ``similarity_floor`` (``None``: none).
     embed_timeout:
         Seconds to wait for one embedding call (a record or a recall goes on without it).
+    reinforce:
+        Rank an episode that was used in runs a little higher (at most +20%, growing with the
+        log of its uses; see :meth:`used`). ``False`` ranks as if nothing was ever used.
 
     Example::
 
@@ -139,6 +152,7 @@ class EpisodicMemory:
         similarity_floor: float = SIMILARITY_FLOOR,
         min_similarity: float | None = None,
         embed_timeout: float = 10.0,
+        reinforce: bool = True,
     ) -> None:
         self._provider = as_provider(backend)
         self._log = EpisodeLog(self._provider, namespace, max_episodes)
@@ -178,6 +192,12 @@ class EpisodicMemory:
         self._known: dict[int, _Known] = {}
         self._ids: dict[str, int] = {}  # episode id -> seq (record() refuses an id stored)
         self._newest: tuple[int, float] | None = None  # the newest cached seq and its time
+        # Grades by episode id, oldest first; grade number -> episode id (for sweeps).
+        self._grades: dict[str, list[Grade]] = {}
+        self._graded_by: dict[int, str] = {}
+        self._uses: dict[int, int] = {}  # seq -> times used in a run
+        self._runs: dict[str, list[int]] = {}  # run_id -> its seqs, in order
+        self._reinforce = boolean("reinforce", reinforce)
         self._embedder = as_embedder(embedder)
         fields = strings("embed_fields", embed_fields)
         if not fields or set(fields) - set(EMBEDDABLE_FIELDS) or len(set(fields)) != len(fields):
@@ -565,7 +585,8 @@ class EpisodicMemory:
         expired = 0
         times: list[tuple[float, str]] = []
         shown: set[int] = set()
-        for seq, ep in self._log.cached():
+        for seq, raw in self._log.cached():
+            ep = self._view(raw)
             if self._expired(seq, now):
                 expired += 1
                 continue
@@ -605,7 +626,7 @@ class EpisodicMemory:
         await self._sync()
         now = self._clock()
         return [
-            ep.copy()
+            self._view(ep).copy()
             for seq, ep in self._log.cached()
             if include_expired or not self._expired(seq, now)
         ]
@@ -685,33 +706,35 @@ class EpisodicMemory:
                 return False  # a run that never got to the task: asked for by name only
             return wanted_tags is None or bool(wanted_tags & {t.casefold() for t in ep.tags})
 
-        if query_vector is not None:
-            from ._vectors import hybrid_search
+        def search(n: int) -> list[tuple[int, Scored]]:
+            if query_vector is not None:
+                from ._vectors import hybrid_search
 
-            found = hybrid_search(
-                index,
-                self._vectors,
+                return hybrid_search(
+                    index,
+                    self._vectors,
+                    query,
+                    query_vector,
+                    n,
+                    now=now,
+                    intent=intent,
+                    half_life_days=self._half_life,
+                    similarity_floor=self._similarity_floor,
+                    min_similarity=self._min_similarity,
+                    since=after,
+                    accept=accept,
+                )
+            return index.search(
                 query,
-                query_vector,
-                k,
+                n,
                 now=now,
                 intent=intent,
                 half_life_days=self._half_life,
-                similarity_floor=self._similarity_floor,
-                min_similarity=self._min_similarity,
                 since=after,
                 accept=accept,
             )
-        else:
-            found = index.search(
-                query,
-                k,
-                now=now,
-                intent=intent,
-                half_life_days=self._half_life,
-                since=after,
-                accept=accept,
-            )
+
+        found = self._rank(search, k)
         ranking = Ranking(
             dataclasses.replace(scored, episode=scored.episode.copy()) for _, scored in found
         )
@@ -757,6 +780,84 @@ class EpisodicMemory:
         given = [Episode.coerce(e.episode if isinstance(e, Scored) else e) for e in episodes]
         shown = [self._redact(e) for e in given if not self.is_expired(e)]
         return fit_block(shown, max_chars=max_chars)
+
+    # --- outcomes learnt later, and uses -----------------------------------------------------
+
+    async def grade(
+        self,
+        episode_id: str,
+        *,
+        outcome: Outcome | None = None,
+        score: float | None = None,
+        note: str = "",
+        verified: bool = True,
+    ) -> Grade:
+        """Grade an episode after it was recorded: the signal that arrives late ("thanks, that
+        worked" / "still broken", a test run). The grade is a record of its own; the episode
+        is never rewritten. Every read path applies the grades: the newest verified grade wins,
+        a verified outcome beats a claimed one, and an unverified ``success`` reads
+        ``claimed_success`` (see ``docs/recall.md``).
+
+        Give *outcome*, *score* (in [0, 1]; without an outcome it stands for one, see
+        :func:`~deepcrew_episodic.outcome_for_score`) or both. *verified* says whether the
+        grade was checked (a test, the user) or is a claim (a model's judgement). Raises
+        :class:`ConfigurationError` when no episode has *episode_id*.
+
+        Example::
+
+            result = await run_agent(agent, "Why is the export slow?")
+            ...  # the user's next message: "that fixed it, thanks"
+            await memory.grade(result.recorded_ids[-1], outcome="success", note="user confirmed")
+        """
+        if not isinstance(episode_id, str) or not episode_id:
+            raise ConfigurationError(f"episode_id must be a non-empty string, not {episode_id!r}")
+        if outcome is not None and outcome not in OUTCOMES:
+            raise ConfigurationError(f"unknown outcome {outcome!r}; expected one of {OUTCOMES}")
+        if score is not None:
+            score = number("score", score, minimum=0.0, maximum=1.0)
+        if outcome is None and score is None:
+            raise ConfigurationError("grade() needs an outcome, a score or both")
+        if not isinstance(note, str) or len(note) > NOTE_CHARS:
+            raise ConfigurationError(f"note must be a string of at most {NOTE_CHARS} characters")
+        verified = boolean("verified", verified)
+        await self._sync()
+        if episode_id not in self._ids and not any(
+            ep.id == episode_id for _, ep in (await self._log.beyond_view())[0]
+        ):
+            raise ConfigurationError(
+                f"no episode with id {escape_hidden(episode_id)[:140]!r} in namespace "
+                f"{escape_hidden(self.namespace)!r}"
+            )
+        chosen: Outcome = outcome if outcome is not None else outcome_for_score(score or 0.0)
+        grade = Grade(
+            episode_id,
+            chosen,
+            score,
+            self._redact_text(note) if note else "",
+            verified,
+            now_iso(self._clock()),
+        )
+        await self._log.add_grade(grade.to_json())
+        log.info(
+            "episode graded",
+            extra={"namespace": self.namespace, "id": episode_id, "outcome": chosen},
+        )
+        return grade
+
+    async def grades(self, episode_id: str) -> list[Grade]:
+        """The grades of an episode, oldest first (``[]`` when it has none)."""
+        await self._sync()
+        return list(self._grades.get(episode_id, ()))
+
+    async def used(self, ids: str | Collection[str]) -> None:
+        """Count one use of each episode (the runner and :class:`EpisodicHook` call it with
+        the episodes they injected into a run). With ``reinforce`` (the default), an episode
+        that was used ranks a little higher: at most 20% more. The count is kept beside the
+        episode, which is never rewritten; ids no longer in the log are ignored."""
+        wanted = set(strings("ids", ids, one=True))
+        await self._sync()
+        seqs = sorted({self._ids[i] for i in wanted if i in self._ids})
+        await self._log.count_use(seqs)
 
     # --- recall by meaning -----------------------------------------------------------------
 
@@ -1042,6 +1143,9 @@ class EpisodicMemory:
             self._known.clear()
             self._ids.clear()
             self._newest = None
+            self._grades.clear()
+            self._graded_by.clear()
+            self._runs.clear()
             if vectors is not None:
                 vectors.reset()
         for seq in changes.removed:
@@ -1051,9 +1155,25 @@ class EpisodicMemory:
             gone = self._known.pop(seq, None)
             if gone is not None and self._ids.get(gone.id) == seq:
                 del self._ids[gone.id]
+            if gone is not None and gone.run_id:
+                run = self._runs.get(gone.run_id, [])
+                if seq in run:
+                    run.remove(seq)
+                if not run:
+                    self._runs.pop(gone.run_id, None)
+        if changes.uses is not None:
+            self._uses = changes.uses
         if vectors is not None and changes.vectors:
             self._add_vectors(changes)
+        regraded = self._add_grades(changes.grades) if changes.grades else set()
         if not changes.added:
+            for episode_id in regraded:
+                found = self._ids.get(episode_id)
+                if found is not None:
+                    seq = found
+                    self._index.add(
+                        seq, self._view(self._log_episode(seq)), when=self._known[seq].recorded
+                    )
             return
         # An episode whose timestamp cannot be used (garbled, or in the future) takes the time
         # of the newest dated episode before it in the log: it was recorded after that one, so
@@ -1072,19 +1192,125 @@ class EpisodicMemory:
             if not dated or recorded is None:
                 recorded = previous
             previous = recorded
-            self._index.add(seq, episode, when=recorded)
+            self._index.add(seq, self._view(episode), when=recorded)
             self._ids[episode.id] = seq
             self._known[seq] = _Known(
-                episode.id, _time_or_none(episode.forget_after), recorded, dated
+                episode.id, _time_or_none(episode.forget_after), recorded, dated, episode.run_id
             )
+            if episode.run_id:
+                self._runs.setdefault(episode.run_id, []).append(seq)
         if self._newest is None or added[-1][0] > self._newest[0]:
             self._newest = (added[-1][0], previous)
+        fresh = {seq for seq, _ in added}
+        for episode_id in regraded:
+            again = self._ids.get(episode_id)
+            if again is not None and again not in fresh:
+                seq = again
+                self._index.add(
+                    seq, self._view(self._log_episode(seq)), when=self._known[seq].recorded
+                )
+        for run in self._runs.values():
+            run.sort()
+
+    def _boost(self, seq: int) -> float:
+        """The reinforcement factor of an episode used *n* times: 1 + min(0.2, ln(1 + n) / 10)."""
+        uses = self._uses.get(seq, 0) if self._reinforce else 0
+        return 1.0 + min(MAX_BOOST - 1.0, math.log1p(uses) / 10.0) if uses else 1.0
+
+    def _rank(
+        self, search: Callable[[int], list[tuple[int, Scored]]], k: int
+    ) -> list[tuple[int, Scored]]:
+        """The top *k* of *search* with reinforcement applied and one item per run (the run's
+        latest iteration, scored by its best one, with the lessons of its failed iterations).
+        Exact: more candidates are fetched until nothing left unfetched could reach the k-th
+        (an unfetched episode scores at most the last fetched score times the largest boost).
+        """
+        boosting = self._reinforce and bool(self._uses)
+        runs = any(len(seqs) > 1 for seqs in self._runs.values())
+        if not boosting and not runs:
+            return search(k)
+        wanted = max(2 * k, 16)
+        while True:
+            found = search(wanted)
+            items: list[tuple[float, float, int, Scored]] = []
+            for seq, scored in found:
+                factor = self._boost(seq)
+                if factor != 1.0:
+                    scored = dataclasses.replace(
+                        scored, score=scored.score * factor, uses=self._uses.get(seq, 0)
+                    )
+                items.append((scored.score, self._known[seq].recorded, seq, scored))
+            items.sort(key=lambda t: t[:3], reverse=True)
+            chosen: list[tuple[float, float, int, Scored]] = []
+            seen_runs: set[str] = set()
+            for item in items:
+                run = item[3].episode.run_id
+                if run and run in seen_runs:
+                    continue
+                seen_runs.add(run) if run else None
+                chosen.append(item)
+                if len(chosen) == k:
+                    break
+            limit = found[-1][1].score * (MAX_BOOST if boosting else 1.0) if found else 0.0
+            if len(found) < wanted or (len(chosen) == k and chosen[-1][0] >= limit):
+                break
+            wanted *= 4
+        return [(seq, self._as_run(seq, scored)) for _, _, seq, scored in chosen]
+
+    def _as_run(self, seq: int, scored: Scored) -> Scored:
+        """*scored* as the item of its run: the run's latest iteration, with the lessons of
+        the iterations that failed before it."""
+        run = scored.episode.run_id
+        seqs = self._runs.get(run, []) if run else []
+        if len(seqs) < 2:
+            return scored
+        latest = self._index.episode(seqs[-1]) if seqs[-1] in self._index else scored.episode
+        lessons = [
+            ep.reflection
+            for s in seqs[:-1]
+            if s in self._index
+            and (ep := self._index.episode(s)).outcome in ("failure", "partial", "abandoned")
+            and ep.reflection
+        ]
+        shown = latest.copy()
+        if lessons:
+            earlier = "; ".join(lessons)
+            joined = (
+                f"{shown.reflection} Earlier attempts: {earlier}"
+                if shown.reflection
+                else (f"Earlier attempts: {earlier}")
+            )
+            shown.reflection = joined[:LESSONS_CHARS]
+        return dataclasses.replace(scored, episode=shown, iterations=len(seqs))
+
+    def _add_grades(self, records: list[tuple[int, str]]) -> set[str]:
+        """Take in new grade records; return the ids of the episodes they grade."""
+        touched: set[str] = set()
+        for position, raw in records:
+            try:
+                grade = Grade.from_json(raw)
+            except ValueError as exc:
+                self.counters.corrupt_records += 1
+                log.warning("episodic log %r: skipping grade %d: %s", self.namespace, position, exc)
+                continue
+            self._grades.setdefault(grade.episode_id, []).append(grade)
+            self._graded_by[position] = grade.episode_id
+            touched.add(grade.episode_id)
+        return touched
+
+    def _view(self, episode: Episode) -> Episode:
+        """*episode* as its grades make it (see _grade.py)."""
+        grades = self._grades.get(episode.id)
+        return graded(episode, grades) if grades else episode
+
+    def _log_episode(self, seq: int) -> Episode:
+        return self._log.episode(seq)
 
     async def _everything(self) -> list[tuple[int, Episode]]:
         """Every episode the log keeps, oldest first: the cache (this memory's range, synced
         by the caller) and, when a larger ring keeps more, the episodes below it."""
         beyond, _ = await self._log.beyond_view()
-        return [*beyond, *self._log.cached()]
+        return [(seq, self._view(ep)) for seq, ep in [*beyond, *self._log.cached()]]
 
     def _recorded(self, seq: int, episode: Episode) -> float:
         known = self._known.get(seq)
@@ -1111,6 +1337,10 @@ class EpisodicMemory:
         return self._max_age is not None and recorded < now - self._max_age.total_seconds()
 
 
+# The largest reinforcement factor (see _boost).
+MAX_BOOST = 1.2
+# A run's item carries the lessons of its failed iterations, cut here.
+LESSONS_CHARS = 1200
 # A timestamp this far ahead of the clock is accepted (clocks differ); past it, it is refused on
 # record and, when read from storage, replaced as an unusable one is.
 FUTURE_SKEW_SECONDS = 86400.0
@@ -1127,6 +1357,7 @@ class _Known:
     forget_at: float | None
     recorded: float  # POSIX seconds; see _apply for an unusable timestamp
     dated: bool  # the episode's own timestamp was usable
+    run_id: str = ""
 
 
 def _checked_copy(episode: Any) -> Episode:

@@ -250,6 +250,9 @@ class Scored:
     embedder ``keyword + meaning * (1 - keyword)``; ``similarity`` is the cosine similarity of
     the query and the episode (``None`` without an embedder, or for an episode with no vector
     yet) and ``meaning`` how far it stands above the query's similarity floor, from 0 to 1.
+    ``uses`` is how many times the episode was used in runs (reinforcement: ``score`` includes
+    its boost of at most 20%), ``iterations`` how many iterations its run had (recall shows one
+    item per run: its latest iteration).
 
     Example::
 
@@ -267,6 +270,8 @@ class Scored:
     keyword: float = 0.0
     similarity: float | None = None
     meaning: float = 0.0
+    uses: int = 0
+    iterations: int = 1
 
     def why(self) -> str:
         """One line: the matched terms (stems), the keyword and meaning parts, recency and
@@ -276,10 +281,15 @@ class Scored:
         meaning = ""
         if self.similarity is not None:
             meaning = f" keyword={self.keyword:.2f} similarity={self.similarity:.2f} meaning={self.meaning:.2f}"
+        extra = ""
+        if self.uses:
+            extra += f" used {self.uses}x"
+        if self.iterations > 1:
+            extra += f" run of {self.iterations} iterations"
         return (
             f"{matched}; relevance={self.relevance:.2f}{meaning} "
             f"recency={self.recency:.2f} (age {age}) "
-            f"outcome={self.episode.outcome} x{self.outcome_weight:g}"
+            f"outcome={self.episode.outcome} x{self.outcome_weight:g}{extra}"
         )
 
 

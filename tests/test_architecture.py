@@ -26,10 +26,11 @@ CORE = {
     "_litellm",
     "_embed",
     "_vectors",
+    "_grade",
     "providers",
     "testing",
 }
-AGENT = {"_events", "_hook", "_agent", "_result", "_verify", "_loop", "_runner"}
+AGENT = {"_events", "_hook", "_agent", "_result", "_verify", "_loop", "_runner", "_distill"}
 CLI = {"cli"}
 
 

@@ -1,0 +1,109 @@
+"""Grades: the outcome of an episode learnt after it was recorded, kept as records of their own.
+
+The signal that a run worked often arrives later than the run: the user's next message ("thanks,
+that fixed it" / "still broken"), a test run, a reviewer. :meth:`EpisodicMemory.grade` appends a
+:class:`Grade`; the episode itself is never rewritten. Every read path applies the grades with
+one rule (:func:`graded`):
+
+- the newest *verified* grade wins (a test, an exit code, the user: ``verified=True``);
+- without one, an episode whose own outcome is verified (``success``/``failure``) keeps it: a
+  verified outcome always beats a claimed one;
+- otherwise the newest unverified grade applies, and a claimed ``success`` reads
+  ``claimed_success``.
+
+A grade given as a score only takes its outcome from :func:`~deepcrew_episodic.outcome_for_score`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._episode import OUTCOMES, VERIFIED, Episode, Outcome
+
+__all__ = ["Grade"]
+
+NOTE_CHARS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Grade:
+    """One grade of one episode (see :meth:`EpisodicMemory.grade`)."""
+
+    episode_id: str
+    outcome: Outcome
+    score: float | None = None
+    note: str = ""
+    verified: bool = True
+    timestamp: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "episode": self.episode_id,
+                "outcome": self.outcome,
+                "score": self.score,
+                "note": self.note,
+                "verified": self.verified,
+                "timestamp": self.timestamp,
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: str) -> Grade:
+        """A stored grade; ``ValueError`` when it is not one (it is then skipped and counted)."""
+        try:
+            data = json.loads(raw)
+        except RecursionError:
+            raise ValueError("grade record is nested too deeply") from None
+        if not isinstance(data, dict):
+            raise ValueError("grade record is not a JSON object")
+        episode, outcome, score = data.get("episode"), data.get("outcome"), data.get("score")
+        note, verified, timestamp = (
+            data.get("note", ""),
+            data.get("verified"),
+            data.get("timestamp"),
+        )
+        if not isinstance(episode, str) or not episode:
+            raise ValueError("grade record names no episode")
+        if outcome not in OUTCOMES or not isinstance(outcome, str):
+            raise ValueError(f"grade record holds the outcome {outcome!r}")
+        if score is not None and (
+            isinstance(score, bool)
+            or not isinstance(score, int | float)
+            or not math.isfinite(score)
+            or not 0.0 <= score <= 1.0
+        ):
+            raise ValueError(f"grade record holds the score {score!r}")
+        if not isinstance(note, str) or not isinstance(verified, bool):
+            raise ValueError("grade record holds a bad note or verified flag")
+        if not isinstance(timestamp, str):
+            raise ValueError("grade record holds a bad timestamp")
+        chosen: Outcome = outcome  # type: ignore[assignment]  # checked against OUTCOMES above
+        return cls(
+            episode, chosen, None if score is None else float(score), note, verified, timestamp
+        )
+
+
+def graded(episode: Episode, grades: Sequence[Grade]) -> Episode:
+    """*episode* as its grades (oldest first) make it: a copy when one applies, else itself."""
+    if not grades:
+        return episode
+    verified = [g for g in grades if g.verified]
+    if verified:
+        grade = verified[-1]
+        outcome = grade.outcome
+    elif episode.outcome in VERIFIED:
+        return episode
+    else:
+        grade = grades[-1]
+        outcome = "claimed_success" if grade.outcome == "success" else grade.outcome
+    copy = episode.copy()
+    copy.outcome = outcome
+    if grade.score is not None:
+        copy.score = grade.score
+    return copy
