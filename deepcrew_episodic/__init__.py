@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._agent import Agent
+    from ._distill import distill
     from ._embed import Embedder, LiteLLMEmbedder
     from ._episode import Episode, Outcome, outcome_for_score
     from ._events import EventType, StreamEvent, StreamPolicy
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         AgentError,
         ConfigurationError,
         CorruptDataError,
+        DistillationError,
         EmbedderMismatchError,
         EmbeddingError,
         EpisodicMemoryError,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
         ToolError,
         VerifierError,
     )
+    from ._grade import Grade
     from ._hook import EpisodicHook, Recalled, Recorded
     from ._log import Counters
     from ._memory import EpisodicMemory, MemoryStats
@@ -61,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigurationError": "._exceptions",
     "CorruptDataError": "._exceptions",
     "Counters": "._log",
+    "DistillationError": "._exceptions",
     "EmbedderMismatchError": "._exceptions",
     "Embedder": "._embed",
     "EmbeddingError": "._exceptions",
@@ -69,6 +73,7 @@ _EXPORTS: dict[str, str] = {
     "EpisodicMemory": "._memory",
     "EpisodicMemoryError": "._exceptions",
     "EventType": "._events",
+    "Grade": "._grade",
     "InvalidEpisodeError": "._exceptions",
     "LLMVerifier": "._verify",
     "LiteLLMEmbedder": "._embed",
@@ -78,6 +83,7 @@ _EXPORTS: dict[str, str] = {
     "MissingDependencyError": "._exceptions",
     "Outcome": "._episode",
     "outcome_for_score": "._episode",
+    "distill": "._distill",
     "Ranking": "._recall",
     "Recalled": "._hook",
     "Recorded": "._hook",
@@ -103,6 +109,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptDataError",
     "Counters",
+    "DistillationError",
     "Embedder",
     "EmbedderMismatchError",
     "EmbeddingError",
@@ -111,6 +118,7 @@ __all__ = [
     "EpisodicMemory",
     "EpisodicMemoryError",
     "EventType",
+    "Grade",
     "InvalidEpisodeError",
     "LLMVerifier",
     "LiteLLMEmbedder",
@@ -133,6 +141,7 @@ __all__ = [
     "Verifier",
     "VerifierError",
     "__version__",
+    "distill",
     "outcome_for_score",
     "run_agent",
     "stream_agent",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from ._exceptions import ConfigurationError
-from ._validate import integer
+from ._validate import integer, number
 
 if TYPE_CHECKING:
     from ._memory import EpisodicMemory
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "Tool", "ToolArgumentsError"]
 
 ToolErrors = Literal["report", "raise"]
+InfrastructureFailures = Literal["abandoned", "skip"]
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -61,6 +63,26 @@ class Agent:
     tool_errors:
         ``"report"`` (deepcrew-ai's behaviour): a tool that raises has the error sent back to
         the model as its result. ``"raise"``: the run stops with ``ToolError``.
+    infrastructure_failures:
+        A run that fails because the model provider could not be used (unreachable, timed
+        out, rate-limited, overloaded, refusing the credentials) is not the agent's failure:
+        ``"abandoned"`` records it as ``abandoned`` (tag ``infrastructure``, the error class
+        named; recall leaves it out), ``"skip"`` records nothing. The error is raised either way.
+    distill_model:
+        A litellm model that turns each finished run's transcript into a TASK / APPROACH /
+        OUTCOME / LESSON episode (one call per recorded episode). ``None``: the run is stored
+        as it is (query and final answer).
+    distill_params, distill_timeout:
+        Passed to that call (``api_base``, ``num_retries``, ...); seconds it may take in all.
+        A call that fails, times out or answers unparseably is logged, counted in
+        ``memory.counters.reflection_failures``, and the plain episode is stored instead.
+    min_turns:
+        A finished run with fewer non-system messages than this (the final answer included),
+        or without a task (no user text), is not recorded.
+    transcript_dir:
+        A directory where each recorded run's transcript is written as JSONL (one message a
+        line, redacted like the episodes, file mode 0600, never overwritten); the episode's
+        ``transcript_ref`` is the file's path.
 
     Example::
 
@@ -84,6 +106,12 @@ class Agent:
     episodic_memory: EpisodicMemory | None = None
     loop_config: LoopConfig | None = None
     tool_errors: ToolErrors = "report"
+    infrastructure_failures: InfrastructureFailures = "abandoned"
+    distill_model: str | None = None
+    distill_params: dict[str, Any] = field(default_factory=dict)
+    distill_timeout: float = 30.0
+    min_turns: int = 2
+    transcript_dir: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -96,6 +124,35 @@ class Agent:
         if self.tool_errors not in ("report", "raise"):
             raise ConfigurationError(
                 f"Agent.tool_errors must be 'report' or 'raise', not {self.tool_errors!r}"
+            )
+        if self.infrastructure_failures not in ("abandoned", "skip"):
+            raise ConfigurationError(
+                f"Agent.infrastructure_failures must be 'abandoned' or 'skip', not "
+                f"{self.infrastructure_failures!r}"
+            )
+        if self.distill_model is not None and (
+            not isinstance(self.distill_model, str) or not self.distill_model
+        ):
+            raise ConfigurationError(
+                f"Agent.distill_model must be a litellm model name or None, not "
+                f"{self.distill_model!r}"
+            )
+        if not isinstance(self.distill_params, dict):
+            raise ConfigurationError(
+                f"Agent.distill_params must be a dict of litellm arguments, not "
+                f"{type(self.distill_params).__name__}"
+            )
+        self.distill_timeout = number(
+            "Agent.distill_timeout", self.distill_timeout, minimum=0, exclusive_minimum=True
+        )
+        integer("Agent.min_turns", self.min_turns, minimum=1)
+        if self.transcript_dir is not None and (
+            not isinstance(self.transcript_dir, str | os.PathLike)
+            or not os.fspath(self.transcript_dir)
+        ):
+            raise ConfigurationError(
+                f"Agent.transcript_dir must be a directory path or None, not "
+                f"{self.transcript_dir!r}"
             )
         self.tool_specs()  # a tool that cannot be described fails here, not mid-run
 

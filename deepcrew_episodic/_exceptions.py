@@ -8,6 +8,7 @@
      │    └── CorruptDataError                   undecodable data, left untouched
      ├── MissingDependencyError (also ImportError) an optional extra is not installed
      ├── EmbeddingError                          an embedder failed or answered unusable vectors
+     ├── DistillationError                       a distillation model failed or answered nonsense
      └── AgentError                              a run of an agent failed (runner, loop)
           ├── MaxTurnsError                      no final answer within ``max_turns``
           ├── ToolError                          a tool crashed (``tool_errors="raise"``)
@@ -24,6 +25,7 @@ __all__ = [
     "AgentError",
     "ConfigurationError",
     "CorruptDataError",
+    "DistillationError",
     "EmbedderMismatchError",
     "EmbeddingError",
     "EpisodicMemoryError",
@@ -53,6 +55,11 @@ class EmbeddingError(EpisodicMemoryError):
     """An embedder failed (error, timeout) or answered unusable vectors (wrong count or
     dimension, NaN, all zeros). ``record`` and ``recall`` tolerate it (logged and counted);
     ``backfill`` and ``reembed`` raise it. The embedder's own exception is the ``__cause__``."""
+
+
+class DistillationError(EpisodicMemoryError):
+    """The distillation model failed, timed out, or answered without the four lines (the
+    message quotes the start of its reply). Nothing was made of the run."""
 
 
 class InvalidEpisodeError(EpisodicMemoryError, ValueError):

@@ -7,6 +7,11 @@ the run, :meth:`EpisodicHook.after_run` records one episode (:meth:`EpisodicHook
 failed). Memory never takes the agent down: a recall or record that fails is logged, counted
 in ``memory.counters`` and reported as an event, and the run goes on.
 
+A run that failed because the model provider could not be used (unreachable, timed out,
+rate-limited, overloaded, refusing the credentials or the bill: :func:`infrastructure_error`)
+says nothing about the task: :meth:`EpisodicHook.failed` records it as ``abandoned``, tag
+``infrastructure``, which recall leaves out unless asked for.
+
 ``run_agent`` and the refinement loop use this hook; nothing else in the runner touches memory.
 """
 
@@ -14,21 +19,32 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._episode import Episode, Outcome, outcome_for_score
+from ._distill import message_text
+from ._episode import OUTCOMES, Episode, Outcome, outcome_for_score
 from ._events import EventType, StreamEvent, emit
+from ._exceptions import ConfigurationError
 from ._redact import safe_message
 from ._validate import number, optional_integer, optional_number
 
 if TYPE_CHECKING:
     from ._memory import EpisodicMemory
 
-__all__ = ["EpisodicHook", "EventCallback", "Recalled", "Recorded", "message_text", "user_query"]
+__all__ = [
+    "EpisodicHook",
+    "EventCallback",
+    "Recalled",
+    "Recorded",
+    "infrastructure_error",
+    "message_text",
+    "user_query",
+]
 
 log = logging.getLogger("deepcrew_episodic")
 
@@ -36,6 +52,28 @@ EventCallback = Callable[[StreamEvent], Any]
 """Receives each event; may be a plain function or a coroutine function."""
 
 UNVERIFIED_TAG = "unverified"
+INFRASTRUCTURE_TAG = "infrastructure"
+# litellm's exceptions for a provider that could not be used, whatever the task: unreachable
+# (APIConnectionError; Timeout is not one of its subclasses), overloaded or down (5xx,
+# MidStreamFallbackError is a ServiceUnavailableError), rate-limited, refusing the key or the
+# bill (402 is PaymentRequiredError, litellm's own budget BudgetExceededError). A request the
+# provider refused for its content (BadRequestError and its kin: context window, content
+# policy) or a model name it does not know (NotFoundError) is the agent's or its
+# configuration's failure, and stays one.
+INFRASTRUCTURE_ERRORS = (
+    "APIConnectionError",
+    "Timeout",
+    "RateLimitError",
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "PaymentRequiredError",
+    "BudgetExceededError",
+    "InternalServerError",
+    "BadGatewayError",
+    "ServiceUnavailableError",
+)
+# Unauthorized, payment required, forbidden, request timeout, rate-limited (5xx: any).
+INFRASTRUCTURE_STATUSES = frozenset({401, 402, 403, 408, 429})
 ERROR_CHARS = 500
 
 
@@ -62,12 +100,19 @@ class Recalled:
 
 @dataclass(frozen=True)
 class Recorded:
-    """What :meth:`EpisodicHook.after_run` stored: the episode, or why it could not, and the
-    stream events the call emitted (also sent to ``on_event``)."""
+    """What :meth:`EpisodicHook.after_run` stored: the episode (with its :attr:`id`, to grade
+    it later with ``memory.grade``), or why it could not, and the stream events the call
+    emitted (also sent to ``on_event``). ``error`` is also set when the episode was stored
+    without something it should have had (the run's transcript file could not be written)."""
 
     episode: Episode | None
     error: str | None = None
     events: tuple[StreamEvent, ...] = ()
+
+    @property
+    def id(self) -> str | None:
+        """The stored episode's id, or ``None`` when nothing was stored."""
+        return None if self.episode is None else self.episode.id
 
 
 class EpisodicHook:
@@ -153,6 +198,8 @@ class EpisodicHook:
             log.warning("episodic recall failed (%s); the run goes on without it", error)
             event = await self._emit(EventType.EPISODE_RECALL_FAILED, _error_data(exc))
             return Recalled(original, text, error=error, events=(event,))
+        if shown:
+            await self._count_uses([e.id for e in shown if e.id])
         if not block and ranking.embedder_error is None:
             return Recalled(original, text)
         # A fallback to keywords is said even when nothing was found: the application learns
@@ -180,20 +227,40 @@ class EpisodicHook:
         score: float | None = None,
         tools_used: Collection[str] = (),
         tags: Sequence[str] = (),
+        run_id: str | None = None,
+        transcript_ref: str | None = None,
     ) -> Recorded:
         """Record one episode for a finished run.
 
         Without *outcome*, a score stands for one (:func:`~deepcrew_episodic.outcome_for_score`:
         ``success`` from 0.7, ``failure`` below 0.3, ``partial`` between); without either, the
-        outcome is ``unknown``. *score* must be in [0, 1]. Never raises for a memory failure: it is logged,
-        counted (``memory.counters.record_failures``), emitted as ``EPISODE_RECORD_FAILED`` and
+        outcome is ``unknown`` (an answer nobody checked). *score* must be in [0, 1] and
+        *outcome* one of the outcomes: anything else raises ``ConfigurationError`` (a caller's
+        mistake, not a memory failure). *run_id* groups the episodes of one run or refinement
+        loop; *transcript_ref* says where the run's raw transcript is kept.
+
+        Never raises for a memory failure: it is logged, counted
+        (``memory.counters.record_failures``), emitted as ``EPISODE_RECORD_FAILED`` and
         returned in :attr:`Recorded.error`.
         """
+        if score is not None:
+            score = number("score", score, minimum=0.0, maximum=1.0)
         if outcome is None:
-            if score is not None:
-                score = number("score", score, minimum=0.0, maximum=1.0)
             outcome = "unknown" if score is None else outcome_for_score(score)
-        return await self._record(query, response, outcome, score, tools_used, tags)
+        elif outcome not in OUTCOMES:
+            raise ConfigurationError(
+                f"outcome must be one of {', '.join(OUTCOMES)} or None, not {outcome!r}"
+            )
+        return await self._record(
+            query,
+            response,
+            outcome,
+            score,
+            tools_used,
+            tags,
+            run_id=run_id,
+            transcript_ref=transcript_ref,
+        )
 
     async def failed(
         self,
@@ -203,13 +270,37 @@ class EpisodicHook:
         partial_response: str = "",
         tools_used: Collection[str] = (),
         tags: Sequence[str] = (),
+        run_id: str | None = None,
+        transcript_ref: str | None = None,
     ) -> Recorded:
-        """Record a ``failure`` episode for a run that raised *error*; the response names the
-        error (and keeps any partial answer). The caller re-raises."""
-        response = f"Run failed with {describe(error)}"
+        """Record a run that raised *error*; the response names the error (and keeps any
+        partial answer). The caller re-raises.
+
+        The outcome is ``failure`` (a tool's error, a crash in the agent's code, no answer
+        within ``max_turns``), except when the model provider could not be used
+        (:func:`infrastructure_error`): then it is ``abandoned``, tag ``infrastructure``, and
+        the response starts ``Run abandoned: <ErrorClass>: ...``. Recall leaves abandoned
+        episodes out unless its ``outcome`` filter names them."""
+        extra: list[str] = []
+        if infrastructure_error(error):
+            outcome: Outcome = "abandoned"
+            response = f"Run abandoned: {describe(error)}"
+            extra.append(INFRASTRUCTURE_TAG)
+        else:
+            outcome = "failure"
+            response = f"Run failed with {describe(error)}"
         if partial_response.strip():
             response += f"\nPartial answer: {partial_response.strip()}"
-        return await self._record(query, response, "failure", None, tools_used, tags)
+        return await self._record(
+            query,
+            response,
+            outcome,
+            None,
+            tools_used,
+            [*extra, *tags],
+            run_id=run_id,
+            transcript_ref=transcript_ref,
+        )
 
     async def unverified(
         self,
@@ -219,6 +310,8 @@ class EpisodicHook:
         *,
         tools_used: Collection[str] = (),
         tags: Sequence[str] = (),
+        run_id: str | None = None,
+        transcript_ref: str | None = None,
     ) -> Recorded:
         """Record a finished run whose grading failed (*error*, e.g. a ``VerifierError``):
         outcome ``unknown``, no score, tag ``unverified``, the answer followed by a line naming
@@ -226,7 +319,30 @@ class EpisodicHook:
         the agent's ``failure``. The caller re-raises."""
         note = f"Not graded: the verifier failed with {describe(error)}"
         text = f"{response.rstrip()}\n{note}" if response.strip() else note
-        return await self._record(query, text, "unknown", None, tools_used, [UNVERIFIED_TAG, *tags])
+        return await self._record(
+            query,
+            text,
+            "unknown",
+            None,
+            tools_used,
+            [UNVERIFIED_TAG, *tags],
+            run_id=run_id,
+            transcript_ref=transcript_ref,
+        )
+
+    async def record(self, episode: Episode) -> Recorded:
+        """Store a prepared *episode* (for example one made by
+        :func:`~deepcrew_episodic._distill.distill`) as this hook stores a run: with the
+        hook's ``agent_id`` when the episode has none, the hook's tags added, and a failure
+        tolerated as in :meth:`after_run` (logged, counted, emitted, on
+        :attr:`Recorded.error`)."""
+        episode = episode.copy()
+        try:
+            episode.agent_id = episode.agent_id or self.agent_id
+            episode.tags = list(dict.fromkeys([*self.tags, *episode.tags]))
+        except Exception as exc:  # a tag of the hook's that no episode can hold
+            return await self._failed_record(episode.outcome, exc)
+        return await self._store(episode)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -238,6 +354,9 @@ class EpisodicHook:
         score: float | None,
         tools_used: Collection[str],
         tags: Sequence[str],
+        *,
+        run_id: str | None = None,
+        transcript_ref: str | None = None,
     ) -> Recorded:
         try:
             episode = Episode(
@@ -248,21 +367,44 @@ class EpisodicHook:
                 tools_used=sorted(set(tools_used)),
                 tags=list(dict.fromkeys([*self.tags, *tags])),
                 agent_id=self.agent_id,
+                run_id=run_id or "",
+                transcript_ref=transcript_ref,
             )
+        except Exception as exc:
+            return await self._failed_record(outcome, exc)
+        return await self._store(episode)
+
+    async def _store(self, episode: Episode) -> Recorded:
+        try:
             stored = await self.memory.record(episode)
         except Exception as exc:
-            self.memory.counters.record_failures += 1
-            error = describe(exc)
-            log.warning("recording the %s episode failed (%s)", outcome, error)
-            event = await self._emit(
-                EventType.EPISODE_RECORD_FAILED, {"outcome": outcome, **_error_data(exc)}
-            )
-            return Recorded(None, error, events=(event,))
+            return await self._failed_record(episode.outcome, exc)
         event = await self._emit(
             EventType.EPISODE_RECORDED,
             {"outcome": stored.outcome, "score": stored.score, "id": stored.id},
         )
         return Recorded(stored, events=(event,))
+
+    async def _failed_record(self, outcome: str, exc: Exception) -> Recorded:
+        self.memory.counters.record_failures += 1
+        error = describe(exc)
+        log.warning("recording the %s episode failed (%s)", outcome, error)
+        event = await self._emit(
+            EventType.EPISODE_RECORD_FAILED, {"outcome": outcome, **_error_data(exc)}
+        )
+        return Recorded(None, error, events=(event,))
+
+    async def _count_uses(self, ids: list[str]) -> None:
+        # The episodes the model is shown count a use each (the reinforcement boost). Like
+        # recall itself, a failure here costs the count, never the run or the block.
+        try:
+            with anyio.fail_after(self.recall_timeout):
+                await self.memory.used(ids)
+        except Exception as exc:
+            self.memory.counters.recall_failures += 1
+            log.warning(
+                "counting the use of %d recalled episodes failed (%s)", len(ids), describe(exc)
+            )
 
     async def _emit(self, kind: EventType, data: dict[str, Any]) -> StreamEvent:
         event = emit(kind, data, self.agent_id)
@@ -284,18 +426,31 @@ def _error_data(error: BaseException) -> dict[str, Any]:
     return {"error": describe(error), "error_type": type(error).__name__}
 
 
-def message_text(content: Any) -> str:
-    """The text of a message ``content``: a string, or the text parts of a list of parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            str(p.get("text", ""))
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
-        ]
-        return "\n".join(p for p in parts if p)
-    return ""
+def infrastructure_error(error: BaseException) -> bool:
+    """Whether *error* says the model provider could not be used (unreachable, timed out,
+    rate-limited, overloaded, refusing the credentials or the bill) rather than that the run
+    failed its task. Only the error itself counts, not its cause: a tool that called a model
+    and crashed (``ToolError``) is the tool's failure."""
+    litellm = sys.modules.get("litellm")  # an error from litellm means it is loaded
+    if litellm is None:
+        return False
+    kinds = tuple(
+        kind
+        for kind in (getattr(litellm, name, None) for name in INFRASTRUCTURE_ERRORS)
+        if isinstance(kind, type)
+    )
+    if isinstance(error, kinds):
+        return True
+    # litellm maps some statuses of some providers to its generic APIError (an OpenAI-style
+    # provider's 403 is one): the HTTP status then says what happened.
+    generic = getattr(litellm, "APIError", None)
+    status = getattr(error, "status_code", None)
+    return (
+        isinstance(generic, type)
+        and isinstance(error, generic)
+        and isinstance(status, int)
+        and (status in INFRASTRUCTURE_STATUSES or 500 <= status <= 599)
+    )
 
 
 def user_query(messages: Sequence[dict[str, Any]]) -> str:

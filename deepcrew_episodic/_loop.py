@@ -8,22 +8,40 @@ verifier's feedback goes into the next iteration's prompt.
 
 Memory goes through an :class:`~deepcrew_episodic.EpisodicHook`; the events of each hook call
 come back on its result (``Recorded.events``) and are yielded in order with the run's own.
+How a finished attempt becomes an episode (left out when trivial, distilled, its transcript
+kept) is :func:`record_answer`, shared by a plain run and each loop iteration; every episode
+of one run carries the run's ``run_id``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import os
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
+from ._distill import DistillationError, distill, is_trivial, write_transcript
+from ._episode import Episode, Outcome
 from ._events import EventType, StreamEvent, emit
 from ._exceptions import VerifierError
-from ._hook import EpisodicHook, Recorded, describe
+from ._hook import EpisodicHook, Recorded, describe, infrastructure_error
 from ._result import AgentResult
 from ._verify import LoopConfig, Verdict
 
-__all__ = ["Attempt", "Refinement", "Task", "judge", "recorded_attempt"]
+__all__ = [
+    "Attempt",
+    "Recording",
+    "Refinement",
+    "Task",
+    "judge",
+    "record_answer",
+    "recorded_attempt",
+]
+
+log = logging.getLogger("deepcrew_episodic")
 
 
 class Attempt(Protocol):
@@ -38,6 +56,22 @@ class Attempt(Protocol):
 
     def result(self) -> AgentResult: ...
 
+    def transcript(self) -> list[dict[str, Any]]:
+        """Every message of the attempt so far, its final or partial answer last."""
+        ...
+
+
+@dataclass(frozen=True)
+class Recording:
+    """How a run's attempts become episodes (the ``Agent`` options of the same names)."""
+
+    min_turns: int = 2
+    distill_model: str | None = None
+    distill_params: dict[str, Any] = field(default_factory=dict)
+    distill_timeout: float = 30.0
+    transcript_dir: str | os.PathLike[str] | None = None
+    infrastructure_failures: Literal["abandoned", "skip"] = "abandoned"
+
 
 @dataclass(frozen=True)
 class Task:
@@ -48,6 +82,8 @@ class Task:
     agent_id: str
     hook: EpisodicHook | None
     attempt: Callable[[list[dict[str, Any]]], Attempt]
+    run_id: str = ""
+    recording: Recording = field(default_factory=Recording)
 
 
 class Refinement:
@@ -74,7 +110,7 @@ class Refinement:
                 EventType.LOOP_ITERATION, {"iteration": i, "converged": False}, task.agent_id
             )
             run = task.attempt(history)
-            async with aclosing(recorded_attempt(run, task, self.recorded)) as events:
+            async with aclosing(recorded_attempt(run, task, self.recorded, i)) as events:
                 async for event in events:
                     yield event
             result = run.result()
@@ -83,9 +119,16 @@ class Refinement:
             except VerifierError as exc:
                 # Not graded is not failed: the answer is kept as unknown, the outage raised.
                 if task.hook is not None:
+                    ref, ref_error = await keep_transcript(task, run, i)
                     ungraded = await task.hook.unverified(
-                        task.query, result.text, exc, tools_used=result.tools_used
+                        task.query,
+                        result.text,
+                        exc,
+                        tools_used=result.tools_used,
+                        run_id=task.run_id,
+                        transcript_ref=ref,
                     )
+                    ungraded = _with_error(ungraded, ref_error)
                     self.recorded.append(ungraded)
                     for event in ungraded.events:
                         yield event
@@ -95,15 +138,12 @@ class Refinement:
             self._results.append(result)
             self._verdicts.append(verdict)
             outcome = config.outcome(verdict.score)
-            recorded = None
-            if task.hook is not None:
-                recorded = await task.hook.after_run(
-                    task.query,
-                    result.text,
-                    outcome=outcome,
-                    score=verdict.score,
-                    tools_used=result.tools_used,
-                )
+            # The verifier checked this answer: its outcome is verified, whatever a
+            # distillation model makes of the transcript.
+            recorded = await record_answer(
+                task, run, outcome=outcome, score=verdict.score, iteration=i
+            )
+            if recorded is not None:
                 self.recorded.append(recorded)
             yield emit(
                 EventType.VERIFIER_SCORED,
@@ -141,27 +181,146 @@ class Refinement:
 
 
 async def recorded_attempt(
-    run: Attempt, task: Task, recorded: list[Recorded]
+    run: Attempt, task: Task, recorded: list[Recorded], iteration: int | None = None
 ) -> AsyncGenerator[StreamEvent, None]:
     """The events of *run* (a plain run or one loop iteration). If it raises, a ``failure``
     episode naming the error is recorded (appended to *recorded*, its events yielded) and the
-    error is re-raised with a note naming the episode. Closing the generator early (the
-    consumer left) is a cancellation, not a failure: nothing is recorded."""
+    error is re-raised with a note naming the episode. A model provider that could not be
+    used makes it ``abandoned`` instead, or records nothing with
+    ``infrastructure_failures="skip"``. Closing the generator early (the consumer left) is a
+    cancellation, not a failure: nothing is recorded."""
     try:
         async with aclosing(run.events()) as events:
             async for event in events:
                 yield event
     except Exception as exc:
-        if task.hook is not None:
-            failure = await task.hook.failed(
-                task.query, exc, partial_response=run.text, tools_used=run.tools_used
+        if task.hook is None:
+            raise
+        if task.recording.infrastructure_failures == "skip" and infrastructure_error(exc):
+            log.info(
+                "run %s not recorded: the model provider failed (%s)", task.run_id, describe(exc)
             )
-            recorded.append(failure)
-            for event in failure.events:
-                yield event
-            if failure.episode is not None:
-                exc.add_note(f"failure episode {failure.episode.id} recorded")
+            exc.add_note("not recorded: an infrastructure failure (infrastructure_failures='skip')")
+            raise
+        ref, ref_error = await keep_transcript(task, run, iteration)
+        failure = await task.hook.failed(
+            task.query,
+            exc,
+            partial_response=run.text,
+            tools_used=run.tools_used,
+            run_id=task.run_id,
+            transcript_ref=ref,
+        )
+        recorded.append(_with_error(failure, ref_error))
+        for event in failure.events:
+            yield event
+        if failure.episode is not None:
+            exc.add_note(f"{failure.episode.outcome} episode {failure.episode.id} recorded")
         raise
+
+
+async def record_answer(
+    task: Task,
+    run: Attempt,
+    *,
+    outcome: Outcome | None = None,
+    score: float | None = None,
+    iteration: int | None = None,
+) -> Recorded | None:
+    """Record the finished *run* as one episode of *task* (``None``: no memory, or a trivial
+    run, which is not recorded).
+
+    *outcome* is a verified one (a verifier's verdict) or ``None`` (nobody checked the
+    answer: ``unknown``, or ``claimed_success`` when a distillation model reads a success
+    into it). With ``distill_model`` the episode is the model's TASK / APPROACH / LESSON;
+    if that call fails, the plain episode (query and answer) is stored and the failure
+    counted in ``memory.counters.reflection_failures``. With ``transcript_dir`` the
+    transcript is written first and the episode points at it.
+    """
+    hook = task.hook
+    if hook is None:
+        return None
+    settings = task.recording
+    transcript = run.transcript()
+    if not task.query.strip() or is_trivial(transcript, settings.min_turns):
+        log.debug(
+            "run %s not recorded: trivial (fewer than %d turns, or no task)",
+            task.run_id,
+            settings.min_turns,
+        )
+        return None
+    ref, ref_error = await keep_transcript(task, run, iteration)
+    recorded: Recorded | None = None
+    if settings.distill_model is not None:
+        episode = await _distilled(task, transcript, outcome)
+        if episode is not None:
+            episode.score = score
+            episode.tools_used = sorted(set(run.tools_used))
+            episode.run_id = task.run_id
+            episode.transcript_ref = ref
+            recorded = await hook.record(episode)
+    if recorded is None:
+        recorded = await hook.after_run(
+            task.query,
+            run.text,
+            outcome=outcome,
+            score=score,
+            tools_used=run.tools_used,
+            run_id=task.run_id,
+            transcript_ref=ref,
+        )
+    return _with_error(recorded, ref_error)
+
+
+async def _distilled(
+    task: Task, transcript: list[dict[str, Any]], verified: Outcome | None
+) -> Episode | None:
+    hook, settings = task.hook, task.recording
+    assert hook is not None
+    assert settings.distill_model is not None
+    try:
+        return await distill(
+            settings.distill_model,
+            transcript,
+            verified=verified,
+            params=settings.distill_params,
+            timeout=settings.distill_timeout,
+            min_turns=settings.min_turns,
+            redactor=hook.memory.redactor,
+        )
+    except DistillationError as exc:
+        hook.memory.counters.reflection_failures += 1
+        log.warning("distilling run %s failed (%s); storing the plain episode", task.run_id, exc)
+        return None
+
+
+async def keep_transcript(
+    task: Task, run: Attempt, iteration: int | None
+) -> tuple[str | None, str | None]:
+    """Write *run*'s transcript under ``transcript_dir`` (``<run_id>.jsonl``, or
+    ``<run_id>-<n>.jsonl`` for the n-th loop iteration): its path, or why it could not be
+    written (logged and counted in ``memory.counters.record_failures``; the episode is then
+    stored without it)."""
+    directory = task.recording.transcript_dir
+    if task.hook is None or directory is None:
+        return None, None
+    name = f"{task.run_id}.jsonl" if iteration is None else f"{task.run_id}-{iteration + 1}.jsonl"
+    try:
+        path = await write_transcript(
+            directory, name, run.transcript(), redactor=task.hook.memory.redactor
+        )
+    except Exception as exc:
+        task.hook.memory.counters.record_failures += 1
+        error = f"transcript of run {task.run_id} not written: {describe(exc)}"
+        log.warning("%s; the episode is stored without it", error)
+        return None, error
+    return path, None
+
+
+def _with_error(recorded: Recorded, error: str | None) -> Recorded:
+    if error is None or recorded.error is not None:
+        return recorded
+    return dataclasses.replace(recorded, error=error)
 
 
 async def judge(config: LoopConfig, query: str, result: AgentResult) -> Verdict:

@@ -295,7 +295,9 @@ class EpisodicMemory:
         try:
             if not stored.timestamp:
                 stored.timestamp = now_iso(self._clock())
-            if self._reflect_model and stored.reflection is None:
+            # A distilled run (it has an approach) already got its lesson, or declined one
+            # (NONE): a second model must not invent it.
+            if self._reflect_model and stored.reflection is None and not stored.approach:
                 lesson = await self.reflect(stored)
                 if lesson:
                     stored.reflection = lesson
@@ -431,7 +433,11 @@ class EpisodicMemory:
             # the id claims of what is deleted, so that no copy is left behind.
             strays = await self._log.stray_keys()
             claims = [self._log.claim_key(ep.id) for _, ep in selected]
-            await self._log.delete_seqs([seq for seq, _ in selected], also=[*bad, *strays, *claims])
+            gone = {ep.id for _, ep in selected}
+            grades = [self._log.grade_key(n) for n, i in self._graded_by.items() if i in gone]
+            await self._log.delete_seqs(
+                [seq for seq, _ in selected], also=[*bad, *strays, *claims, *grades]
+            )
         await self._provider.purge()
         log.info(
             "forget in %r: %d episodes, %d corrupt records deleted",
@@ -556,12 +562,16 @@ class EpisodicMemory:
         keys the ring no longer shows; return how many keys were deleted."""
         await self._sync()
         now = self._clock()
+        everything = await self._everything()
         expired = [
             (seq, ep)
-            for seq, ep in await self._everything()
+            for seq, ep in everything
             if (self._expired(seq, now) if seq in self._known else self._expired_episode(ep, now))
         ]
         strays = await self._log.stray_keys()
+        # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
+        kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}
+        strays += [self._log.grade_key(n) for n, i in self._graded_by.items() if i not in kept]
         if expired or strays:
             claims = [self._log.claim_key(ep.id) for _, ep in expired]
             await self._log.delete_seqs([seq for seq, _ in expired], also=[*strays, *claims])
@@ -611,6 +621,15 @@ class EpisodicMemory:
                 for k, v in zip(keys, values, strict=True)
             ),
             vectors=sum(1 for s in self._vectors if s in shown) if self._vectors is not None else 0,
+            grades=sum(len(g) for i, g in self._grades.items() if self._ids.get(i) in shown),
+            most_used=[
+                (self._known[seq].id, count)
+                for seq, count in sorted(
+                    ((s, c) for s, c in self._uses.items() if s in shown and c > 0),
+                    key=lambda item: (-item[1], -item[0]),
+                )[:5]
+            ],
+            warnings=_label_warnings(by_outcome),
             embedder=(
                 f"{identity[0]} ({identity[1]} dimensions)"
                 if (identity := decode_identity(self._log.embedder))
@@ -1396,6 +1415,30 @@ class MemoryStats:
     are found by keywords until :meth:`EpisodicMemory.backfill` embeds them)."""
     embedder: str | None = None
     """The embedder that wrote the log's vectors, with their dimension (``None``: none yet)."""
+    grades: int = 0
+    """Grades given to the episodes counted in ``total``."""
+    most_used: list[tuple[str, int]] = field(default_factory=list)
+    """The ids of the (at most five) episodes used most in runs, with their use counts."""
+    warnings: list[str] = field(default_factory=list)
+    """What looks wrong, in words: for now, an outcome signal that is not wired (nearly every
+    episode ``unknown`` or ``claimed_success``)."""
+
+
+# stats() warns when at least this share of at least UNWIRED_MIN episodes carry no verified label.
+UNWIRED_SHARE = 0.9
+UNWIRED_MIN = 10
+
+
+def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
+    total = sum(by_outcome.values())
+    unlabelled = by_outcome.get("unknown", 0) + by_outcome.get("claimed_success", 0)
+    if total < UNWIRED_MIN or unlabelled < UNWIRED_SHARE * total:
+        return []
+    return [
+        f"outcome signal not wired: {unlabelled} of {total} episodes are unknown or "
+        f"claimed_success, so outcome-aware recall (what_worked, what_failed) has nothing to "
+        f"go on; record a verified outcome or grade runs later (see docs/runner.md)"
+    ]
 
 
 def _text_of(episode: Episode) -> str:

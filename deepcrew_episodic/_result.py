@@ -16,7 +16,9 @@ class AgentResult:
 
     ``tool_calls`` holds ``{"tool", "args", "agent_id", "id", "error"}`` per call, every
     iteration of a loop included. ``recalled`` are the episodes injected before the run,
-    ``recorded`` the episodes this run stored (one, or one per loop iteration).
+    ``recorded`` the episodes this run stored (one, or one per loop iteration), and
+    ``recorded_ids`` their ids, to grade them later (``memory.grade(result.recorded_ids[-1],
+    outcome="success")``). ``run_id`` is shared by every episode of this run.
     ``recall_error`` / ``record_errors`` say why memory was skipped; the run itself went on.
     """
 
@@ -33,6 +35,12 @@ class AgentResult:
     recorded: list[Episode] = field(default_factory=list)
     recall_error: str | None = None
     record_errors: list[str] = field(default_factory=list)
+    run_id: str = ""
+
+    @property
+    def recorded_ids(self) -> list[str]:
+        """The ids of the episodes this run stored, in order (the last is the final answer's)."""
+        return [episode.id for episode in self.recorded]
 
     @property
     def total_tokens(self) -> int:

@@ -2,7 +2,9 @@
 
 One run: recall (through :class:`EpisodicHook`), then up to ``max_turns`` streamed model calls,
 running the Python tools the model asks for and sending their results back, then record one
-episode. A run that raises records a ``failure`` episode naming the error, then re-raises.
+episode. A run that raises records a ``failure`` episode naming the error (``abandoned`` when
+the model provider could not be used), then re-raises. Every episode of one call carries the
+same ``run_id``.
 
 The run is an async generator of :class:`StreamEvent`; ``run_agent`` drains it and returns
 the :class:`AgentResult`, ``stream_agent`` hands the events to the caller. No background task,
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
@@ -24,7 +27,7 @@ from ._events import EventType, StreamEvent, StreamPolicy, emit
 from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
 from ._hook import EpisodicHook, Recorded, describe, user_query
 from ._litellm import load_litellm
-from ._loop import Refinement, Task, recorded_attempt
+from ._loop import Recording, Refinement, Task, record_answer, recorded_attempt
 from ._result import AgentResult
 
 __all__ = ["AgentStream", "run_agent", "stream_agent"]
@@ -43,13 +46,16 @@ async def run_agent(
     With ``agent.episodic_memory``, relevant past episodes are injected before the first
     model call and the run is recorded after it; ``agent.loop_config`` runs the refinement
     loop. Raises the model's own error (a ``litellm`` exception), ``MaxTurnsError`` or
-    ``ToolError``, each after recording a ``failure`` episode, or ``VerifierError`` after
-    recording the ungraded answer (outcome ``unknown``, tag ``unverified``).
+    ``ToolError``, each after recording a ``failure`` episode (``abandoned``, or nothing,
+    per ``agent.infrastructure_failures``, when the model provider could not be used), or
+    ``VerifierError`` after recording the ungraded answer (outcome ``unknown``, tag
+    ``unverified``). ``result.recorded_ids`` are the stored episodes' ids, to grade later.
 
     Example::
 
         result = await run_agent(agent, [{"role": "user", "content": "Rotate the API key"}])
         print(result.text, result.episodes_recalled, result.recorded[0].outcome)
+        await memory.grade(result.recorded_ids[-1], outcome="success")  # the user confirmed
     """
     run = _Run(agent, messages, agent_id)
     async with aclosing(run.events()) as events:
@@ -146,6 +152,7 @@ class _Run:
         self.agent = agent
         self.messages = list(messages)
         self.agent_id = agent_id or agent.name
+        self.run_id = uuid.uuid4().hex
         self.result: AgentResult | None = None
 
     def _hook(self, memory: Any) -> EpisodicHook | None:
@@ -176,10 +183,24 @@ class _Run:
         if cfg is not None and cfg.episodic_memory is not None:
             record_hook = self._hook(cfg.episodic_memory)
         task = Task(
-            query, history, aid, record_hook, lambda msgs: _Attempt(agent, tools, msgs, aid)
+            query,
+            history,
+            aid,
+            record_hook,
+            lambda msgs: _Attempt(agent, tools, msgs, aid),
+            run_id=self.run_id,
+            recording=Recording(
+                min_turns=agent.min_turns,
+                distill_model=agent.distill_model,
+                distill_params=dict(agent.distill_params),
+                distill_timeout=agent.distill_timeout,
+                transcript_dir=agent.transcript_dir,
+                infrastructure_failures=agent.infrastructure_failures,
+            ),
         )
+        attempt: _Attempt | None = None
         if cfg is None:
-            attempt = task.attempt(history)
+            attempt = _Attempt(agent, tools, history, aid)
             async with aclosing(recorded_attempt(attempt, task, recorded)) as events:
                 async for event in events:
                     yield event
@@ -197,14 +218,15 @@ class _Run:
             result.episodes_recalled = recalled.count
             result.recall_error = recalled.error
         after: tuple[StreamEvent, ...] = ()
-        if cfg is None and record_hook is not None:
+        if attempt is not None:
             # Recorded before AGENT_DONE is yielded: a consumer that stops reading at
             # AGENT_DONE must not cost the episode. Its event still follows AGENT_DONE.
-            done = await record_hook.after_run(
-                query, result.text, score=result.confidence, tools_used=result.tools_used
-            )
-            recorded.append(done)
-            after = done.events
+            # No verifier checked the answer: its outcome is not verified.
+            done = await record_answer(task, attempt, score=result.confidence)
+            if done is not None:
+                recorded.append(done)
+                after = done.events
+        result.run_id = self.run_id
         result.recorded = [r.episode for r in recorded if r.episode is not None]
         result.record_errors = [r.error for r in recorded if r.error is not None]
         self.result = result
@@ -235,6 +257,11 @@ class _Attempt:
     @property
     def tools_used(self) -> list[str]:
         return sorted({str(c["tool"]) for c in self.tool_calls})
+
+    def transcript(self) -> list[dict[str, Any]]:
+        """The conversation as the model saw it, then its final (or partial) answer."""
+        answer = [{"role": "assistant", "content": self.text}] if self.text else []
+        return [*self.history, *answer]
 
     def result(self) -> AgentResult:
         return AgentResult(

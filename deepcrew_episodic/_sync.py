@@ -15,8 +15,9 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._episode import Episode
+from ._episode import Episode, Outcome
 from ._exceptions import ConfigurationError
+from ._grade import Grade
 from ._log import Counters
 from ._memory import EpisodicMemory, MemoryStats, TimeLike
 from ._recall import Ranking, Scored
@@ -201,6 +202,33 @@ class SyncEpisodicMemory:
     def clear(self) -> None:
         """See :meth:`EpisodicMemory.clear`."""
         self._call(self.memory.clear)
+
+    def grade(
+        self,
+        episode_id: str,
+        *,
+        outcome: Outcome | None = None,
+        score: float | None = None,
+        note: str = "",
+        verified: bool = True,
+    ) -> Grade:
+        """See :meth:`EpisodicMemory.grade`."""
+        return self._call(
+            self.memory.grade,
+            episode_id,
+            outcome=outcome,
+            score=score,
+            note=note,
+            verified=verified,
+        )
+
+    def grades(self, episode_id: str) -> list[Grade]:
+        """See :meth:`EpisodicMemory.grades`."""
+        return self._call(self.memory.grades, episode_id)
+
+    def used(self, ids: str | Collection[str]) -> None:
+        """See :meth:`EpisodicMemory.used`."""
+        self._call(self.memory.used, ids)
 
     def backfill(
         self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 
-from ._episode import Outcome
+from ._episode import Outcome, outcome_for_score
 from ._exceptions import ConfigurationError, VerifierError
 from ._hook import describe
 from ._litellm import load_litellm
@@ -109,12 +109,9 @@ class LoopConfig:
             )
 
     def outcome(self, score: float) -> Outcome:
-        """``success`` / ``failure`` / ``partial`` for an iteration's score."""
-        if score >= self.target_score:
-            return "success"
-        if score < self.failure_score:
-            return "failure"
-        return "partial"
+        """``success`` / ``failure`` / ``partial`` for an iteration's score: the library's one
+        score rule (:func:`~deepcrew_episodic.outcome_for_score`) with this loop's thresholds."""
+        return outcome_for_score(score, success=self.target_score, failure=self.failure_score)
 
     def refine_message(self, verdict: Verdict) -> str:
         feedback = verdict.feedback.strip()

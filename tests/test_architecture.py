@@ -27,10 +27,11 @@ CORE = {
     "_embed",
     "_vectors",
     "_grade",
+    "_distill",
     "providers",
     "testing",
 }
-AGENT = {"_events", "_hook", "_agent", "_result", "_verify", "_loop", "_runner", "_distill"}
+AGENT = {"_events", "_hook", "_agent", "_result", "_verify", "_loop", "_runner"}
 CLI = {"cli"}
 
 

@@ -1397,12 +1397,13 @@ def test_undecodable_sqlite_records_never_crash_and_forget_corrupt_deletes_them(
     conn = sqlite3.connect(db)
     with conn:
         # Invalid UTF-8, inside a JSON string and as a whole value.
+        # REPLACE deletes and inserts: the store refuses to change an episode in place.
         conn.execute(
-            "UPDATE kv SET value = CAST(? AS TEXT) WHERE key LIKE '%:e:1'",
+            "INSERT OR REPLACE INTO kv SELECT key, CAST(? AS TEXT) FROM kv WHERE key LIKE '%:e:1'",
             (b'{"query": "caf\xe9 \xff refund", "id": "bad-1"}',),
         )
-        conn.execute("UPDATE kv SET value = CAST(? AS TEXT) WHERE key LIKE '%:e:2'",
-                     (b"\xff\xfe\x00garbage",))  # fmt: skip
+        conn.execute("INSERT OR REPLACE INTO kv SELECT key, CAST(? AS TEXT) FROM kv "
+                     "WHERE key LIKE '%:e:2'", (b"\xff\xfe\x00garbage",))  # fmt: skip
     conn.close()
     env = clean_env(PYTHONIOENCODING="ascii")  # a terminal that cannot even show "é"
     for command in (["timeline"], ["timeline", "--json"], ["recall", "refund", "-v"],

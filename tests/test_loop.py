@@ -173,14 +173,16 @@ async def test_loop_events_are_verbose(llm: ScriptedLLM) -> None:
 
 async def test_a_failing_iteration_records_failure_and_reraises(llm: ScriptedLLM) -> None:
     memory = EpisodicMemory(InMemoryProvider())
-    llm.script(Reply.text("first try"), Reply.error(500, "overloaded"))
+    # a request the provider refuses for its content (a provider outage is not the agent's
+    # failure: tests/test_outcomes_runner.py)
+    llm.script(Reply.text("first try"), Reply.error(400, "prompt rejected"))
     config = LoopConfig(max_iterations=3, verifier=ScriptedVerifier(Verdict(0.4, "again")))
-    with pytest.raises(litellm.InternalServerError, match="overloaded") as caught:
+    with pytest.raises(litellm.BadRequestError, match="prompt rejected") as caught:
         await run_agent(make_agent(llm, config, episodic_memory=memory), ASK)
     first, second = await memory.load()
     assert (first.outcome, first.score) == ("partial", 0.4)
     assert second.outcome == "failure"
-    assert "overloaded" in second.response
+    assert "prompt rejected" in second.response
     assert second.query == QUERY
     assert f"failure episode {second.id} recorded" in caught.value.__notes__
 

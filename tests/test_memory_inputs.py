@@ -190,6 +190,7 @@ async def test_a_bad_stored_timestamp_never_crashes_and_never_makes_an_episode_i
     key = "episodic:stamps:e:2"
     data = json.loads(await provider.retrieve(key) or "{}")
     data["timestamp"] = stored_stamp
+    await provider.delete([key])  # an append-only store refuses to change it in place
     await provider.store(key, json.dumps(data))
 
     memory = EpisodicMemory(provider, namespace="stamps")

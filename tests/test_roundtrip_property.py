@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from stores import Store
 
 from deepcrew_episodic import Episode, EpisodicMemory
+from deepcrew_episodic._episode import OUTCOMES
 from deepcrew_episodic._render import CAUTION, HEADER
 from deepcrew_episodic._unicode import is_hidden
 
@@ -83,8 +84,8 @@ def episodes(draw: st.DrawFn) -> Episode:
     episode = Episode(
         query=draw(TEXT),
         response=draw(TEXT),
-        outcome=draw(st.sampled_from(["success", "failure", "partial", "unknown"])),
-        score=draw(st.none() | st.floats(allow_nan=False, allow_infinity=False)),
+        outcome=draw(st.sampled_from(OUTCOMES)),
+        score=draw(st.none() | st.floats(min_value=0.0, max_value=1.0)),
         tools_used=draw(st.lists(TEXT, max_size=4)),
         reflection=draw(st.none() | TEXT),
         tags=draw(st.lists(TEXT, max_size=4)),
@@ -92,6 +93,9 @@ def episodes(draw: st.DrawFn) -> Episode:
         agent_id=draw(TEXT),
         id=draw(ID),
         forget_after=draw(st.none() | FUTURE),
+        approach=draw(TEXT),
+        transcript_ref=draw(st.none() | TEXT),
+        run_id=draw(st.sampled_from(["", "run-a", "run-b"])),
     )
     if draw(st.booleans()):
         field = draw(st.sampled_from(["query", "response", "reflection", "agent_id", "tags"]))

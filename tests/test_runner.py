@@ -243,8 +243,10 @@ async def test_max_turns_raises_and_records_a_failure(llm: ScriptedLLM) -> None:
     assert any(episode.id in note for note in caught.value.__notes__)
 
 
+# A request the provider refused for what it asked is the run's failure; a provider that could
+# not be used (5xx, 429, 401, unreachable) is not: tests/test_outcomes_runner.py.
 @pytest.mark.parametrize(
-    ("status", "error"), [(400, litellm.BadRequestError), (500, litellm.InternalServerError)]
+    ("status", "error"), [(400, litellm.BadRequestError), (404, litellm.NotFoundError)]
 )
 async def test_a_model_error_records_a_failure_then_reraises(
     llm: ScriptedLLM, status: int, error: type[Exception]

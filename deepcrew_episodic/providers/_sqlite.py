@@ -56,8 +56,18 @@ T = TypeVar("T")
 
 # "DCEP" in PRAGMA application_id marks a database as ours; user_version is its schema.
 _APPLICATION_ID = 0x44434550
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = "CREATE TABLE kv (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID"
+# Version 2: the log is append-only in the schema, not only in the code. An episode's record
+# (episodic:<namespace>:e:<seq>) and a grade's (…:g:<n>) can be written once and deleted (forget,
+# retention, the ring), never changed: an UPDATE that would change one is refused.
+_APPEND_ONLY = (
+    "CREATE TRIGGER IF NOT EXISTS episodes_append_only BEFORE UPDATE OF value ON kv "
+    "WHEN old.value IS NOT new.value "
+    "AND (old.key GLOB 'episodic:*:e:[0-9]*' OR old.key GLOB 'episodic:*:g:[0-9]*') "
+    "BEGIN SELECT RAISE(ABORT, 'episodes and grades are append-only: a stored one is never "
+    "rewritten'); END"
+)
 # SQLite's primary result codes for a file that is not a database, or a damaged one.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -312,7 +322,12 @@ class SQLiteMemoryProvider(MemoryProvider):
                         f"Use another file."
                     )
                 conn.execute(_SCHEMA)
+                conn.execute(_APPEND_ONLY)
                 conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            elif app == _APPLICATION_ID and version == 1:
+                # A store of version 1 gains the trigger in place; nothing else changed.
+                conn.execute(_APPEND_ONLY)
                 conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             elif app != _APPLICATION_ID:
                 raise ConfigurationError(

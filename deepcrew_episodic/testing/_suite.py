@@ -295,7 +295,7 @@ class ProviderConformance:
         memory = EpisodicMemory(provider, namespace="bad")
         for i in range(3):
             await memory.record(ep(f"refund order {i}"))
-        await provider.store("episodic:bad:e:2", '{"query": "half a reco')
+        await _corrupt(provider, "episodic:bad:e:2", '{"query": "half a reco')
         fresh = EpisodicMemory(provider, namespace="bad")
         assert [e.query for e in await fresh.load()] == ["refund order 0", "refund order 2"]
         assert fresh.counters.corrupt_records == 1
@@ -311,7 +311,7 @@ class ProviderConformance:
         for i in range(3):
             await memory.record(ep(f"refund order {i}"))
         # A lone surrogate is what a provider returns for bytes that are not UTF-8.
-        await provider.store("episodic:bad:e:2", '{"query": "broken \udcff"}')
+        await _corrupt(provider, "episodic:bad:e:2", '{"query": "broken \udcff"}')
         fresh = EpisodicMemory(provider, namespace="bad")
         assert [e.query for e in await fresh.load()] == ["refund order 0", "refund order 2"]
         assert fresh.counters.corrupt_records == 1
@@ -649,7 +649,7 @@ class ProviderConformance:
         memory = EpisodicMemory(provider, namespace="deep")
         for i in range(3):
             await memory.record(ep(f"refund order {i}"))
-        await provider.write({"episodic:deep:e:2": "[" * 100_000 + "]" * 100_000})
+        await _corrupt(provider, "episodic:deep:e:2", "[" * 100_000 + "]" * 100_000)
         fresh = EpisodicMemory(provider, namespace="deep")
         assert len(await fresh.load()) == 2
         assert len(await fresh.recall("refund order")) == 2
@@ -1102,6 +1102,13 @@ KEY_NAMESPACES = [
     "%_",
     "a\x00b",
 ]
+
+
+async def _corrupt(provider: MemoryProvider, key: str, value: str) -> None:
+    """Damage a stored episode as a disk or another program would: a store that keeps
+    episodes append-only (SQLite's trigger) refuses to change one, so it is deleted first."""
+    await provider.delete([key])
+    await provider.write({key: value})
 
 
 def _needs_processes(provider: MemoryProvider) -> None:
