@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import warnings
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
@@ -1059,6 +1060,129 @@ class ProviderConformance:
         assert await memory.backfill() == 5
         assert (await memory.explain("customer billed")).by == "hybrid"
 
+    # --- outcomes learnt later: grades and uses (append-only) -------------------------------
+
+    async def test_a_grade_is_a_record_of_its_own_applied_on_every_read_path(
+        self, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="graded")
+        first = await memory.record(ep("export the audit log", tags=["ops"]))
+        await memory.record(ep("export the audit log again", outcome="failure"))
+        stored = await provider.retrieve_many(["episodic:graded:e:1"])
+        await memory.grade(first.id, outcome="success", note="the user confirmed")
+        # the episode's own record is untouched; a fresh reader sees the grade everywhere
+        assert await provider.retrieve_many(["episodic:graded:e:1"]) == stored
+        fresh = EpisodicMemory(provider, namespace="graded")
+        assert [e.outcome for e in await fresh.load()] == ["success", "failure"]
+        assert (await fresh.stats()).by_outcome["success"] == 1
+        assert [e.id for e in await fresh.select(outcome="success")] == [first.id]
+        found = await fresh.recall("export the audit log", intent="what_worked")
+        assert found[0].id == first.id
+        assert found[0].outcome == "success"
+        # a claim never beats a verified grade; the newest verified grade wins
+        await fresh.grade(first.id, outcome="failure", verified=False)
+        assert (await fresh.load())[0].outcome == "success"
+        await fresh.grade(first.id, score=0.1, note="broke again next day")
+        assert next((e.outcome, e.score) for e in await fresh.load()) == ("failure", 0.1)
+        assert [g.outcome for g in await memory.grades(first.id)] == [
+            "success",
+            "failure",
+            "failure",
+        ]
+        with pytest.raises(ConfigurationError, match="no episode"):
+            await memory.grade("no-such-id", outcome="success")
+        with pytest.raises(ConfigurationError, match="score"):
+            await memory.grade(first.id, score=7)
+
+    async def test_an_unverified_success_reads_as_a_claim(self, provider: MemoryProvider) -> None:
+        memory = EpisodicMemory(provider, namespace="claims")
+        episode = await memory.record(ep("rotate the signing key"))
+        await memory.grade(episode.id, outcome="success", verified=False)
+        assert (await memory.load())[0].outcome == "claimed_success"
+        verified = await memory.record(ep("rotate the signing key", outcome="failure"))
+        await memory.grade(verified.id, outcome="success", verified=False)
+        assert (await memory.load())[1].outcome == "failure"  # verified beats a claim
+
+    async def test_grades_and_uses_go_with_their_episode(self, provider: MemoryProvider) -> None:
+        memory = EpisodicMemory(provider, namespace="gone", max_episodes=3)
+        kept = await memory.record(ep("keep this one"))
+        doomed = await memory.record(ep("forget this one"))
+        await memory.grade(doomed.id, outcome="success")
+        await memory.grade(kept.id, outcome="failure")
+        await memory.used([doomed.id, kept.id])
+        await memory.forget([doomed.id])
+        assert len(await provider.keys("episodic:gone:g:")) == 1
+        assert await provider.keys("episodic:gone:u:") == ["episodic:gone:u:1"]
+        for i in range(4):  # the ring evicts the graded, used episode
+            await memory.record(ep(f"filler {i}"))
+        assert await memory.sweep() >= 2
+        assert await provider.keys("episodic:gone:g:") == []
+        assert await provider.keys("episodic:gone:u:") == []
+        await memory.clear()
+        left = await provider.keys("episodic:gone:")
+        assert [k for k in left if k.split(":")[2] in ("e", "g", "u", "v")] == []
+
+    async def test_uses_are_counted_beside_the_episode_and_boost_it_a_little(
+        self, provider: MemoryProvider
+    ) -> None:
+        memory = EpisodicMemory(provider, namespace="uses")
+        used = await memory.record(ep("restart the worker pool"))
+        other = await memory.record(ep("restart the worker pool"))
+        stored = await provider.retrieve_many(["episodic:uses:e:1"])
+        for _ in range(50):
+            await memory.used([used.id])
+        assert await provider.retrieve_many(["episodic:uses:e:1"]) == stored
+        fresh = EpisodicMemory(provider, namespace="uses")
+        assert (await fresh.stats()).most_used == [(used.id, 50)]
+        ranked = await fresh.explain("restart the worker pool")
+        assert [s.episode.id for s in ranked] == [used.id, other.id]  # beats the newer twin
+        assert ranked[0].uses == 50
+        assert ranked[0].score <= ranked[1].score * 1.2 + 1e-9  # at most +20%
+        plain = EpisodicMemory(provider, namespace="uses", reinforce=False)
+        assert [e.id for e in await plain.recall("restart the worker pool")] == [other.id, used.id]
+
+    async def test_no_operation_rewrites_an_episode_or_a_grade(
+        self, provider: MemoryProvider
+    ) -> None:
+        watched = _Rewrites(provider)
+        memory = EpisodicMemory(watched, namespace="frozen", max_episodes=4)
+        first = await memory.record(ep("deploy the api", run_id="run-1", outcome="failure"))
+        await memory.record(ep("deploy the api", run_id="run-1", outcome="success"))
+        await memory.grade(first.id, outcome="failure", note="rolled back")
+        await memory.used([first.id])
+        await memory.recall("deploy the api")
+        for i in range(6):
+            await memory.record(ep(f"other work {i}", score=0.9))
+        await memory.sweep()
+        await memory.shrink(3)
+        await memory.forget(outcome="success")
+        if _numpy_here():
+            meaning = EpisodicMemory(watched, namespace="frozen", embedder=ConceptEmbedder())
+            await meaning.backfill()
+            await meaning.reembed()
+        assert watched.rewrites == []
+        assert watched.writes > 10  # it did watch something
+
+    async def test_recall_shows_one_item_per_run(self, provider: MemoryProvider) -> None:
+        memory = EpisodicMemory(provider, namespace="runs")
+        for i, outcome in enumerate(["failure", "failure", "success"]):
+            await memory.record(
+                ep(
+                    "migrate the billing schema",
+                    run_id="loop-7",
+                    outcome=outcome,
+                    reflection=f"lesson {i}",
+                )
+            )
+        await memory.record(ep("migrate the billing schema by hand", outcome="partial"))
+        found = await memory.explain("migrate the billing schema", 3)
+        assert sorted(s.episode.run_id for s in found) == ["", "loop-7"]  # not three of one run
+        (run,) = [s for s in found if s.episode.run_id]
+        assert run.iterations == 3
+        assert run.episode.outcome == "success"  # the run's latest iteration
+        assert run.episode.reflection == "lesson 2 Earlier attempts: lesson 0; lesson 1"
+        assert len(await memory.load()) == 4  # the raw iterations stay
+
 
 PRINTABLE_NAMESPACES = [
     "support bot",
@@ -1102,6 +1226,88 @@ KEY_NAMESPACES = [
     "%_",
     "a\x00b",
 ]
+
+
+def _numpy_here() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("numpy") is not None
+
+
+_WRITE_ONCE = re.compile(r"episodic:[^:]+:[eg]:[0-9]+")
+
+
+class _Rewrites(MemoryProvider):
+    """Records every write that would change an episode's or a grade's value: one that held
+    another value in the store, or that this provider saw written with another value before
+    (an atomic step writes keys it cannot read first: a reused sequence number shows here)."""
+
+    def __init__(self, inner: MemoryProvider) -> None:
+        self.inner = inner
+        self.rewrites: list[str] = []
+        self.writes = 0
+        self._written: dict[str, str] = {}
+
+    def _note(self, items: Mapping[str, str]) -> None:
+        self.writes += len(items)
+        for key, value in items.items():
+            if _WRITE_ONCE.fullmatch(key):
+                if self._written.get(key, value) != value:
+                    self.rewrites.append(key)
+                self._written[key] = value
+
+    async def _check(self, items: Mapping[str, str]) -> None:
+        watched = [k for k in items if _WRITE_ONCE.fullmatch(k)]
+        if watched:
+            for key, old in zip(watched, await self.inner.retrieve_many(watched), strict=True):
+                if old is not None and old != items[key]:
+                    self.rewrites.append(key)
+        self._note(items)
+
+    async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
+        return await self.inner.retrieve_many(keys)
+
+    async def keys(self, prefix: str) -> list[str]:
+        return await self.inner.keys(prefix)
+
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        await self._check(items)
+        return await self.inner.write_if(expect, items, delete)
+
+    async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
+        await self._check(items)
+        await self.inner.write(items, delete)
+
+    async def increment_and_write(
+        self,
+        key: str,
+        then: Then,
+        *,
+        initial: int = 0,
+        repair: int | None = None,
+        read: Sequence[str] = (),
+    ) -> int:
+        written: list[Mapping[str, str]] = []
+
+        def watching(seq: int, values: Mapping[str, str | None]) -> tuple[Any, Any]:
+            items, doomed = then(seq, values)
+            written[:] = [items]  # a retried step keeps only what it finally wrote
+            return items, doomed
+
+        result = await self.inner.increment_and_write(
+            key, watching, initial=initial, repair=repair, read=read
+        )
+        for items in written:
+            self._note(items)
+        return result
+
+    async def aclose(self) -> None:
+        """The inner provider belongs to the test."""
 
 
 async def _corrupt(provider: MemoryProvider, key: str, value: str) -> None:
