@@ -1,0 +1,219 @@
+"""Outcomes that carry information: the design essay's required tests, ported to this API
+(``../shared/reference``: recency with similarity held constant, old-but-unique, intent,
+immutability, empty recall, contradicting episodes), and the rules around them: one rule for a
+score, claims below verified outcomes, reinforcement bounds, and the "not wired" warning.
+
+The distillation tests of the essay (claimed downgrade, verified override, NONE lesson, trivial
+run) go through litellm's real HTTP path in ``tests/test_distill.py`` and
+``tests/test_outcomes_runner.py``; grades, uses and append-only storage on every provider are in
+the conformance suite (``deepcrew_episodic.testing``).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import Clock
+
+from deepcrew_episodic import (
+    ConfigurationError,
+    Episode,
+    EpisodicHook,
+    EpisodicMemory,
+    InvalidEpisodeError,
+    outcome_for_score,
+)
+from deepcrew_episodic.providers import InMemoryProvider, SQLiteMemoryProvider
+
+pytestmark = pytest.mark.anyio
+
+DAY = 86400.0
+
+
+async def test_recency_breaks_ties_with_similarity_held_constant(clock: Clock) -> None:
+    memory = EpisodicMemory(InMemoryProvider(), clock=clock)
+    clock.now -= 200 * DAY
+    old = await memory.record(Episode(query="deploy the api", reflection="use staging first"))
+    clock.now += 199 * DAY
+    new = await memory.record(Episode(query="deploy the api", reflection="use staging first"))
+    clock.now += DAY
+    (top,) = await memory.recall("deploy the api", 1)
+    assert top.id == new.id != old.id
+
+
+async def test_an_old_but_unique_match_still_surfaces(clock: Clock) -> None:
+    memory = EpisodicMemory(InMemoryProvider(), clock=clock)
+    clock.now -= 900 * DAY
+    await memory.record(Episode(query="configure the fax gateway", reflection="port 8081"))
+    clock.now += 900 * DAY
+    for i in range(20):
+        await memory.record(Episode(query=f"unrelated task {i}"))
+    (top,) = await memory.recall("configure the fax gateway", 1)
+    assert "fax" in top.query  # the recency floor did its job
+
+
+async def test_the_intent_selects_failures_and_successes_and_claims_rank_between() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    for outcome in ("success", "failure", "claimed_success", "abandoned", "partial"):
+        await memory.record(Episode(query="migrate schema", outcome=outcome))
+    worked = [e.outcome for e in await memory.recall("migrate schema", 5, intent="what_worked")]
+    assert worked == ["success", "claimed_success", "partial", "failure"]  # abandoned: out
+    failed = [e.outcome for e in await memory.recall("migrate schema", 5, intent="what_failed")]
+    assert failed == ["failure", "partial", "claimed_success", "success"]
+    asked = await memory.recall("migrate schema", 5, outcome=["abandoned", "failure"])
+    assert sorted(e.outcome for e in asked) == ["abandoned", "failure"]
+
+
+async def test_episodes_are_immutable_in_the_sqlite_schema(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.db"
+    async with SQLiteMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend)
+        episode = await memory.record(Episode(query="x"))
+        await memory.grade(episode.id, outcome="success")
+    conn = sqlite3.connect(path)
+    try:
+        for key in ("episodic:default:e:1", "episodic:default:g:1"):
+            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+                conn.execute("UPDATE kv SET value = 'y' WHERE key = ?", (key,))
+        conn.execute("UPDATE kv SET value = '7' WHERE key = 'episodic:default:__seq__'")
+        conn.execute("DELETE FROM kv WHERE key = 'episodic:default:e:1'")  # forget may delete
+    finally:
+        conn.close()
+
+
+async def test_a_store_of_the_first_schema_gains_the_trigger(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    async with SQLiteMemoryProvider(path) as backend:
+        await EpisodicMemory(backend).record(Episode(query="x"))
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER episodes_append_only")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    async with SQLiteMemoryProvider(path) as backend:
+        assert [e.query for e in await EpisodicMemory(backend).load()] == ["x"]
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute("UPDATE kv SET value = 'y' WHERE key = 'episodic:default:e:1'")
+    finally:
+        conn.close()
+
+
+async def test_an_empty_recall_renders_nothing() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    await memory.record(Episode(query="deploy the api"))
+    assert memory.render(await memory.recall("anything about nothing", 3)) == ""
+
+
+async def test_contradicting_episodes_both_survive() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    await memory.record(Episode(query="where is the config", reflection="it is in /etc"))
+    await memory.record(Episode(query="where is the config", reflection="it moved to ~/.config"))
+    assert len(await memory.load()) == 2
+    assert len(await memory.recall("where is the config")) == 2
+
+
+# --- one rule for score and outcome ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("score", "outcome"),
+    [(1.0, "success"), (0.7, "success"), (0.69, "partial"), (0.3, "partial"), (0.29, "failure")],
+)
+async def test_a_score_without_an_outcome_follows_one_rule_on_every_path(
+    score: float, outcome: str
+) -> None:
+    assert outcome_for_score(score) == outcome
+    memory = EpisodicMemory(InMemoryProvider())
+    recorded = await memory.record(Episode(query="api path", score=score))
+    hooked = await EpisodicHook(memory).after_run("hook path", "answer", score=score)
+    target = await memory.record(Episode(query="graded later"))
+    grade = await memory.grade(target.id, score=score)
+    assert (recorded.outcome, hooked.episode and hooked.episode.outcome, grade.outcome) == (
+        outcome,
+        outcome,
+        outcome,
+    )
+    explicit = await memory.record(Episode(query="given", score=score, outcome="failure"))
+    assert explicit.outcome == "failure"  # an outcome given is kept
+
+
+@pytest.mark.parametrize("score", [7, -0.1, 1.01, 10**400])
+async def test_a_score_outside_zero_to_one_is_refused_on_every_path(score: object) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    with pytest.raises(InvalidEpisodeError, match="score"):
+        Episode(query="q", score=score)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="score"):
+        await EpisodicHook(memory).after_run("q", "a", score=score)  # type: ignore[arg-type]
+    episode = await memory.record(Episode(query="q"))
+    with pytest.raises(ConfigurationError, match="score"):
+        await memory.grade(episode.id, score=score)  # type: ignore[arg-type]
+    assert len(await memory.load()) == 1
+
+
+async def test_a_deepcrew_ai_score_outside_the_range_still_reads_in_place() -> None:
+    backend = InMemoryProvider()
+    await backend.write(
+        {
+            "episodic:old:0": '{"query": "legacy run", "outcome": "success", "score": 7}',
+            "episodic:old:__meta__": '{"count": 1, "next": 1}',
+        }
+    )
+    (episode,) = await EpisodicMemory(backend, namespace="old").load()
+    assert (episode.query, episode.score) == ("legacy run", 7.0)
+
+
+# --- reinforcement, runs, warnings ---------------------------------------------------------------
+
+
+async def test_the_boost_grows_with_uses_and_never_passes_twenty_percent(clock: Clock) -> None:
+    memory = EpisodicMemory(InMemoryProvider(), clock=clock)
+    episode = await memory.record(Episode(query="restart the worker pool"))
+    base = (await memory.explain("restart the worker pool"))[0].score
+    seen, total = [], 0
+    for uses in (1, 2, 4, 8, 100):  # 1 + min(0.2, ln(1 + uses) / 10)
+        while total < uses:
+            await memory.used(episode.id)
+            total += 1
+        seen.append((await memory.explain("restart the worker pool"))[0].score / base)
+    assert seen == sorted(seen)
+    assert seen[0] == pytest.approx(1 + math.log(2) / 10)
+    assert seen[-2] == pytest.approx(1.2)
+    assert seen[-1] == pytest.approx(1.2)
+
+
+async def test_a_refinement_loop_fills_one_slot_not_three() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    for i in range(3):
+        await memory.record(
+            Episode(query="summarise the incident report", run_id="r1", outcome="partial")
+        )
+    await memory.record(Episode(query="summarise the quarterly incident report"))
+    await memory.record(Episode(query="summarise an incident report for the board"))
+    found = await memory.recall("summarise the incident report", 3)
+    assert len(found) == 3
+    assert sum(1 for e in found if e.run_id == "r1") == 1
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "warned"),
+    [
+        (["unknown"] * 9 + ["claimed_success"] * 3, True),
+        (["unknown"] * 10 + ["success"] * 2, False),  # 83%: some signal is wired
+        (["unknown"] * 9, False),  # too few to tell
+        (["claimed_success"] * 12, True),
+    ],
+)
+async def test_stats_warns_when_outcomes_carry_no_signal(outcomes: list[str], warned: bool) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    for i, outcome in enumerate(outcomes):
+        await memory.record(Episode(query=f"task {i}", outcome=outcome))  # type: ignore[arg-type]
+    warnings = (await memory.stats()).warnings
+    assert bool(warnings) == warned
+    if warned:
+        assert "outcome signal not wired" in warnings[0]
