@@ -189,7 +189,7 @@ async def test_the_boost_grows_with_uses_and_never_passes_twenty_percent(clock: 
 
 async def test_a_refinement_loop_fills_one_slot_not_three() -> None:
     memory = EpisodicMemory(InMemoryProvider())
-    for i in range(3):
+    for _ in range(3):
         await memory.record(
             Episode(query="summarise the incident report", run_id="r1", outcome="partial")
         )
