@@ -12,7 +12,7 @@ Score (see docs/recall.md)
     the part of ``c`` above what unrelated text reaches is::
 
         excess    = c - (b_q + b_e) / 2          (cross-domain similarity local scaling)
-        meaning   = clamp((excess - similarity_floor) / (1 - similarity_floor), 0, 1)
+        meaning   = clamp((excess - similarity_floor) / MEANING_SPAN, 0, 1)      (span 0.5)
         relevance = keyword + meaning * (1 - keyword)
         score     = relevance * recency factor * outcome weight      (as for keywords)
 
@@ -54,6 +54,9 @@ Matrix = npt.NDArray[np.float32]
 # handles a language poorly still sees a real match in it at about the floor; calibrated on
 # both probe sets, see docs/benchmarks.md.)
 WEAK_KEYWORD = 0.5
+# Meaning reaches 1 this far above the floor: a clear paraphrase (excess about 0.4 with
+# all-MiniLM-L6-v2) then outweighs a coincidental shared word (calibrated: docs/benchmarks.md).
+MEANING_SPAN = 0.5
 # A matched term holding a digit is an identifier (an order, a ticket, a version): models see
 # little in it, so a match on one always counts.
 _IDENTIFIER = re.compile(r"[0-9]")
@@ -272,7 +275,7 @@ def hybrid_search(
     q_terms = terms(query)
     cutoff = -math.inf if since is None else since
     weights = OUTCOME_WEIGHTS[intent]
-    span = 1.0 - similarity_floor
+    span = MEANING_SPAN
     scored_at: dict[int, tuple[float, float, int, Scored] | None] = {}
 
     def score(seq: int) -> tuple[float, float, int, Scored] | None:

@@ -5,7 +5,7 @@ all-MiniLM-L6-v2 (int8 ONNX, tests/embedding_models.py) is served by the scripte
 little under what ``bench/recall_meaning.py`` measures (docs/benchmarks.md), so that a change
 that makes the ranking worse fails here:
 
-- paraphrases (every content word differs from the target's): recall@3 >= 0.70 where keywords
+- paraphrases (every content word differs from the target's): recall@3 >= 0.72 where keywords
   get 0, every unrelated query returns nothing, and the decoys of at least 11 of the 15 near
   misses stay out of the top 3 (keywords keep 1 out);
 - the original probe: no regression (recall@3 and MRR >= 0.95, the floors of
@@ -57,7 +57,7 @@ async def test_paraphrases_are_recalled_and_unrelated_queries_return_nothing(
     keywords = await _report(PARAPHRASES, None)
     hybrid = await _report(PARAPHRASES, llm)
     assert keywords.recall_at_3 < 0.05
-    assert hybrid.recall_at_3 >= 0.70
+    assert hybrid.recall_at_3 >= 0.72
     assert hybrid.unrelated >= 20
     assert hybrid.unrelated_recalled == {}
     assert hybrid.decoy_queries == 15
