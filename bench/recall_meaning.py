@@ -94,10 +94,14 @@ def by_cosine(memory: EpisodicMemory) -> RecallFn:
 def quality_row(model: str, probe_set: str, ranking: str, report: Report) -> str:
     unrelated = report.unrelated - len(report.unrelated_recalled)
     decoys = report.decoy_queries - len(report.decoys_in_top3)
+    empty = (
+        f"{unrelated}/{report.unrelated} ({unrelated / report.unrelated:.0%})"
+        if report.unrelated
+        else "—"
+    )
     return (
         f"| {model} | {probe_set} | {ranking} | {report.recall_at_3:.3f} | {report.mrr:.3f} "
-        f"| {unrelated}/{report.unrelated} ({unrelated / max(report.unrelated, 1):.0%}) "
-        f"| {f'{decoys}/{report.decoy_queries}' if report.decoy_queries else '—'} |"
+        f"| {empty} | {f'{decoys}/{report.decoy_queries}' if report.decoy_queries else '—'} |"
     )
 
 

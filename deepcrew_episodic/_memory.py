@@ -1437,7 +1437,7 @@ def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
     return [
         f"outcome signal not wired: {unlabelled} of {total} episodes are unknown or "
         f"claimed_success, so outcome-aware recall (what_worked, what_failed) has nothing to "
-        f"go on; record a verified outcome or grade runs later (see docs/runner.md)"
+        f"go on; record a verified outcome or grade runs later (see docs/recall.md#outcomes)"
     ]
 
 

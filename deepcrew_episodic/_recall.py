@@ -69,9 +69,10 @@ LENGTH_CAP = 6
 DEFAULT_FIELDS: tuple[str, ...] = ("query", "tags", "reflection")
 MATCHABLE_FIELDS: tuple[str, ...] = ("query", "response", "tags", "reflection", "tools_used")
 
-# Under an intent, the unwanted outcomes weigh less than the recency floor (0.8), so that the
-# freshest unwanted episode still ranks below the oldest wanted one of equal relevance; a claim
-# ranks below a verified outcome of its kind the same way, and above every other outcome.
+# Under an intent, the unwanted outcomes weigh less than the recency floor (0.8) divided by the
+# largest reinforcement boost (1.2), so that the freshest, most used unwanted episode still ranks
+# below the oldest, unused wanted one of equal relevance; a claim ranks below a verified outcome
+# of its kind the same way, and above every other outcome.
 OUTCOME_WEIGHTS: dict[str, dict[str, float]] = {
     "any": {
         "success": 1.0,
@@ -83,19 +84,19 @@ OUTCOME_WEIGHTS: dict[str, dict[str, float]] = {
     },
     "what_failed": {
         "failure": 1.0,
-        "abandoned": 0.78,
-        "partial": 0.75,
-        "unknown": 0.7,
-        "claimed_success": 0.62,
-        "success": 0.6,
+        "abandoned": 0.65,
+        "partial": 0.6,
+        "unknown": 0.56,
+        "claimed_success": 0.5,
+        "success": 0.48,
     },
     "what_worked": {
         "success": 1.0,
-        "claimed_success": 0.78,
-        "partial": 0.75,
-        "unknown": 0.7,
-        "abandoned": 0.62,
-        "failure": 0.6,
+        "claimed_success": 0.65,
+        "partial": 0.6,
+        "unknown": 0.56,
+        "abandoned": 0.5,
+        "failure": 0.48,
     },
 }
 

@@ -131,3 +131,39 @@ def test_recall_by_meaning_finds_the_paraphrase_that_keywords_miss() -> None:
     assert (
         "4 of 4 episodes have a vector; embedder wordllama/l2_supercat-256 (256 dimensions)" in out
     )
+
+
+def test_grade_from_followup_wires_the_outcome_signal() -> None:
+    out = run_example("grade_from_followup.py")
+    before, graded = out.split("== 2.")[0], out.split("== 2.")[1].split("== 3.")[0]
+    after_block = out.split("== 3.")[1]
+
+    # Nobody checked an answer: every run is unknown, and stats says the signal is missing.
+    assert before.count("(unknown):") == 10
+    assert "stats: 10 episodes {'unknown': 10}, 0 grade(s)" in before
+    assert "outcome signal not wired: 10 of 10" in before
+    worked = before.split("intent='what_worked'")[1]
+    assert "[unknown] 'Raise the export timeout" in worked.split("\n")[1]  # the one used once
+
+    # The keyword rule: a clear verdict grades, anything unclear leaves the run ungraded.
+    assert "'Thanks, that fixed it!': graded success" in graded
+    assert "'Still broken, it times out at the same point.': graded failure" in graded
+    assert '"Didn\'t help, still 401 on every delivery.": graded failure' in graded
+    assert "'thanks': no verdict, stays unknown" in graded
+    assert "'How long does the change take?': no verdict, stays unknown" in graded
+    assert graded.count(": graded ") == 7
+
+    # Applied on every read: stats, recall under both intents, the next run's block.
+    assert "stats: 10 episodes {'success': 4, 'failure': 3, 'unknown': 3}, 7 grade(s)" in graded
+    assert "warnings: none" in graded
+    first_worked = graded.split("intent='what_worked'")[1].split("\n")[1]
+    assert '[success] "Use the background export' in first_worked
+    first_failed = graded.split("intent='what_failed'")[1].split("\n")[1]
+    assert "[failure] 'Raise the export timeout" in first_failed
+    assert '; failure] asked: "The CSV export times out for large accounts"' in after_block
+    assert '; success] asked: "CSV export of a large account times out"' in after_block
+
+    # The grade is a record of its own, with the user's words as its note.
+    assert "outcome='failure'" in after_block
+    assert "verified=True" in after_block
+    assert "note='user: Still broken" in after_block

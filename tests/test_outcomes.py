@@ -217,3 +217,16 @@ async def test_stats_warns_when_outcomes_carry_no_signal(outcomes: list[str], wa
     assert bool(warnings) == warned
     if warned:
         assert "outcome signal not wired" in warnings[0]
+
+
+async def test_no_boost_lifts_an_unwanted_outcome_over_a_wanted_one(clock: Clock) -> None:
+    memory = EpisodicMemory(InMemoryProvider(), clock=clock)
+    clock.now -= 900 * DAY
+    wanted = await memory.record(Episode(query="rebuild the search index", outcome="success"))
+    clock.now += 900 * DAY
+    for outcome in ("failure", "claimed_success", "partial", "unknown", "abandoned"):
+        unwanted = await memory.record(Episode(query="rebuild the search index", outcome=outcome))
+        for _ in range(20):  # the largest boost
+            await memory.used(unwanted.id)
+    worked = await memory.recall("rebuild the search index", 1, intent="what_worked")
+    assert [e.id for e in worked] == [wanted.id]
