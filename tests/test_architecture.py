@@ -32,7 +32,7 @@ CORE = {
     "testing",
 }
 AGENT = {"_events", "_hook", "_agent", "_result", "_verify", "_loop", "_runner"}
-CLI = {"cli"}
+CLI = {"cli", "viewer"}
 
 
 def _modules() -> dict[str, Path]:

@@ -1486,6 +1486,8 @@ def private_uses(path: Path, root: Path) -> list[str]:
         "deepcrew_episodic.providers": set(providers.__all__),
         # The terminal-safety rule the library states once; the CLI applies the same one.
         "deepcrew_episodic._unicode": set(unicode_module.__all__),
+        # The web viewer is a public module of its own (``serve`` runs it).
+        "deepcrew_episodic.viewer": {"create_app"},
     }
     module = _module_name(path, root).replace(".__init__", "") + (
         ".__init__" if path.name == "__init__.py" else ""

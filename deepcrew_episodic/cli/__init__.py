@@ -15,7 +15,9 @@ A thin layer over the public API: the store is opened with
 * ``_output``: what reaches the terminal, escaped and scrubbed of the store's secrets;
 * ``_store``: the store and the memory a command works on;
 * ``_read``: ``recall``, ``timeline``, ``stats``, ``export``;
-* ``_write``: ``record``, ``import``, ``forget``, ``clear``, ``sweep``, ``shrink``, and
+* ``_grade``: ``grade``, an outcome learnt after the run;
+* ``_write``: ``record`` (from flags, a file of episodes, or a transcript it distils),
+  ``import``, ``forget``, ``clear``, ``sweep``, ``shrink``, and
   ``backfill`` and ``reembed`` (vectors for recall by meaning, with ``--embedder``);
 * ``_main``: :func:`main`, and one line for any failure.
 

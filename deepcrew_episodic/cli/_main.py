@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ._errors import CliError, UsageError
+from ._grade import cmd_grade
 from ._output import (
     OUTPUT,
     PROG,
@@ -20,8 +21,15 @@ from ._output import (
     last_words,
     without_traceback,
 )
-from ._parse import EMBEDDER_API_BASE_ENV, STORE_ENV, build_parser, check_usage
+from ._parse import (
+    DISTILL_API_BASE_ENV,
+    EMBEDDER_API_BASE_ENV,
+    STORE_ENV,
+    build_parser,
+    check_usage,
+)
 from ._read import cmd_export, cmd_recall, cmd_stats, cmd_timeline
+from ._serve import cmd_serve
 from ._store import Settings, make_memory, open_store, run_now
 from ._write import (
     cmd_backfill,
@@ -45,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The secrets are known before anything can print: argparse echoes arguments in errors.
     OUTPUT.scrub = Scrubber()
-    for given in (*argv, os.environ.get(STORE_ENV, ""), os.environ.get(EMBEDDER_API_BASE_ENV, "")):
+    ambient = (STORE_ENV, EMBEDDER_API_BASE_ENV, DISTILL_API_BASE_ENV)
+    for given in (*argv, *(os.environ.get(name, "") for name in ambient)):
         OUTPUT.scrub.learn(given)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(SafeFormatter())
@@ -104,7 +113,8 @@ async def _run(args: argparse.Namespace, settings: Settings, provider: MemoryPro
     async with provider:
         memory = await make_memory(provider, settings, args.command)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {
-            "record": lambda: cmd_record(args, memory),
+            "record": lambda: cmd_record(args, memory, settings.distill_params),
+            "grade": lambda: cmd_grade(args, memory),
             "recall": lambda: cmd_recall(args, memory),
             "timeline": lambda: cmd_timeline(args, memory),
             "stats": lambda: cmd_stats(args, memory, settings.label),
@@ -116,6 +126,7 @@ async def _run(args: argparse.Namespace, settings: Settings, provider: MemoryPro
             "shrink": lambda: cmd_shrink(args, memory, settings.label),
             "backfill": lambda: cmd_backfill(args, memory),
             "reembed": lambda: cmd_reembed(args, memory, settings.label),
+            "serve": lambda: cmd_serve(args, memory, settings.label),
         }
         return await handlers[args.command]()
 

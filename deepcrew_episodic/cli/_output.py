@@ -24,6 +24,7 @@ import logging
 import re
 import sys
 import unicodedata
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._unicode import escape_hidden, is_hidden
@@ -31,7 +32,7 @@ from .._unicode import escape_hidden, is_hidden
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-    from .. import Episode, Redactor, Scored
+    from .. import Episode, Grade, Redactor, Scored
 
 PROG = "deepcrew-episodic"
 REDACTED = "***"
@@ -457,21 +458,54 @@ def _score(episode: dict[str, Any]) -> str:
     return f"{score:.2f}" if score is not None else "  - "
 
 
-def timeline_line(episode: Episode) -> str:
+def outcome_label(episode: Episode, grades: Sequence[Grade] = ()) -> str:
+    """The outcome a listing shows: the effective one (grades applied, as every read path
+    reads it), marked ``(graded)`` when a grade decided it."""
+    label = one_line(episode.outcome, 40)
+    return f"{label} (graded)" if grade_applies(episode, grades) else label
+
+
+def grade_applies(episode: Episode, grades: Sequence[Grade]) -> bool:
+    """Whether *grades* decide the outcome *episode* (the effective one) reads: a verified
+    grade always does (the newest wins); a claim only when no verified outcome outweighs it,
+    and then the episode reads as the newest claim does."""
+    if any(g.verified for g in grades):
+        return True
+    if not grades:
+        return False
+    claim = grades[-1].outcome
+    return episode.outcome == ("claimed_success" if claim == "success" else claim)
+
+
+def outcome_width(labels: Iterable[str]) -> int:
+    """The width of a listing's outcome column: its longest label (at least ``partial``)."""
+    return max((len(label) for label in labels), default=0) or len("partial")
+
+
+def timeline_line(episode: Episode, grades: Sequence[Grade] = (), width: int = 0) -> str:
     """One episode on one line; every stored string is cleaned before it is cut."""
     ep = for_display(episode)
+    label = outcome_label(episode, grades)
     tags = "  " + one_line(" ".join(f"#{t}" for t in ep["tags"]), 80) if ep["tags"] else ""
     return (
-        f"{_when(ep)}  {one_line(ep['outcome'], 8):<8} {_score(ep)}  "
+        f"{_when(ep)}  {label:<{width or len(label)}} {_score(ep)}  "
         f"{one_line(ep['query'], 70)}{tags}  [{short_id(episode.id)}]"
     )
 
 
-def recall_lines(rank: int, found: Scored, verbose: bool, ranking: str = "keywords") -> list[str]:
+def recall_lines(
+    rank: int,
+    found: Scored,
+    verbose: bool,
+    ranking: str = "keywords",
+    grades: Sequence[Grade] = (),
+    width: int = 0,
+) -> list[str]:
     """A recalled episode in two lines (four with *verbose*), cleaned before any cut."""
     ep = for_display(found.episode)
+    label = outcome_label(found.episode, grades)
     lines = [
-        f"{rank}. {_when(ep)}  {one_line(ep['outcome'], 8):<8} {_score(ep)}  "
+        f"{rank}. {_when(ep)}  {label:<{width or len(label)}} {_score(ep)}  "
         f"{one_line(ep['query'], 90)}"
     ]
     if ep["reflection"]:
@@ -481,12 +515,29 @@ def recall_lines(rank: int, found: Scored, verbose: bool, ranking: str = "keywor
     if verbose:
         lines.append(f"   score {found.score:.3f}: {one_line(score_parts(found, ranking), 400)}")
         extra = [f"id {ep['id']}"]
+        if found.uses:
+            extra.append(f"used {found.uses}x")
+        if found.iterations > 1:
+            extra.append(f"run of {found.iterations} iterations")
         if ep["tags"]:
             extra.append("tags " + ", ".join(ep["tags"]))
         if ep["tools_used"]:
             extra.append("tools " + ", ".join(ep["tools_used"]))
         lines.append("   " + one_line("  ".join(extra), 200))
     return lines
+
+
+def grade_json(grade: Grade, *, as_stored: bool = False) -> dict[str, Any]:
+    """One grade as the listings' ``--json`` show it (its note cleaned), or ``export`` writes
+    it (*as_stored*)."""
+    text = (lambda t: t) if as_stored else clean
+    return {
+        "outcome": grade.outcome,
+        "score": grade.score,
+        "note": text(grade.note),
+        "verified": grade.verified,
+        "timestamp": text(grade.timestamp),
+    }
 
 
 def score_parts(found: Scored, ranking: str) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ._errors import UsageError
 from ._output import OUTPUT, PROG, shown
+from ._serve import SERVE_HELP, add_serve_arguments
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -24,6 +25,7 @@ MAX_EPISODES_ENV = "DEEPCREW_EPISODIC_MAX_EPISODES"
 MAX_AGE_ENV = "DEEPCREW_EPISODIC_MAX_AGE"
 EMBEDDER_ENV = "DEEPCREW_EPISODIC_EMBEDDER"
 EMBEDDER_API_BASE_ENV = "DEEPCREW_EPISODIC_EMBEDDER_API_BASE"
+DISTILL_API_BASE_ENV = "DEEPCREW_EPISODIC_DISTILL_API_BASE"
 DEFAULT_BATCH_SIZE = 64
 # The most texts EpisodicMemory.backfill sends in one call.
 MAX_BATCH_SIZE = 4096
@@ -168,11 +170,14 @@ def batch_size(text: str) -> int:
 
 
 def score_value(text: str) -> float:
+    """A score: a number from 0 to 1, as everywhere in the library (``outcome_for_score``)."""
     if not _NUMBER.fullmatch(text.strip()):
         raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
     value = float(text)
     if value != value or value in (float("inf"), float("-inf")):
         raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: a score is from 0 to 1")
     return value
 
 
@@ -256,11 +261,32 @@ def build_parser() -> argparse.ArgumentParser:
             "--tag", action="append", dest="tags", metavar="TAG", help="keep this tag (repeatable)"
         )
 
-    rec = command("record", "record an episode (from flags, or from a JSON or JSONL file)")
+    rec = command(
+        "record",
+        "record an episode: from flags, from a JSON or JSONL file of episodes (--file), or "
+        "distilled from a run's transcript (TRANSCRIPT --distill-model MODEL)",
+    )
+    rec.add_argument(
+        "transcript",
+        nargs="?",
+        metavar="TRANSCRIPT",
+        help="a run's messages, one JSON object a line (as write_transcript writes them) or a "
+        "JSON array ('-': stdin); needs --distill-model",
+    )
     rec.add_argument("--query", "-q", help="what the agent was asked")
     rec.add_argument("--response", "-r", default="", help="what it answered")
-    rec.add_argument("--outcome", choices=OUTCOMES, default="unknown")
-    rec.add_argument("--score", type=score_value, help="how well it went (a number)")
+    rec.add_argument(
+        "--outcome",
+        choices=OUTCOMES,
+        help="what happened (default: unknown, or what --score stands for); with a transcript, "
+        "a verified outcome that overrides the model's",
+    )
+    rec.add_argument(
+        "--score",
+        type=score_value,
+        help="how well it went, from 0 to 1; without --outcome, >= 0.7 is success, < 0.3 "
+        "failure, partial between",
+    )
     rec.add_argument("--tool", action="append", dest="tools", default=[], metavar="TOOL")
     rec.add_argument("--tag", action="append", dest="tags", default=[], metavar="TAG")
     rec.add_argument("--reflection", help="a one-line lesson")
@@ -277,7 +303,40 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="read episodes from a JSON object, a JSON array or JSONL ('-': stdin)",
     )
+    rec.add_argument(
+        "--distill-model",
+        metavar="MODEL",
+        help="the litellm model that distils TRANSCRIPT into task / approach / outcome / "
+        "lesson (the API key comes from the provider's usual variable: OPENAI_API_KEY, ...)",
+    )
+    rec.add_argument(
+        "--api-base",
+        metavar="URL",
+        help=f"the distillation model's base URL (default: ${DISTILL_API_BASE_ENV}, else the "
+        f"provider's own)",
+    )
     rec.add_argument("--json", action="store_true", help="print the stored episodes as JSON")
+
+    gr = command(
+        "grade",
+        "grade an episode after the fact (the grade is kept beside it; the episode is never "
+        "rewritten)",
+    )
+    gr.add_argument("id", metavar="ID", help="the episode's id, or a unique prefix of 6 or more")
+    gr.add_argument("--outcome", choices=OUTCOMES, help="what really happened")
+    gr.add_argument(
+        "--score",
+        type=score_value,
+        help="how well it went, from 0 to 1; without --outcome, >= 0.7 is success, < 0.3 "
+        "failure, partial between",
+    )
+    gr.add_argument("--note", default="", metavar="TEXT", help="why (a test run, the user's words)")
+    gr.add_argument(
+        "--claimed",
+        action="store_true",
+        help="nothing checked this grade (a model's judgement): a verified outcome beats it",
+    )
+    gr.add_argument("--json", action="store_true", help="print the grade and the episode as JSON")
 
     rc = command("recall", "the episodes most relevant to a query, best first", reading=True)
     rc.add_argument("query", metavar="QUERY")
@@ -351,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     sh = command("shrink", "lower the log's ring size to N, deleting the older episodes for good")
     sh.add_argument("size", type=positive_int, metavar="N", help="the new ring size")
     sh.add_argument("-y", "--yes", action="store_true", help="do not ask")
+
+    add_serve_arguments(command("serve", SERVE_HELP))
     return parser
 
 
@@ -369,13 +430,9 @@ def has_filter(args: argparse.Namespace) -> bool:
 def check_usage(args: argparse.Namespace) -> None:
     """Combinations argparse cannot express, checked before any store is opened."""
     if args.command == "record":
-        flags = (
-            args.query is not None or args.response or args.reflection or args.tools or args.tags
-        )
-        if args.file is not None and flags:
-            raise UsageError("record: give either --file or the episode's flags, not both")
-        if args.file is None and args.query is None:
-            raise UsageError("record: --query (or --file) is required")
+        _check_record(args)
+    if args.command == "grade" and args.outcome is None and args.score is None:
+        raise UsageError("grade: give --outcome, --score or both")
     if args.command == "forget":
         if args.corrupt and (args.ids or has_filter(args)):
             raise UsageError("forget: --corrupt selects undecodable records; give it alone")
@@ -384,3 +441,28 @@ def check_usage(args: argparse.Namespace) -> None:
                 "forget: give --id, a filter (--outcome, --tag, --before, --containing) or "
                 "--corrupt; 'clear' deletes everything"
             )
+
+
+def _check_record(args: argparse.Namespace) -> None:
+    """The three ways to record are exclusive: flags, ``--file``, or a transcript."""
+    flags = args.query is not None or args.response or args.reflection or args.tools
+    if args.transcript is not None:
+        if args.file is not None or flags:
+            raise UsageError(
+                "record: a transcript is distilled into one episode; give no --file, --query, "
+                "--response, --reflection or --tool with it"
+            )
+        if not args.distill_model or not args.distill_model.strip():
+            raise UsageError(
+                f"record: distilling {shown(args.transcript)} needs --distill-model MODEL (to "
+                f"record episodes from a file, use --file)"
+            )
+        return
+    for option, value in (("--distill-model", args.distill_model), ("--api-base", args.api_base)):
+        if value is not None:
+            raise UsageError(f"record: {option} applies to a transcript (record TRANSCRIPT ...)")
+    given = args.tags or args.outcome is not None or args.score is not None
+    if args.file is not None and (flags or given):
+        raise UsageError("record: give either --file or the episode's flags, not both")
+    if args.file is None and args.query is None:
+        raise UsageError("record: --query, --file or a transcript is required")

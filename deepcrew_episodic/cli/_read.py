@@ -11,6 +11,7 @@ import argparse
 import os
 import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,21 +21,25 @@ from ._output import (
     clean,
     dump,
     for_display,
+    grade_json,
     holds_secrets,
     note,
     number,
     out,
+    outcome_label,
+    outcome_width,
     recall_lines,
+    short_id,
     shown,
     size_text,
     timeline_line,
     to_json,
     without_traceback,
 )
-from ._store import Settings, hint_if_empty, off_the_loop
+from ._store import Settings, grades_of, hint_if_empty, off_the_loop
 
 if TYPE_CHECKING:
-    from .. import EpisodicMemory, MemoryStats, Ranking, Scored
+    from .. import EpisodicMemory, Grade, MemoryStats, Ranking, Scored
 
 HISTOGRAM_WIDTH = 30
 # An export holds the store's data: it gets the JSON store file's permission bits, and these
@@ -48,17 +53,24 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     )
     # An embedder that failed has already said so, in one warning line on stderr (the library
     # logs it): the ranking below is by keywords, and --json -v says so in "ranking".
+    graded = await grades_of(memory, [s.episode for s in found])
     if args.json:
         items = []
-        for s in found:
-            item = for_display(s.episode)
+        for s, grades in zip(found, graded, strict=True):
+            item = for_display(s.episode)  # a whole episode, as recall returns it
             if args.verbose:
-                item["recall"] = _recall_json(s, found)
+                item["recall"] = {
+                    **_recall_json(s, found),
+                    "grades": [grade_json(g) for g in grades],
+                }
             items.append(item)
         dump(items)
     else:
-        for rank, s in enumerate(found, 1):
-            for line in recall_lines(rank, s, args.verbose, found.by):
+        width = outcome_width(
+            outcome_label(s.episode, g) for s, g in zip(found, graded, strict=True)
+        )
+        for rank, (s, grades) in enumerate(zip(found, graded, strict=True), 1):
+            for line in recall_lines(rank, s, args.verbose, found.by, grades, width):
                 out(line)
     if not found:
         if not args.json:
@@ -81,6 +93,8 @@ def _recall_json(found: Scored, ranking: Ranking) -> dict[str, Any]:
         "outcome_weight": number(found.outcome_weight),
         "age_days": number(found.age_days),
         "matched": [clean(term) for term in found.matched],
+        "uses": found.uses,
+        "iterations": found.iterations,
         "why": clean(found.why()),
         "ranking": ranking.by,
         "embedder_error": (
@@ -110,18 +124,30 @@ async def cmd_timeline(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         shown.append(ep)
     if args.limit:
         shown = shown[-args.limit :]
+    graded = await grades_of(memory, shown)
     if args.json:
-        dump([for_display(e) for e in shown])
+        dump([_with_grades(for_display(e), g) for e, g in zip(shown, graded, strict=True)])
     else:
-        for ep in shown:
-            out(timeline_line(ep))
+        width = outcome_width(outcome_label(e, g) for e, g in zip(shown, graded, strict=True))
+        for ep, grades in zip(shown, graded, strict=True):
+            out(timeline_line(ep, grades, width))
     if not shown:
         await hint_if_empty(memory)
     return 0
 
 
+def _with_grades(
+    item: dict[str, Any], grades: Sequence[Grade], *, as_stored: bool = False
+) -> dict[str, Any]:
+    return {**item, "grades": [grade_json(g, as_stored=as_stored) for g in grades]}
+
+
 async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
     stats = await memory.stats()
+    # What looks wrong goes to stderr as well as into --json: a script reading only the
+    # numbers would otherwise never hear that its outcome labels carry no signal.
+    for warning in stats.warnings:
+        note(f"warning: {warning}")
     if args.json:
         dump(
             {
@@ -137,6 +163,9 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
                 "size_bytes": stats.stored_bytes,
                 "vectors": _vectors_counted(memory, stats),
                 "embedder": clean(stats.embedder) if stats.embedder else None,
+                "grades": stats.grades,
+                "most_used": [{"id": clean(i), "uses": n} for i, n in stats.most_used],
+                "warnings": [clean(w) for w in stats.warnings],
             }
         )
     else:
@@ -161,15 +190,19 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
             ),
         ]
         rows += _vector_rows(memory, stats)
+        rows.append(("grades", f"{stats.grades}" + " (given later: 'grade')" * bool(stats.grades)))
+        used = [f"{short_id(i)} {n}x" for i, n in stats.most_used]
+        rows.append(("most used", ", ".join(used) if used else "-"))
         for name, value in rows:
             out(f"{name:<10} {value}")
         out()
         top = max(stats.by_outcome.values(), default=0)
+        width = outcome_width(shown_value(o) for o in stats.by_outcome)
         for outcome, count in stats.by_outcome.items():
             bar = "#" * (round(count / top * HISTOGRAM_WIDTH) if top else 0)
             if count and not bar:
                 bar = "#"
-            out(f"{shown_value(outcome):<8} {count:>6}  {bar}".rstrip())
+            out(f"{shown_value(outcome):<{width}} {count:>6}  {bar}".rstrip())
     if not stats.total and not stats.expired and not stats.corrupt:
         await hint_if_empty(memory)
     return 0
@@ -219,7 +252,11 @@ async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory, settings:
     :func:`write_export`); ``-o -`` is stdout. Says on stderr how many episodes hold text the
     default redactor would replace (stored by deepcrew-ai or with ``redact=False``)."""
     episodes = await memory.load()
-    lines = "".join(to_json(e.to_dict()) + "\n" for e in episodes)
+    graded = await grades_of(memory, episodes)
+    lines = "".join(
+        to_json(_with_grades(e.to_dict(), g, as_stored=True)) + "\n"
+        for e, g in zip(episodes, graded, strict=True)
+    )
     if args.output and args.output != "-":
         mode = export_mode(settings.file)
         await off_the_loop(settings, lambda: write_export(args.output, lines, mode))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,6 +18,7 @@ from ._errors import CliError, UsageError
 from ._output import OUTPUT, ambiguous_url, note
 from ._parse import (
     DEFAULT_NAMESPACE,
+    DISTILL_API_BASE_ENV,
     EMBEDDER_API_BASE_ENV,
     EMBEDDER_ENV,
     MAX_AGE_ENV,
@@ -29,7 +30,7 @@ from ._parse import (
 )
 
 if TYPE_CHECKING:
-    from .. import Embedder, Episode, EpisodicMemory
+    from .. import Embedder, Episode, EpisodicMemory, Grade
     from ..providers import MemoryProvider
 
 T = TypeVar("T")
@@ -38,7 +39,7 @@ CREATES = frozenset({"record", "import"})
 READS = frozenset({"recall", "timeline", "stats", "export"})
 # The commands a memory with an embedder changes: recall ranks by meaning too, record and import
 # store vectors, stats counts them. The others never need it (nor numpy, nor litellm).
-USE_EMBEDDER = frozenset({"recall", "record", "import", "stats", "backfill", "reembed"})
+USE_EMBEDDER = frozenset({"recall", "record", "import", "stats", "backfill", "reembed", "serve"})
 NEED_EMBEDDER = frozenset({"backfill", "reembed"})
 # The commands that call the embedder (stats only reads stored vectors).
 EMBED = USE_EMBEDDER - {"stats"}
@@ -73,12 +74,35 @@ class Settings:
         self.max_age: timedelta | None = max_age
         self.label = OUTPUT.scrub(store)
         self.embedder_model, self.embedder_api_base = _embedder_options(args, env)
+        # litellm arguments for the distillation model (record TRANSCRIPT --distill-model)
+        self.distill_params: dict[str, Any] = _distill_params(args, env)
         # Whether this command's memory gets the embedder (see USE_EMBEDDER).
         self.embedding = self.embedder_model is not None and args.command in USE_EMBEDDER
         # A reading command over a JSON file runs without an event loop (see run_now).
         self.loop_free = False
         # The JSON store file, when the store is one (an export takes its permission bits).
         self.file: Path | None = None
+
+
+def _checked_url(option: str, url: str) -> str:
+    """A base URL given for a model server, refused when it is not one or is ambiguous."""
+    OUTPUT.scrub.learn(url)
+    if "://" not in url:
+        # Not echoed: a secret in it is only recognised in a URL.
+        raise UsageError(f"{option}: not a URL (give http://host:port/v1)")
+    if ambiguous_url(url):
+        raise UsageError(
+            f"{option} {OUTPUT.scrub(url)}: the URL is ambiguous; percent-encode '@', '#', "
+            f"'/' and '?' in a user name or password"
+        )
+    return url
+
+
+def _distill_params(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    if getattr(args, "distill_model", None) is None:
+        return {}
+    api_base = (args.api_base or env.get(DISTILL_API_BASE_ENV, "")).strip()
+    return {"api_base": _checked_url("--api-base", api_base)} if api_base else {}
 
 
 def _embedder_options(
@@ -92,15 +116,7 @@ def _embedder_options(
     flag = getattr(args, "embedder_api_base", None)
     api_base = (flag or env.get(EMBEDDER_API_BASE_ENV, "")).strip() or None
     if api_base is not None:
-        OUTPUT.scrub.learn(api_base)
-        if "://" not in api_base:
-            # Not echoed: a secret in it is only recognised in a URL.
-            raise UsageError("--embedder-api-base: not a URL (give http://host:port/v1)")
-        if ambiguous_url(api_base):
-            raise UsageError(
-                f"--embedder-api-base {OUTPUT.scrub(api_base)}: the URL is ambiguous; "
-                f"percent-encode '@', '#', '/' and '?' in a user name or password"
-            )
+        _checked_url("--embedder-api-base", api_base)
     if flag is not None and model is None:
         raise UsageError(f"--embedder-api-base needs --embedder MODEL (or ${EMBEDDER_ENV})")
     if args.command in NEED_EMBEDDER and model is None:
@@ -172,34 +188,44 @@ async def make_memory(
 
 
 async def make_embedder(settings: Settings, command: str) -> Embedder:
-    """The ``--embedder`` model, through litellm. For a command that calls it, litellm is
-    imported first (in a worker thread: seconds of file reads), so that the embedder's timeout
-    measures the model, not the import."""
+    """The ``--embedder`` model, through litellm (imported first for a command that calls it:
+    see :func:`load_litellm_quietly`)."""
     from .. import LiteLLMEmbedder
 
     assert settings.embedder_model is not None
     params = {"api_base": settings.embedder_api_base} if settings.embedder_api_base else {}
     embedder = LiteLLMEmbedder(settings.embedder_model, **params)
     if command in EMBED:
-        import importlib
-
-        import anyio.to_thread
-
-        # Unless told otherwise, litellm fetches its model price list from GitHub on import:
-        # seconds of retries and warning lines offline, for prices this command never reads.
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-        litellm: Any = await anyio.to_thread.run_sync(importlib.import_module, "litellm")
-        # Its "Give Feedback / Get Help" banner is printed to stdout on every error: it would
-        # corrupt --json output, and the error itself is reported in one line.
-        litellm.suppress_debug_info = True
+        await load_litellm_quietly()
     return embedder
+
+
+async def load_litellm_quietly() -> None:
+    """Import litellm for a command that calls a model: in a worker thread (seconds of file
+    reads), before the call, so that the call's timeout measures the model, not the import."""
+    import importlib
+
+    import anyio.to_thread
+
+    # Unless told otherwise, litellm fetches its model price list from GitHub on import:
+    # seconds of retries and warning lines offline, for prices this command never reads.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+    litellm: Any = await anyio.to_thread.run_sync(importlib.import_module, "litellm")
+    # Its "Give Feedback / Get Help" banner is printed to stdout on every error: it would
+    # corrupt --json output, and the error itself is reported in one line.
+    litellm.suppress_debug_info = True
 
 
 async def stored(memory: EpisodicMemory) -> list[Episode]:
     """Every stored episode this memory shows, expired ones included (for ids, imports and
     deletions)."""
     return await memory.load(include_expired=True)
+
+
+async def grades_of(memory: EpisodicMemory, episodes: Sequence[Episode]) -> list[list[Grade]]:
+    """The grades of each of *episodes*, oldest first (``[]`` for an ungraded one)."""
+    return [await memory.grades(episode.id) for episode in episodes]
 
 
 def run_now(coro: Coroutine[Any, Any, T]) -> T:

@@ -30,18 +30,22 @@ from ._output import (
     without_traceback,
 )
 from ._parse import has_filter
-from ._store import stored, stored_namespaces
+from ._store import load_litellm_quietly, stored, stored_namespaces
 
 if TYPE_CHECKING:
     from .. import Episode, EpisodicMemory
     from ..providers import MemoryProvider
 
 
-async def cmd_record(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+async def cmd_record(
+    args: argparse.Namespace, memory: EpisodicMemory, distill_params: dict[str, Any]
+) -> int:
     from .. import Episode
 
+    if args.transcript is not None:
+        return await _record_transcript(args, memory, distill_params)
     if args.file is not None:
-        records = _read_records(args.file)
+        records = _without_grades(await _read_records(args.file), "record")
         episodes = [_validated(Episode, item, where) for where, item in records]
         if args.forget_after:
             episodes = [
@@ -53,7 +57,8 @@ async def cmd_record(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         fields: dict[str, Any] = {
             "query": args.query,
             "response": args.response,
-            "outcome": args.outcome,
+            # unknown with a score: the library gives it the outcome the score stands for
+            "outcome": args.outcome or "unknown",
             "tools_used": args.tools,
             "tags": args.tags,
             "agent_id": args.agent_id,
@@ -75,6 +80,89 @@ async def cmd_record(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         for episode in recorded:
             out(f"recorded {clean(episode.id)} ({episode.outcome})")
     return 0
+
+
+async def _record_transcript(
+    args: argparse.Namespace, memory: EpisodicMemory, params: dict[str, Any]
+) -> int:
+    """``record TRANSCRIPT --distill-model MODEL``: one model call distils the run into an
+    episode (``deepcrew_episodic.distill``), recorded with ``transcript_ref`` = the file."""
+    import os
+
+    import anyio.to_thread
+
+    from .. import DistillationError, distill, outcome_for_score
+
+    name = "stdin" if args.transcript == "-" else args.transcript
+    messages = _messages(await _read_text(args.transcript), name)
+    # A verified outcome: given here, it beats whatever the model says. A score alone stands
+    # for the outcome the one rule gives it.
+    verified = args.outcome
+    if verified is None and args.score is not None:
+        verified = outcome_for_score(args.score)
+    await load_litellm_quietly()
+    try:
+        episode = await distill(
+            args.distill_model.strip(),
+            messages,
+            verified=verified,
+            params=params,
+            redactor=memory.redactor or False,
+        )
+    except DistillationError as exc:
+        message = " ".join(clean(without_traceback(str(exc))).split())
+        raise CliError(f"{name}: {message}; nothing was recorded") from None
+    if episode is None:
+        out(
+            f"not recorded: {name} is a trivial run (fewer than 2 messages besides system "
+            f"ones, or no user message with text)"
+        )
+        return 0
+    extra: dict[str, Any] = {"tags": [*episode.tags, *args.tags], "agent_id": args.agent_id}
+    if args.transcript != "-":
+        # (getcwd is a system call: off the loop like the read)
+        extra["transcript_ref"] = await anyio.to_thread.run_sync(os.path.abspath, args.transcript)
+    if args.score is not None:
+        extra["score"] = args.score
+    if args.forget_after is not None:
+        extra["forget_after"] = args.forget_after
+    episode = dataclasses.replace(episode, **extra)
+    recorded = await memory.record(episode)
+    _report_redactions([episode], [recorded])
+    if args.json:
+        dump([for_display(recorded)])
+    else:
+        out(f"recorded {clean(recorded.id)} ({recorded.outcome})")
+    return 0
+
+
+def _messages(text: str, name: str) -> list[dict[str, Any]]:
+    """A run's messages: JSONL, one message a line (as ``write_transcript`` writes them), or
+    one JSON array of them. Each must be an object with a ``role``; a bad one is named."""
+    stripped = text.lstrip()
+    items: list[tuple[str, Any]]
+    if stripped.startswith("["):
+        try:
+            whole = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"{name}: not a JSON array of messages ({exc.msg})") from None
+        items = [(f"{name}: item {i}", m) for i, m in enumerate(whole, 1)]
+    else:
+        items = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                items.append((f"{name}: line {number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise CliError(f"{name}: line {number} is not JSON ({exc.msg})") from None
+    for where, message in items:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise CliError(
+                f"{where}: not a chat message (an object with a 'role', as write_transcript "
+                f"writes them); nothing was recorded"
+            )
+    return [message for _where, message in items]
 
 
 def _refuse_stored_ids(episodes: Sequence[Episode], present: set[str]) -> None:
@@ -124,21 +212,51 @@ def _report_redactions(before: Sequence[Episode], after: Sequence[Episode]) -> N
         note(f"redacted before storing: {listed}")
 
 
-def _read_text(path: str) -> str:
+async def _read_text(path: str) -> str:
+    """The text of *path* (``-``: stdin), read in a worker thread: the loop stays free."""
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(_read_text_now, path)
+
+
+def _read_text_now(path: str) -> str:
     if path == "-":
         return sys.stdin.read()
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise CliError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise CliError(f"{path}: is a directory, not a file") from None
     except UnicodeDecodeError as exc:
         raise CliError(f"{path}: not UTF-8 text ({exc.reason})") from None
 
 
-def _read_records(path: str) -> list[tuple[str, Any]]:
+def _without_grades(records: list[tuple[str, Any]], command: str) -> list[tuple[str, Any]]:
+    """The records with the ``grades`` an export or a ``--json`` listing adds to each episode
+    left out (grades are not imported: the episode is stored as exported), said on stderr."""
+    dropped = 0
+    kept: list[tuple[str, Any]] = []
+    for where, item in records:
+        if isinstance(item, dict) and "grades" in item:
+            grades = item["grades"]
+            dropped += len(grades) if isinstance(grades, list) else 1
+            item = {k: v for k, v in item.items() if k != "grades"}
+        kept.append((where, item))
+    if dropped:
+        note(
+            f"{command}: {dropped} grades in the file were not imported (the episodes are "
+            f"stored with the outcome they were exported with; 'grade' adds new ones)"
+        )
+    return kept
+
+
+async def _read_records(path: str) -> list[tuple[str, Any]]:
     """(where, item) for each record in a JSON object, a JSON array or a JSONL file."""
-    text = _read_text(path)
-    name = "stdin" if path == "-" else path
+    return _parse_records(await _read_text(path), "stdin" if path == "-" else path)
+
+
+def _parse_records(text: str, name: str) -> list[tuple[str, Any]]:
     try:
         whole = json.loads(text)
     except json.JSONDecodeError:
@@ -163,7 +281,7 @@ def _read_records(path: str) -> list[tuple[str, Any]]:
 async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     from .. import Episode
 
-    text = _read_text(args.path)
+    text = await _read_text(args.path)
     name = "stdin" if args.path == "-" else args.path
     log = await _as_deepcrew_log(text)
     if log is not None:
@@ -177,7 +295,7 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     else:
         if args.from_namespace:
             raise UsageError("import: --from-namespace applies to a deepcrew-ai log only")
-        records = _read_records(args.path)
+        records = _without_grades(_parse_records(text, name), "import")
         episodes = [_validated(Episode, item, where) for where, item in records]
         places = [where for where, _item in records]
     present = {ep.id for ep in await stored(memory)}

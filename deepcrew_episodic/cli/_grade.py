@@ -1,0 +1,79 @@
+"""``grade``: the outcome of an episode learnt after it was recorded.
+
+``EpisodicMemory.grade`` appends the grade as a record of its own; the episode is never
+rewritten. Every read path (``recall``, ``timeline``, ``stats``, the filters) applies the
+grades: the newest verified grade wins, and a verified outcome beats a claimed one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from ._errors import CliError
+from ._output import clean, dump, for_display, grade_applies, grade_json, one_line, out
+from ._store import stored
+
+if TYPE_CHECKING:
+    from .. import EpisodicMemory
+
+# The shortest id prefix taken for an id, as for 'forget --id' (timeline shows 12 characters).
+MIN_PREFIX = 6
+
+
+async def cmd_grade(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    from .. import ConfigurationError
+
+    episode_id = await _resolve(args.id, memory)
+    try:
+        grade = await memory.grade(
+            episode_id,
+            outcome=args.outcome,
+            score=args.score,
+            note=args.note,
+            verified=not args.claimed,
+        )
+    except ConfigurationError as exc:
+        # An id the log does not hold, or a note too long: the library's message names it.
+        raise CliError(f"{' '.join(clean(str(exc)).split())}: nothing was graded") from None
+    # The episode as every read path now shows it (the grade applied, or outweighed).
+    found = await memory.select(ids=[episode_id])
+    episode = found[0] if found else None
+    grades = await memory.grades(episode_id)
+    if args.json:
+        dump(
+            {
+                "id": clean(episode_id),
+                "grade": grade_json(grade),
+                "episode": for_display(episode) if episode is not None else None,
+                "grades": [grade_json(g) for g in grades],
+            }
+        )
+        return 0
+    kind = "verified" if grade.verified else "claimed"
+    score = f", score {grade.score:.2f}" if grade.score is not None else ""
+    out(f"graded {clean(episode_id)}: {grade.outcome} ({kind}{score})")
+    if episode is not None:
+        now = episode.outcome + (f" {episode.score:.2f}" if episode.score is not None else "")
+        outweighed = not grade.verified and not grade_applies(episode, [grade])
+        why = " (a verified outcome outweighs this claim)" if outweighed else ""
+        out(
+            f"now reads: {now}  {one_line(episode.query, 70)}  ({len(grades)} grade"
+            f"{'s' * (len(grades) != 1)}){why}"
+        )
+    return 0
+
+
+async def _resolve(given: str, memory: EpisodicMemory) -> str:
+    """A full id, or the one id that starts with *given* (at least MIN_PREFIX characters).
+    An id not found here is passed on as given: the library also looks beyond this view, and
+    names the id when no episode has it."""
+    known = {ep.id for ep in await stored(memory)}
+    if given in known or len(given) < MIN_PREFIX:
+        return given
+    matches = sorted(i for i in known if i.startswith(given))
+    if len(matches) > 1:
+        raise CliError(
+            f"id prefix '{clean(given)}' is ambiguous ({len(matches)} episodes): nothing was graded"
+        )
+    return matches[0] if matches else given

@@ -1,0 +1,273 @@
+"""What the pages show, computed from the public API: a snapshot of the log, and the filters.
+
+A snapshot is one :meth:`~deepcrew_episodic.EpisodicMemory.load` (newest first) with what the
+pages derive from it (times, search text, the id map, ``stats()``) computed once, when a page
+first needs it. ``load()`` copies every episode: about 11 µs each, so 1.1 s at 100,000
+episodes. A snapshot that took longer than :data:`CHEAP_LOAD_SECONDS` to load is therefore kept
+for :data:`REFRESH_SECONDS` before the next page loads again (pages say how old it is); a
+smaller log is loaded again for every page, so it is never stale. The viewer's own deletions
+drop the snapshot at once.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+if TYPE_CHECKING:
+    from .. import Episode, EpisodicMemory, MemoryStats
+
+__all__ = ["BadRequest", "Filter", "Snapshot", "Source", "parse_filter"]
+
+# A load faster than this is repeated for every page (a small log is never shown stale).
+CHEAP_LOAD_SECONDS = 0.05
+# How long a slow-to-load snapshot is shown before the next page loads the log again.
+REFRESH_SECONDS = 10.0
+DEFAULT_PER_PAGE = 50
+MAX_PER_PAGE = 500
+# The longest text a filter field takes (a search needle longer than any episode is useless).
+MAX_FILTER_CHARS = 1000
+OUTCOMES = ("success", "failure", "partial", "unknown", "claimed_success", "abandoned")
+_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
+_INTEGER = re.compile(r"[0-9]{1,9}", re.ASCII)
+
+
+class BadRequest(ValueError):
+    """A query parameter the viewer cannot use: answered with HTTP 400 and this message."""
+
+
+@dataclass
+class Snapshot:
+    """The log as one ``load()`` saw it, newest first, and what pages derive from it."""
+
+    episodes: list[Episode]
+    loaded_at: float  # time.time()
+    load_seconds: float
+    _times: list[float | None] | None = None
+    _texts: list[str] | None = None
+    _by_id: dict[str, Episode] | None = None
+    _runs: dict[str, list[Episode]] | None = None
+    stats: MemoryStats | None = None
+    derived: dict[str, Any] = field(default_factory=dict)  # per-page results, e.g. the chart
+
+    @property
+    def times(self) -> list[float | None]:
+        """Each episode's timestamp as POSIX seconds (``None``: missing or unreadable)."""
+        if self._times is None:
+            self._times = [_time_of(ep) for ep in self.episodes]
+        return self._times
+
+    @property
+    def texts(self) -> list[str]:
+        """What the search looks in, case-folded: query, response, reflection, tags."""
+        if self._texts is None:
+            self._texts = [
+                "\n".join([ep.query, ep.response, ep.reflection or "", *ep.tags]).casefold()
+                for ep in self.episodes
+            ]
+        return self._texts
+
+    def by_id(self, episode_id: str) -> Episode | None:
+        if self._by_id is None:
+            self._by_id = {ep.id: ep for ep in self.episodes}
+        return self._by_id.get(episode_id)
+
+    def run(self, run_id: str) -> list[Episode]:
+        """The iterations of a run, in the order they were recorded."""
+        if self._runs is None:
+            runs: dict[str, list[Episode]] = {}
+            for ep in reversed(self.episodes):
+                if ep.run_id:
+                    runs.setdefault(ep.run_id, []).append(ep)
+            self._runs = runs
+        return self._runs.get(run_id, [])
+
+
+class Source:
+    """The memory's snapshot, loaded again when it may be stale (see the module docstring)."""
+
+    def __init__(self, memory: EpisodicMemory, *, refresh_seconds: float = REFRESH_SECONDS):
+        self.memory = memory
+        self.refresh_seconds = refresh_seconds
+        self._snapshot: Snapshot | None = None
+        self._lock = anyio.Lock()
+
+    def invalidate(self) -> None:
+        """Forget the snapshot: the next page loads the log again (after a deletion)."""
+        self._snapshot = None
+
+    def _fresh(self, snapshot: Snapshot | None) -> bool:
+        if snapshot is None or snapshot.load_seconds < CHEAP_LOAD_SECONDS:
+            return False
+        return time.time() - snapshot.loaded_at < self.refresh_seconds
+
+    async def snapshot(self) -> Snapshot:
+        if self._fresh(self._snapshot):
+            assert self._snapshot is not None
+            return self._snapshot
+        # One load at a time: pages asked for meanwhile share its result.
+        async with self._lock:
+            if self._fresh(self._snapshot):
+                assert self._snapshot is not None
+                return self._snapshot
+            started = time.perf_counter()
+            episodes = await self.memory.load()
+            episodes.reverse()
+            self._snapshot = Snapshot(episodes, time.time(), time.perf_counter() - started)
+            return self._snapshot
+
+    async def stats(self, snapshot: Snapshot) -> MemoryStats:
+        """``stats()``, once per snapshot (it reads every key of the namespace)."""
+        if snapshot.stats is None:
+            snapshot.stats = await self.memory.stats()
+        return snapshot.stats
+
+
+@dataclass(frozen=True)
+class Filter:
+    """The timeline's filter, from its query parameters."""
+
+    outcomes: tuple[str, ...] = ()
+    tag: str = ""
+    agent: str = ""
+    run: str = ""
+    since: float | None = None
+    until: float | None = None
+    q: str = ""
+    raw: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return bool(
+            self.outcomes
+            or self.tag
+            or self.agent
+            or self.run
+            or self.q
+            or self.since is not None
+            or self.until is not None
+        )
+
+    def params(self) -> list[tuple[str, str]]:
+        """The filter's query parameters as given (for links and forms)."""
+        return [(name, value) for name, values in self.raw.items() for value in values]
+
+    def apply(self, snapshot: Snapshot) -> list[Episode]:
+        """The snapshot's episodes this filter keeps, newest first."""
+        if not self.active:
+            return snapshot.episodes
+        episodes = snapshot.episodes
+        keep: list[int] | range = range(len(episodes))
+        outcomes = set(self.outcomes)
+        if outcomes:
+            keep = [i for i in keep if episodes[i].outcome in outcomes]
+        if self.tag:
+            tag = self.tag.casefold()
+            keep = [i for i in keep if any(t.casefold() == tag for t in episodes[i].tags)]
+        if self.agent:
+            keep = [i for i in keep if episodes[i].agent_id == self.agent]
+        if self.run:
+            keep = [i for i in keep if episodes[i].run_id == self.run]
+        if self.since is not None or self.until is not None:
+            times = snapshot.times
+            low = -math.inf if self.since is None else self.since
+            high = math.inf if self.until is None else self.until
+            keep = [i for i in keep if (t := times[i]) is not None and low <= t < high]
+        if self.q:
+            needle = self.q.casefold()
+            texts = snapshot.texts
+            keep = [i for i in keep if needle in texts[i]]
+        return [episodes[i] for i in keep]
+
+
+def parse_filter(params: Mapping[str, Sequence[str]]) -> Filter:
+    """The timeline's filter from query parameters; :class:`BadRequest` names a wrong one."""
+    raw: dict[str, list[str]] = {}
+
+    def one(name: str) -> str:
+        values = [v for v in params.get(name, ()) if v.strip()]
+        if len(values) > 1:
+            raise BadRequest(f"{name}: give it once, not {len(values)} times")
+        value = values[0].strip() if values else ""
+        if len(value) > MAX_FILTER_CHARS:
+            raise BadRequest(f"{name}: at most {MAX_FILTER_CHARS} characters")
+        if value:
+            raw[name] = [value]
+        return value
+
+    outcomes = tuple(v for v in params.get("outcome", ()) if v)
+    unknown = [o for o in outcomes if o not in OUTCOMES]
+    if unknown:
+        raise BadRequest(f"outcome: {unknown[0]!r} is not one of {', '.join(OUTCOMES)}")
+    if outcomes:
+        raw["outcome"] = list(outcomes)
+    tag, agent, run, q = one("tag"), one("agent"), one("run"), one("q")
+    since_text, until_text = one("since"), one("until")
+    since = parse_date("since", since_text) if since_text else None
+    until = parse_date("until", until_text, end_of_day=True) if until_text else None
+    # Keep the given order of parameters in links: outcome, tag, agent, run, since, until, q.
+    order = ("outcome", "tag", "agent", "run", "since", "until", "q")
+    raw = {name: raw[name] for name in order if name in raw}
+    return Filter(tuple(dict.fromkeys(outcomes)), tag, agent, run, since, until, q, raw)
+
+
+def parse_date(name: str, text: str, *, end_of_day: bool = False) -> float:
+    """``YYYY-MM-DD`` or an ISO-8601 time (naive means UTC) as POSIX seconds. With
+    *end_of_day*, a bare date means the end of that day (``until`` includes the day)."""
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        if not value.isascii():
+            raise ValueError("not ASCII")  # fromisoformat takes other scripts' digits too
+        moment = datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        if end_of_day and _DATE_ONLY.fullmatch(value):
+            moment += timedelta(days=1)
+        return moment.timestamp()
+    except (ValueError, OverflowError):
+        raise BadRequest(
+            f"{name}: {text[:60]!r} is not a date (YYYY-MM-DD) or an ISO-8601 time"
+        ) from None
+
+
+def parse_count(name: str, text: str | None, *, default: int, maximum: int) -> int:
+    """A positive integer query parameter, at most *maximum*."""
+    if text is None or not text.strip():
+        return default
+    if not _INTEGER.fullmatch(text.strip()):
+        raise BadRequest(f"{name}: {text[:60]!r} is not a whole number")
+    value = int(text.strip())
+    if not 1 <= value <= maximum:
+        raise BadRequest(f"{name}: must be between 1 and {maximum}, not {value}")
+    return value
+
+
+def _time_of(episode: Episode) -> float | None:
+    try:
+        return episode.time()
+    except ValueError:
+        return None
+
+
+def top(counter: Counter[str], n: int = 10) -> list[tuple[str, int]]:
+    """The *n* most frequent, ties by name (a stable page)."""
+    return sorted(counter.items(), key=lambda item: (-item[1], item[0]))[:n]
+
+
+def day_of(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d")
+
+
+def week_of(when: float) -> str:
+    year, week, _ = datetime.fromtimestamp(when, UTC).isocalendar()
+    return f"{year}-W{week:02d}"
