@@ -31,7 +31,7 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from compare import episode_fields  # noqa: E402
+from compare import episode_fields
 
 TARGET_MS = 200.0
 
@@ -44,7 +44,9 @@ async def fill(path: Path, size: int) -> None:
     provider = SQLiteMemoryProvider(path)
     log = EpisodeLog(provider, "default", size)
     items = {
-        log.entry_key(seq, None): Episode(**episode_fields(seq), id=uuid.UUID(int=seq).hex).to_json()
+        log.entry_key(seq, None): Episode(
+            **episode_fields(seq), id=uuid.UUID(int=seq).hex
+        ).to_json()
         for seq in range(1, size + 1)
     }
     items[log.seq_key] = str(size)
@@ -106,7 +108,7 @@ async def main() -> None:
             host, port = sock.getsockname()
             server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
             serving = asyncio.create_task(server.serve(sockets=[sock]))
-            while not server.started:
+            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
                 await asyncio.sleep(0.01)
             pages = [
                 ("timeline /", "/"),
