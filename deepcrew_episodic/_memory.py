@@ -637,15 +637,18 @@ class EpisodicMemory:
             ),
         )
 
-    async def load(self, *, include_expired: bool = False) -> list[Episode]:
+    async def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
         """Every stored episode this memory shows, oldest first; expired ones only with
-        *include_expired* (for inspection: no read path that feeds a prompt shows them). The
-        episodes are copies: changing them changes nothing stored."""
+        *include_expired* (for inspection: no read path that feeds a prompt shows them). With
+        *graded* (the default) each reads as its grades make it (see :meth:`grade`);
+        ``graded=False`` gives the episodes as they were recorded (for a backup that keeps the
+        grades beside them). The episodes are copies: changing them changes nothing stored."""
         include_expired = boolean("include_expired", include_expired)
+        graded_view = boolean("graded", graded)
         await self._sync()
         now = self._clock()
         return [
-            self._view(ep).copy()
+            (self._view(ep) if graded_view else ep).copy()
             for seq, ep in self._log.cached()
             if include_expired or not self._expired(seq, now)
         ]
@@ -863,9 +866,12 @@ class EpisodicMemory:
         )
         return grade
 
-    async def grades(self, episode_id: str) -> list[Grade]:
-        """The grades of an episode, oldest first (``[]`` when it has none)."""
+    async def grades(self, episode_id: str | None = None) -> list[Grade]:
+        """The grades of an episode, oldest first (``[]`` when it has none); without an id,
+        every grade of the log, oldest first (one read for a listing of many episodes)."""
         await self._sync()
+        if episode_id is None:
+            return [grade for grades in self._grades.values() for grade in grades]
         return list(self._grades.get(episode_id, ()))
 
     async def used(self, ids: str | Collection[str]) -> None:

@@ -44,8 +44,9 @@ def parse_lesson(text: str | None) -> str | None:
     """
     if not text:
         return None
-    lesson = " ".join(text.split()).strip().strip("\"'`").strip()
-    lesson = _LABEL.sub("", lesson).strip().strip("\"'`").strip()
+    # Quotes and markdown emphasis around the answer ("**NONE**", "_NONE_") are not part of it.
+    lesson = " ".join(text.split()).strip().strip("\"'`*_").strip()
+    lesson = _LABEL.sub("", lesson).strip().strip("\"'`*_").strip()
     if not lesson or lesson.rstrip(".!").strip().upper() in _DECLINED:
         return None
     if _NONE_FIRST.match(lesson):

@@ -137,9 +137,9 @@ class SyncEpisodicMemory:
         """See :meth:`EpisodicMemory.render` (no I/O: runs here)."""
         return self.memory.render(episodes, max_chars=max_chars)
 
-    def load(self) -> list[Episode]:
+    def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
         """See :meth:`EpisodicMemory.load`."""
-        return self._call(self.memory.load)
+        return self._call(self.memory.load, include_expired=include_expired, graded=graded)
 
     def stats(self) -> MemoryStats:
         """See :meth:`EpisodicMemory.stats`."""
@@ -222,7 +222,7 @@ class SyncEpisodicMemory:
             verified=verified,
         )
 
-    def grades(self, episode_id: str) -> list[Grade]:
+    def grades(self, episode_id: str | None = None) -> list[Grade]:
         """See :meth:`EpisodicMemory.grades`."""
         return self._call(self.memory.grades, episode_id)
 

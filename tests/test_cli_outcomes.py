@@ -328,6 +328,8 @@ def test_an_export_carries_the_grades_and_imports_without_them(
     lines = [json.loads(line) for line in backup.read_text().splitlines()]
     assert [len(item["grades"]) for item in lines] == [1, 0]
     assert lines[0]["grades"][0]["note"] == "verified by the on-call"
+    # as recorded: the claim stays a claim in the backup, the grade travels beside it
+    assert [item["outcome"] for item in lines] == ["unknown", "failure"]
 
     other = Run(capsys, str(tmp_path / "restored.json"))
     code, out, err = other("import", str(backup))
@@ -335,7 +337,7 @@ def test_an_export_carries_the_grades_and_imports_without_them(
     assert out == f"imported 2 episodes from {backup}\n"
     assert "1 grades in the file were not imported" in err
     restored = other.episodes()
-    assert [e["outcome"] for e in restored] == ["success", "failure"]
+    assert [e["outcome"] for e in restored] == ["unknown", "failure"]  # grades not imported
     assert [e["grades"] for e in restored] == [[], []]
 
 

@@ -163,3 +163,8 @@ def test_parse_lesson() -> None:
 def test_reflect_timeout_must_be_positive(timeout: object) -> None:
     with pytest.raises(ConfigurationError, match="reflect_timeout"):
         EpisodicMemory(InMemoryProvider(), reflect_model="m", reflect_timeout=timeout)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["**NONE**", "_NONE_", "`NONE`", "*None.*"])
+def test_a_declined_lesson_in_markdown_is_still_declined(text: str) -> None:
+    assert parse_lesson(text) is None

@@ -251,7 +251,7 @@ async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory, settings:
     """Every visible episode as JSONL, as stored: a backup, protected like the store (see
     :func:`write_export`); ``-o -`` is stdout. Says on stderr how many episodes hold text the
     default redactor would replace (stored by deepcrew-ai or with ``redact=False``)."""
-    episodes = await memory.load()
+    episodes = await memory.load(graded=False)  # as recorded: the grades travel beside them
     graded = await grades_of(memory, episodes)
     lines = "".join(
         to_json(_with_grades(e.to_dict(), g, as_stored=True)) + "\n"

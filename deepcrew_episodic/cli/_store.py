@@ -224,8 +224,12 @@ async def stored(memory: EpisodicMemory) -> list[Episode]:
 
 
 async def grades_of(memory: EpisodicMemory, episodes: Sequence[Episode]) -> list[list[Grade]]:
-    """The grades of each of *episodes*, oldest first (``[]`` for an ungraded one)."""
-    return [await memory.grades(episode.id) for episode in episodes]
+    """The grades of each of *episodes*, oldest first (``[]`` for an ungraded one): one
+    read of every grade, not one per episode."""
+    by_id: dict[str, list[Grade]] = {}
+    for grade in await memory.grades():
+        by_id.setdefault(grade.episode_id, []).append(grade)
+    return [by_id.get(episode.id, []) for episode in episodes]
 
 
 def run_now(coro: Coroutine[Any, Any, T]) -> T:
