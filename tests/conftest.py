@@ -60,6 +60,10 @@ SLOW_MODULES = {
     # litellm (3-5 s of CPU apiece, half of a quick run's time).
     "test_docs_run.py": "runs every documented block in a subprocess",
     "test_examples.py": "runs every example in a subprocess",
+    # One headless Chromium drives the viewer served by the real command (about 40 s).
+    "test_viewer_browser.py": "drives the viewer in a real headless browser",
+    # The CLI with an embedder imports litellm in process (seconds per worker).
+    "test_cli_embeddings.py": "runs the CLI's embedder commands through litellm",
 }
 
 
