@@ -20,14 +20,13 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from recall_probes import DEPTH, PROBES, Probe, evaluate
+from recall_probes import DEPTH, PARAPHRASES, Probe, evaluate, load_episodes, load_probes
 
-from deepcrew_episodic import Episode, EpisodicMemory
-from deepcrew_episodic._episode import now_iso
+from deepcrew_episodic import EpisodicMemory
 from deepcrew_episodic._recall import terms
 from deepcrew_episodic.providers import InMemoryProvider
 
-FOLDER = PROBES / "paraphrase"
+FOLDER = PARAPHRASES
 # What a paraphrase query must not share with its targets, and what a near-miss query must
 # share with its decoys (the fields keyword recall matches by default).
 DISJOINT_FIELDS = ("query", "response", "reflection", "tags")
@@ -46,27 +45,6 @@ def load_rows(folder: Path = FOLDER) -> list[dict[str, Any]]:
 def load_queries(folder: Path = FOLDER) -> list[dict[str, Any]]:
     queries: list[dict[str, Any]] = json.loads((folder / "queries.json").read_text("utf-8"))
     return queries
-
-
-def load_probes(folder: Path = FOLDER) -> list[Probe]:
-    """``recall_probes.load_probes``, from *folder*."""
-    return [
-        Probe(q["id"], q["kind"], q["query"], frozenset(q["relevant"]), q["first"], q["intent"])
-        for q in load_queries(folder)
-    ]
-
-
-def load_episodes(now: float, folder: Path = FOLDER) -> list[tuple[str, Episode]]:
-    """``recall_probes.load_episodes``, from *folder*: stamped relative to *now*, oldest
-    first."""
-    rows = sorted(load_rows(folder), key=lambda r: -r["age_days"])
-    return [
-        (
-            r["key"],
-            Episode(**r["episode"], id=r["key"], timestamp=now_iso(now - r["age_days"] * 86400)),
-        )
-        for r in rows
-    ]
 
 
 def field_terms(episode: dict[str, Any], fields: tuple[str, ...]) -> set[str]:
@@ -143,8 +121,8 @@ def test_query_kinds_counts_and_keys() -> None:
 
 
 def test_the_loaders_read_the_probe() -> None:
-    probes = load_probes()
-    episodes = load_episodes(time.time())
+    probes = load_probes(FOLDER)
+    episodes = load_episodes(time.time(), FOLDER)
     assert len(probes) == len(load_queries())
     assert len(episodes) == len(load_rows())
     assert [e.time() for _, e in episodes] == sorted(e.time() or 0.0 for _, e in episodes)
@@ -244,7 +222,7 @@ def test_build_refuses_other_broken_invariants() -> None:
 
 async def keyword_memory() -> EpisodicMemory:
     memory = EpisodicMemory(InMemoryProvider(), max_episodes=1000)
-    for _, episode in load_episodes(time.time()):
+    for _, episode in load_episodes(time.time(), FOLDER):
         await memory.record(episode)
     return memory
 
@@ -256,7 +234,7 @@ async def test_keyword_recall_misses_the_paraphrases_and_falls_for_the_near_miss
     async def recall(probe: Probe) -> list[str]:
         return [e.id for e in await memory.recall(probe.query, top_k=DEPTH, intent=probe.intent)]
 
-    probes = load_probes()
+    probes = load_probes(FOLDER)
     report = await evaluate(recall, probes)
     assert report.by_kind.keys() == {"paraphrase"}
     assert report.labelled == sum(1 for p in probes if p.kind == "paraphrase")
