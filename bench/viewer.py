@@ -7,8 +7,8 @@ request (the log is read and indexed once), then ``--requests`` warm ones (p50 /
 target (issue 15): the timeline's first byte within 200 ms warm on SQLite.
 
 A log this large takes about a second to load (``load()`` copies every episode), so the viewer
-keeps what it loaded for up to 10 seconds (docs/viewer.md); the "reload" row is a page that
-comes after that window (the cost a user sees at most once per 10 s).
+keeps what it loaded until the log changes (docs/viewer.md); the "reload" row is the page after
+a change (here: after the refresh window, which forces the same reload).
 
     python bench/viewer.py                    # 100,000 episodes
     python bench/viewer.py --size 10000 --requests 100

@@ -198,6 +198,7 @@ class EpisodicMemory:
         self._uses: dict[int, int] = {}  # seq -> times used in a run
         self._runs: dict[str, list[int]] = {}  # run_id -> its seqs, in order
         self._reinforce = boolean("reinforce", reinforce)
+        self._revision = 0  # bumped whenever a sync changed what this memory shows
         self._embedder = as_embedder(embedder)
         fields = strings("embed_fields", embed_fields)
         if not fields or set(fields) - set(EMBEDDABLE_FIELDS) or len(set(fields)) != len(fields):
@@ -585,6 +586,14 @@ class EpisodicMemory:
         return len(expired) + len(strays)
 
     # --- reading --------------------------------------------------------------------------
+
+    async def refresh(self) -> int:
+        """Bring this memory up to date with its store (one round trip when nothing changed,
+        only what is new otherwise) and return its revision: a number that changes whenever
+        what the memory shows changed (episodes, grades, uses, vectors). For a viewer or a
+        cache that wants to redo its work only when the log changed."""
+        await self._sync()
+        return self._revision
 
     async def stats(self) -> MemoryStats:
         """Counts for this namespace: episodes by outcome, expired and corrupt records not
@@ -1162,6 +1171,15 @@ class EpisodicMemory:
         await self._log.sync(self._apply)
 
     def _apply(self, changes: Changes) -> None:
+        if (
+            changes.reset
+            or changes.added
+            or changes.removed
+            or changes.grades
+            or changes.uses is not None
+            or changes.vectors
+        ):
+            self._revision += 1
         vectors = self._vectors
         if changes.reset:
             self._index.reset()

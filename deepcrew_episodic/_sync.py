@@ -137,6 +137,10 @@ class SyncEpisodicMemory:
         """See :meth:`EpisodicMemory.render` (no I/O: runs here)."""
         return self.memory.render(episodes, max_chars=max_chars)
 
+    def refresh(self) -> int:
+        """See :meth:`EpisodicMemory.refresh`."""
+        return self._call(self.memory.refresh)
+
     def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
         """See :meth:`EpisodicMemory.load`."""
         return self._call(self.memory.load, include_expired=include_expired, graded=graded)

@@ -577,3 +577,20 @@ def test_the_viewer_uses_only_the_public_api() -> None:
     found = [use for path in modules for use in private_uses(path, PACKAGE)]
     # Within the viewer package, its own private modules are fine.
     assert [f for f in found if "deepcrew_episodic.viewer" not in f] == []
+
+
+async def test_a_large_log_is_reloaded_when_it_changes_not_on_a_timer(
+    memory: EpisodicMemory,
+) -> None:
+    from deepcrew_episodic.viewer._data import Source
+
+    await fill(memory, 5, query="first batch")
+    source = Source(memory, refresh_seconds=3600)
+    first = await source.snapshot()
+    first.load_seconds = 1.0  # as a large log would take: kept while nothing changes
+    assert await source.snapshot() is first
+    writer = EpisodicMemory(memory.backend, namespace=memory.namespace)
+    await writer.record(Episode(query="recorded by another process"))
+    second = await source.snapshot()
+    assert second is not first
+    assert second.episodes[0].query == "recorded by another process"

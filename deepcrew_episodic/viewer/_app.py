@@ -95,7 +95,8 @@ def create_app(
     sets). *allow_forget* adds the pages that delete episodes. *label* names the store on
     the pages (never a URL with its password). *redact* is applied to every stored string
     shown (default: the default :class:`~deepcrew_episodic.Redactor`). A log that takes more
-    than 50 ms to load is loaded again at most every *refresh_seconds* (default 10).
+    than 50 ms to load is loaded again when it changed (the memory's revision, checked on every
+    page) and at least every *refresh_seconds* (default 60).
 
     Example::
 

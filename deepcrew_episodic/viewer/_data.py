@@ -4,9 +4,10 @@ A snapshot is one :meth:`~deepcrew_episodic.EpisodicMemory.load` (newest first) 
 pages derive from it (times, search text, the id map, ``stats()``) computed once, when a page
 first needs it. ``load()`` copies every episode: about 11 µs each, so 1.1 s at 100,000
 episodes. A snapshot that took longer than :data:`CHEAP_LOAD_SECONDS` to load is therefore kept
-for :data:`REFRESH_SECONDS` before the next page loads again (pages say how old it is); a
-smaller log is loaded again for every page, so it is never stale. The viewer's own deletions
-drop the snapshot at once.
+as long as the memory's revision (:meth:`~deepcrew_episodic.EpisodicMemory.refresh`, one round
+trip) says the log did not change, and at most :data:`REFRESH_SECONDS` (time alone can expire an
+episode); a smaller log is loaded again for every page. Every page is therefore current: a
+record, a grade or a forget made by any process shows on the next page.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ __all__ = ["BadRequest", "Filter", "Snapshot", "Source", "parse_filter"]
 # A load faster than this is repeated for every page (a small log is never shown stale).
 CHEAP_LOAD_SECONDS = 0.05
 # How long a slow-to-load snapshot is shown before the next page loads the log again.
-REFRESH_SECONDS = 10.0
+REFRESH_SECONDS = 60.0
 DEFAULT_PER_PAGE = 50
 MAX_PER_PAGE = 500
 # The longest text a filter field takes (a search needle longer than any episode is useless).
@@ -51,6 +52,7 @@ class Snapshot:
     episodes: list[Episode]
     loaded_at: float  # time.time()
     load_seconds: float
+    revision: int = 0  # the memory's revision it was loaded at (see EpisodicMemory.refresh)
     _times: list[float | None] | None = None
     _texts: list[str] | None = None
     _by_id: dict[str, Episode] | None = None
@@ -104,24 +106,28 @@ class Source:
         """Forget the snapshot: the next page loads the log again (after a deletion)."""
         self._snapshot = None
 
-    def _fresh(self, snapshot: Snapshot | None) -> bool:
+    async def _fresh(self, snapshot: Snapshot | None) -> bool:
+        # The memory's revision says whether the log changed since the snapshot (one round
+        # trip); the age bound catches what only the clock changes (an episode expiring).
         if snapshot is None or snapshot.load_seconds < CHEAP_LOAD_SECONDS:
             return False
-        return time.time() - snapshot.loaded_at < self.refresh_seconds
+        if time.time() - snapshot.loaded_at >= self.refresh_seconds:
+            return False
+        return await self.memory.refresh() == snapshot.revision
 
     async def snapshot(self) -> Snapshot:
-        if self._fresh(self._snapshot):
-            assert self._snapshot is not None
-            return self._snapshot
-        # One load at a time: pages asked for meanwhile share its result.
+        # One check or load at a time: pages asked for meanwhile share its result.
         async with self._lock:
-            if self._fresh(self._snapshot):
+            if await self._fresh(self._snapshot):
                 assert self._snapshot is not None
                 return self._snapshot
             started = time.perf_counter()
+            revision = await self.memory.refresh()
             episodes = await self.memory.load()
             episodes.reverse()
-            self._snapshot = Snapshot(episodes, time.time(), time.perf_counter() - started)
+            self._snapshot = Snapshot(
+                episodes, time.time(), time.perf_counter() - started, revision=revision
+            )
             return self._snapshot
 
     async def stats(self, snapshot: Snapshot) -> MemoryStats:
