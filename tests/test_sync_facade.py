@@ -105,3 +105,18 @@ def test_open_namespaces_counters_and_check(store: Store) -> None:
     with SyncEpisodicMemory.open(store.open(), namespace="ring7") as opened:
         assert opened.max_episodes == 7
         assert len(opened.load()) == 7
+
+
+def test_the_sync_facade_grades_counts_uses_and_refreshes() -> None:
+    from deepcrew_episodic.providers import InMemoryProvider
+
+    with SyncEpisodicMemory(InMemoryProvider()) as memory:
+        before = memory.refresh()
+        episode = memory.record(Episode(query="rotate the signing key"))
+        assert memory.refresh() > before
+        memory.grade(episode.id, outcome="success", note="confirmed")
+        assert [g.outcome for g in memory.grades(episode.id)] == ["success"]
+        assert [e.outcome for e in memory.load()] == ["success"]
+        assert [e.outcome for e in memory.load(graded=False)] == ["unknown"]
+        memory.used([episode.id])
+        assert memory.stats().most_used == [(episode.id, 1)]
