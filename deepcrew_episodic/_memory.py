@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import math
 import time
@@ -765,7 +766,7 @@ class EpisodicMemory:
                 accept=accept,
             )
 
-        found = self._rank(search, k)
+        found = self._rank(search, k, now)
         ranking = Ranking(
             dataclasses.replace(scored, episode=scored.episode.copy()) for _, scored in found
         )
@@ -1261,10 +1262,13 @@ class EpisodicMemory:
         return 1.0 + min(MAX_BOOST - 1.0, math.log1p(uses) / 10.0) if uses else 1.0
 
     def _rank(
-        self, search: Callable[[int], list[tuple[int, Scored]]], k: int
+        self, search: Callable[[int], list[tuple[int, Scored]]], k: int, now: float
     ) -> list[tuple[int, Scored]]:
-        """The top *k* of *search* with reinforcement applied and one item per run (the run's
-        latest iteration, scored by its best one, with the lessons of its failed iterations).
+        """The top *k* of *search* with reinforcement applied and one item per run: the run's
+        latest iteration among those the query and the filters admit (so the item shown is
+        the item scored, and an expired, filtered-out or abandoned iteration is never shown),
+        with the lessons of the unexpired iterations that failed before it.
+
         Exact: more candidates are fetched until nothing left unfetched could reach the k-th
         (an unfetched episode scores at most the last fetched score times the largest boost).
         """
@@ -1275,53 +1279,52 @@ class EpisodicMemory:
         wanted = max(2 * k, 16)
         while True:
             found = search(wanted)
+            latest: dict[str, int] = {}  # run -> its latest seq among the candidates
+            for seq, scored in found:
+                run = scored.episode.run_id
+                if run and seq > latest.get(run, 0):
+                    latest[run] = seq
             items: list[tuple[float, float, int, Scored]] = []
             for seq, scored in found:
+                run = scored.episode.run_id
+                if run and latest[run] != seq:
+                    continue
                 factor = self._boost(seq)
                 if factor != 1.0:
                     scored = dataclasses.replace(
                         scored, score=scored.score * factor, uses=self._uses.get(seq, 0)
                     )
                 items.append((scored.score, self._known[seq].recorded, seq, scored))
-            items.sort(key=lambda t: t[:3], reverse=True)
-            chosen: list[tuple[float, float, int, Scored]] = []
-            seen_runs: set[str] = set()
-            for item in items:
-                run = item[3].episode.run_id
-                if run and run in seen_runs:
-                    continue
-                seen_runs.add(run) if run else None
-                chosen.append(item)
-                if len(chosen) == k:
-                    break
+            chosen = heapq.nlargest(k, items, key=lambda t: t[:3])
             limit = found[-1][1].score * (MAX_BOOST if boosting else 1.0) if found else 0.0
             if len(found) < wanted or (len(chosen) == k and chosen[-1][0] >= limit):
                 break
             wanted *= 4
-        return [(seq, self._as_run(seq, scored)) for _, _, seq, scored in chosen]
+        return [(seq, self._as_run(seq, scored, now)) for _, _, seq, scored in chosen]
 
-    def _as_run(self, seq: int, scored: Scored) -> Scored:
-        """*scored* as the item of its run: the run's latest iteration, with the lessons of
-        the iterations that failed before it."""
+    def _as_run(self, seq: int, scored: Scored, now: float) -> Scored:
+        """*scored* (a run's chosen iteration) with the lessons of the iterations of its run
+        that failed before it and have not expired."""
         run = scored.episode.run_id
         seqs = self._runs.get(run, []) if run else []
         if len(seqs) < 2:
             return scored
-        latest = self._index.episode(seqs[-1]) if seqs[-1] in self._index else scored.episode
         lessons = [
             ep.reflection
-            for s in seqs[:-1]
-            if s in self._index
-            and (ep := self._index.episode(s)).outcome in ("failure", "partial", "abandoned")
+            for s in seqs
+            if s < seq
+            and s in self._index
+            and not self._expired(s, now)
+            and (ep := self._index.episode(s)).outcome in ("failure", "partial")
             and ep.reflection
         ]
-        shown = latest.copy()
+        shown = scored.episode.copy()
         if lessons:
             earlier = "; ".join(lessons)
             joined = (
                 f"{shown.reflection} Earlier attempts: {earlier}"
                 if shown.reflection
-                else (f"Earlier attempts: {earlier}")
+                else f"Earlier attempts: {earlier}"
             )
             shown.reflection = joined[:LESSONS_CHARS]
         return dataclasses.replace(scored, episode=shown, iterations=len(seqs))
