@@ -38,6 +38,12 @@ class Grade:
     note: str = ""
     verified: bool = True
     timestamp: str = ""
+    stamp: str = ""
+    """The graded episode's own timestamp: a grade applies to that episode only, never to a
+    later one that reuses its id after it was evicted or forgotten."""
+
+    def applies_to(self, episode: Episode) -> bool:
+        return not self.stamp or self.stamp == episode.timestamp
 
     def to_json(self) -> str:
         return json.dumps(
@@ -48,6 +54,7 @@ class Grade:
                 "note": self.note,
                 "verified": self.verified,
                 "timestamp": self.timestamp,
+                "stamp": self.stamp,
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -68,6 +75,7 @@ class Grade:
             data.get("verified"),
             data.get("timestamp"),
         )
+        stamp = data.get("stamp", "")
         if not isinstance(episode, str) or not episode:
             raise ValueError("grade record names no episode")
         if outcome not in OUTCOMES or not isinstance(outcome, str):
@@ -81,16 +89,16 @@ class Grade:
             raise ValueError(f"grade record holds the score {score!r}")
         if not isinstance(note, str) or not isinstance(verified, bool):
             raise ValueError("grade record holds a bad note or verified flag")
-        if not isinstance(timestamp, str):
+        if not isinstance(timestamp, str) or not isinstance(stamp, str):
             raise ValueError("grade record holds a bad timestamp")
         chosen: Outcome = outcome  # type: ignore[assignment]  # checked against OUTCOMES above
-        return cls(
-            episode, chosen, None if score is None else float(score), note, verified, timestamp
-        )
+        value = None if score is None else float(score)
+        return cls(episode, chosen, value, note, verified, timestamp, stamp)
 
 
 def graded(episode: Episode, grades: Sequence[Grade]) -> Episode:
     """*episode* as its grades (oldest first) make it: a copy when one applies, else itself."""
+    grades = [g for g in grades if g.applies_to(episode)]
     if not grades:
         return episode
     verified = [g for g in grades if g.verified]

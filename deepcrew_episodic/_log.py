@@ -388,7 +388,17 @@ class EpisodeLog:
         values, keys = values[: len(wanted)], keys[: len(wanted)]
         # Grades: the new ones (all of them after a reset); a missing one was swept.
         first_grade = 1 if reset else self._synced_grades + 1
-        numbers = list(range(first_grade, head.grades + 1))
+        if head.grades - first_grade > _MAX_GRADE_GAP:
+            # A counter far past what was ever written (damaged): read the grades that exist.
+            listed = await self.provider.keys(f"{self.prefix}g:")
+            numbers = sorted(
+                n
+                for k in listed
+                if (m := _GRADE.fullmatch(k[len(self.prefix) :]))
+                and (n := int(m.group(1))) >= first_grade
+            )
+        else:
+            numbers = list(range(first_grade, head.grades + 1))
         graded = (
             await self.provider.retrieve_many([self.grade_key(n) for n in numbers])
             if numbers
@@ -864,6 +874,8 @@ def _conflict(namespace: str) -> tuple[str | None, str, bool]:
 # Beyond this a counter or a ring index is garbage, not a log: 10**15 episodes at one a
 # microsecond is thirty years.
 _MAX_INDEX = 10**15
+# Grades read by number when at most this many are new; more, and the keys are listed instead.
+_MAX_GRADE_GAP = 100_000
 
 
 def _parse_legacy(raw: str | None) -> Legacy | None:

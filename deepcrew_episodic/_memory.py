@@ -853,9 +853,14 @@ class EpisodicMemory:
             raise ConfigurationError(f"note must be a string of at most {NOTE_CHARS} characters")
         verified = boolean("verified", verified)
         await self._sync()
-        if episode_id not in self._ids and not any(
-            ep.id == episode_id for _, ep in (await self._log.beyond_view())[0]
-        ):
+        target: Episode | None = None
+        if episode_id in self._ids:
+            target = self._log.episode(self._ids[episode_id])
+        else:
+            target = next(
+                (ep for _, ep in (await self._log.beyond_view())[0] if ep.id == episode_id), None
+            )
+        if target is None:
             raise ConfigurationError(
                 f"no episode with id {escape_hidden(episode_id)[:140]!r} in namespace "
                 f"{escape_hidden(self.namespace)!r}"
@@ -868,6 +873,7 @@ class EpisodicMemory:
             self._redact_text(note) if note else "",
             verified,
             now_iso(self._clock()),
+            target.timestamp,
         )
         await self._log.add_grade(grade.to_json())
         log.info(
@@ -881,8 +887,12 @@ class EpisodicMemory:
         every grade of the log, oldest first (one read for a listing of many episodes)."""
         await self._sync()
         if episode_id is None:
-            return [grade for grades in self._grades.values() for grade in grades]
-        return list(self._grades.get(episode_id, ()))
+            return [g for grades in self._grades.values() for g in grades if self._applies(g)]
+        return [g for g in self._grades.get(episode_id, ()) if self._applies(g)]
+
+    def _applies(self, grade: Grade) -> bool:
+        seq = self._ids.get(grade.episode_id)
+        return seq is None or grade.applies_to(self._log.episode(seq))
 
     async def used(self, ids: str | Collection[str]) -> None:
         """Count one use of each episode (the runner and :class:`EpisodicHook` call it with

@@ -72,7 +72,7 @@ MATCHABLE_FIELDS: tuple[str, ...] = ("query", "response", "tags", "reflection", 
 # Under an intent, the unwanted outcomes weigh less than the recency floor (0.8) divided by the
 # largest reinforcement boost (1.2), so that the freshest, most used unwanted episode still ranks
 # below the oldest, unused wanted one of equal relevance; a claim ranks below a verified outcome
-# of its kind the same way, and above every other outcome.
+# of its kind the same way, and above every other outcome of the same age.
 OUTCOME_WEIGHTS: dict[str, dict[str, float]] = {
     "any": {
         "success": 1.0,

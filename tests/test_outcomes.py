@@ -230,3 +230,44 @@ async def test_no_boost_lifts_an_unwanted_outcome_over_a_wanted_one(clock: Clock
             await memory.used(unwanted.id)
     worked = await memory.recall("rebuild the search index", 1, intent="what_worked")
     assert [e.id for e in worked] == [wanted.id]
+
+
+async def test_a_run_item_is_never_an_expired_filtered_or_abandoned_iteration(
+    clock: Clock,
+) -> None:
+    from datetime import timedelta
+
+    memory = EpisodicMemory(InMemoryProvider(), clock=clock, max_age=timedelta(days=30))
+    clock.now -= 40 * DAY  # an iteration past max_age: never shown, nor its lesson
+    await memory.record(
+        Episode(query="deploy billing", run_id="r", outcome="failure", reflection="OLD-LESSON")
+    )
+    clock.now += 40 * DAY
+    await memory.record(
+        Episode(
+            query="deploy billing", run_id="r", outcome="failure", tags=["prod"], reflection="L1"
+        )
+    )
+    await memory.record(Episode(query="deploy billing", run_id="r", outcome="success"))
+    await memory.record(Episode(query="deploy billing", run_id="r", outcome="abandoned"))
+    (item,) = await memory.recall("deploy billing")
+    assert item.outcome == "success"  # not the abandoned latest
+    assert item.reflection == "Earlier attempts: L1"  # not the expired lesson
+    assert "OLD-LESSON" not in memory.render([item])
+    (failed,) = await memory.recall("deploy billing", outcome="failure")
+    assert failed.tags == ["prod"]  # the filter holds for the run's item
+    ranked = await memory.explain("deploy billing", intent="what_failed")
+    assert [(s.episode.outcome, s.outcome_weight) for s in ranked] == [("success", 0.48)]
+
+
+async def test_a_grade_never_moves_to_a_new_episode_that_reuses_the_id(clock: Clock) -> None:
+    memory = EpisodicMemory(InMemoryProvider(), max_episodes=2, clock=clock)
+    await memory.record(Episode(query="first try", id="ticket-1"))
+    await memory.grade("ticket-1", outcome="failure")
+    for i in range(2):  # the ring evicts ticket-1; its grade stays until a sweep
+        clock.now += 1
+        await memory.record(Episode(query=f"filler {i}"))
+    clock.now += 1
+    reused = await memory.record(Episode(query="second try", id="ticket-1", outcome="success"))
+    assert [e.outcome for e in await memory.load() if e.id == reused.id] == ["success"]
+    assert await memory.grades("ticket-1") == []

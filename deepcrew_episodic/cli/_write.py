@@ -146,6 +146,8 @@ def _messages(text: str, name: str) -> list[dict[str, Any]]:
             whole = json.loads(text)
         except json.JSONDecodeError as exc:
             raise CliError(f"{name}: not a JSON array of messages ({exc.msg})") from None
+        except RecursionError:
+            raise CliError(f"{name}: nested too deeply to be a list of messages") from None
         items = [(f"{name}: item {i}", m) for i, m in enumerate(whole, 1)]
     else:
         items = []
@@ -156,6 +158,8 @@ def _messages(text: str, name: str) -> list[dict[str, Any]]:
                 items.append((f"{name}: line {number}", json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise CliError(f"{name}: line {number} is not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise CliError(f"{name}: line {number} is nested too deeply") from None
     for where, message in items:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise CliError(
@@ -261,6 +265,8 @@ def _parse_records(text: str, name: str) -> list[tuple[str, Any]]:
         whole = json.loads(text)
     except json.JSONDecodeError:
         whole = None
+    except RecursionError:
+        raise CliError(f"{name}: nested too deeply to be episodes") from None
     else:
         if isinstance(whole, dict):
             return [(name, whole)]
@@ -275,6 +281,8 @@ def _parse_records(text: str, name: str) -> list[tuple[str, Any]]:
             records.append((f"{name}: line {number}", json.loads(line)))
         except json.JSONDecodeError as exc:
             raise CliError(f"{name}: line {number} is not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise CliError(f"{name}: line {number} is nested too deeply") from None
     return records
 
 
