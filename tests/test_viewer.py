@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import anyio.to_thread
 import httpx
 import pytest
 
@@ -448,7 +449,7 @@ async def test_forget_one_episode_deletes_it_from_the_store(memory: EpisodicMemo
         assert [e.id for e in await memory.load()] == [e.id for e in stored]  # GET wrote nothing
         r = await c.post("/forget", data=form, headers={"origin": "http://127.0.0.1:8765"})
         assert r.status_code == 303
-        assert r.headers["location"].startswith("/?notice=")
+        assert r.headers["location"] == "/?deleted=1"
         after = await c.get(r.headers["location"])
         assert "Deleted 1 episode." in after.text
         assert target.id not in row_ids(after.text)
@@ -522,7 +523,8 @@ async def test_forget_refuses_an_empty_filter(memory: EpisodicMemory) -> None:
 # --- the serve command, with a real uvicorn ---------------------------------------------------
 
 
-def test_serve_prints_one_line_and_serves_with_the_token(tmp_path: Path) -> None:
+@pytest.mark.parametrize("host", [None, "0.0.0.0"])
+def test_serve_prints_one_line_and_serves_with_the_token(tmp_path: Path, host: str | None) -> None:
     """The command's run function with uvicorn on a free port (the CLI wiring is tested with
     the command line itself once `serve` is registered)."""
     script = tmp_path / "serve.py"
@@ -544,8 +546,12 @@ def test_serve_prints_one_line_and_serves_with_the_token(tmp_path: Path) -> None
             """
         )
     )
+    extra = [] if host is None else ["--host", host]
     proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(script), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None
@@ -562,9 +568,14 @@ def test_serve_prints_one_line_and_serves_with_the_token(tmp_path: Path) -> None
             assert r.status_code == 200
             assert "served &lt;b&gt;episode&lt;/b&gt;" in r.text
             assert c.get("/forget?ids=x").status_code == 404  # read-only by default
+            # Reached over loopback, a Host naming another site (DNS rebinding) is refused.
+            rebound = c.get("/", headers={"host": f"rebound.example:{match[2]}"})
+            assert rebound.status_code == 400
     finally:
         proc.terminate()
-        proc.communicate(timeout=10)
+        _, err = proc.communicate(timeout=10)
+    # Every interface: the URL still names loopback, and the warning says who can reach it.
+    assert ("listening on 0.0.0.0" in err) == (host is not None), err
 
 
 # --- the public API only -----------------------------------------------------------------------
@@ -594,3 +605,221 @@ async def test_a_large_log_is_reloaded_when_it_changes_not_on_a_timer(
     second = await source.snapshot()
     assert second is not first
     assert second.episodes[0].query == "recorded by another process"
+
+
+# --- issue 15 attack: what the viewer shows, where, and how it answers -------------------------
+
+
+def secret_client(memory: EpisodicMemory, redact: Any, **kw: Any) -> httpx.AsyncClient:
+    app = create_app(memory, token=TOKEN, label="test store", redact=redact, **kw)
+    c = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8765")
+    c.cookies.set(COOKIE, TOKEN)
+    return c
+
+
+async def test_playground_block_is_redacted_like_every_stored_string(
+    memory: EpisodicMemory,
+) -> None:
+    # The CLI's cleaner knows the store password; the memory's own redactor does not.
+    await memory.record(Episode(query="redis task password S3cretPW here", outcome="success"))
+    async with secret_client(memory, lambda s: s.replace("S3cretPW", "[REDACTED]")) as c:
+        r = await c.get("/playground", params={"task": "redis task"})
+        assert r.status_code == 200
+        assert "S3cretPW" not in r.text
+        block = re.search(r'<pre id="block">(.*?)</pre>', r.text, re.S)[1]  # type: ignore[index]
+        assert "[REDACTED]" in html.unescape(block)
+
+
+def add_raw_records(db: Path, ids: list[str]) -> None:
+    """Append records whose ids ``record()`` refuses but the log's decoder accepts (another
+    writer, a deepcrew-ai log): written straight into the SQLite file."""
+    import json
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        seq_key = "episodic:default:__seq__"
+        seq = int(con.execute("select value from kv where key=?", (seq_key,)).fetchone()[0])
+        for n, ident in enumerate(ids, seq + 1):
+            rec = {
+                "query": f"odd id task {n} \u202e why",
+                "response": "",
+                "outcome": "success",
+                "score": None,
+                "tools_used": [],
+                "reflection": None,
+                "tags": ["odd"],
+                "timestamp": "2024-02-01T00:00:00Z",
+                "agent_id": "",
+                "id": ident,
+                "forget_after": None,
+                "approach": "",
+                "transcript_ref": None,
+                "run_id": "",
+            }
+            con.execute("insert into kv values (?,?)", (f"episodic:default:e:{n}", json.dumps(rec)))
+        con.execute("update kv set value=? where key=?", (str(seq + len(ids)), seq_key))
+        con.commit()
+    finally:
+        con.close()
+
+
+@pytest.fixture
+async def raw_store(tmp_path: Path) -> AsyncIterator[tuple[EpisodicMemory, Path]]:
+    db = tmp_path / "raw.db"
+    async with SQLiteMemoryProvider(db) as provider:
+        memory = EpisodicMemory(provider, max_episodes=1000)
+        await memory.record(Episode(id="other", query="odd id task", outcome="success"))
+        yield memory, db
+
+
+ODD_IDS = ["a\rb", "a\nb", "a\r\nb", "a\x00b", "\nlead", "tab\tid", "rlo\u202eid<b>\"'"]
+
+
+async def test_every_attribute_is_plain_escaped_text(
+    raw_store: tuple[EpisodicMemory, Path],
+) -> None:
+    memory, db = raw_store
+    await anyio.to_thread.run_sync(add_raw_records, db, ODD_IDS)
+    async with client(memory) as c:
+        pages = [
+            (await c.get("/")).text,
+            (await c.get("/playground", params={"task": "odd id task"})).text,
+            (await c.get("/episode/" + quote(ODD_IDS[-1], safe=""))).text,
+        ]
+    for page in pages:
+        for attr in re.findall(r'(?:data-id|title|value|class|href)="([^"]*)"', page):
+            assert "<" not in attr, attr
+            assert "span" not in attr, attr
+            assert not set(html.unescape(attr)) & set("\r\n\x00\t\u202e"), attr
+    assert "rlo\\u202eid&lt;b&gt;&#34;&#39;" in row_ids(pages[0])
+    assert 'class="item" data-id="rlo\\u202eid&lt;b&gt;&#34;&#39;" title="' in pages[1]
+
+
+@pytest.mark.parametrize("odd", ODD_IDS)
+async def test_ids_with_line_breaks_and_nul_open_and_are_forgotten(
+    raw_store: tuple[EpisodicMemory, Path], odd: str
+) -> None:
+    memory, db = raw_store
+    await anyio.to_thread.run_sync(add_raw_records, db, [odd])
+    async with client(memory, allow_forget=True) as c:
+        r = await c.get("/episode/" + quote(odd, safe=""))
+        assert r.status_code == 200, r.text
+        form = await confirm_form(c, "/forget?" + urlencode_ids(odd))
+        # A browser rewrites CR/LF/NUL in a field value: the form's values carry none.
+        assert all(not set(v) & set("\r\n\x00") for vs in form.values() for v in vs)
+        r = await c.post("/forget", data=form, headers={"origin": "http://127.0.0.1:8765"})
+        assert r.status_code == 303, r.text
+        assert r.headers["location"] == "/?deleted=1"
+    assert [e.id for e in await memory.load()] == ["other"]
+
+
+def urlencode_ids(value: str) -> str:
+    from urllib.parse import urlencode
+
+    return urlencode([("ids", value)])
+
+
+async def test_the_viewers_own_messages_are_not_redacted(memory: EpisodicMemory) -> None:
+    app = create_app(memory, token=TOKEN, redact=lambda s: "[REDACTED]")
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8765"
+    ) as c:
+        r = await c.get("/")
+        assert r.status_code == 403
+        assert "?token=..." in r.text
+        c.cookies.set(COOKIE, TOKEN)
+        r = await c.get("/", params={"per": "x"})
+        assert r.status_code == 400
+        assert "per: &#39;x&#39; is not a whole number" in r.text
+
+
+def break_the_file(db: Path) -> None:
+    for extra in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        extra.unlink(missing_ok=True)
+    db.write_bytes(b"not a database " * 1000)
+
+
+async def test_a_store_failure_is_a_503_page_with_the_security_headers(tmp_path: Path) -> None:
+    db = tmp_path / "gone.db"
+    async with SQLiteMemoryProvider(db) as provider:
+        memory = EpisodicMemory(provider)
+        await memory.record(Episode(query="before the outage"))
+    # The file is no longer a database: every read fails with the library's StorageError.
+    await anyio.to_thread.run_sync(break_the_file, db)
+    async with client(memory) as c:
+        for path in ("/", "/overview", "/episode/x"):
+            r = await c.get(path)
+            assert r.status_code == 503, (path, r.status_code, r.text[:200])
+            assert r.headers["content-type"].startswith("text/html")
+            assert r.headers["content-security-policy"] == CSP
+            assert r.headers["cache-control"] == "no-store"
+            assert "Store unavailable" in r.text
+
+
+@pytest.mark.parametrize("path", ["//evil.example/", "///evil.example/x", "/\\evil.example/"])
+async def test_the_token_redirect_never_leaves_the_site(memory: EpisodicMemory, path: str) -> None:
+    async with client(memory, login=False) as c:
+        r = await c.get(f"{path}?token={TOKEN}&a=1")
+        assert r.status_code == 303
+        location = r.headers["location"]
+        assert location.startswith("/"), location
+        assert not location.startswith(("//", "/\\")), location
+        assert location.endswith("?a=1")
+        assert httpx.URL("http://127.0.0.1:8765").join(location).host == "127.0.0.1"
+
+
+async def test_the_deleted_notice_is_a_fixed_sentence(memory: EpisodicMemory) -> None:
+    async with client(memory) as c:
+        r = await c.get("/", params={"notice": "Your session expired: call +1 555"})
+        assert "555" not in r.text
+        assert "Deleted 3 episodes." in (await c.get("/?deleted=3")).text
+        assert "Deleted 1 episode." in (await c.get("/?deleted=1")).text
+        r = await c.get("/?deleted=<b>x")
+        assert r.status_code == 200
+        assert 'id="notice"' not in r.text
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("127.0.0.1:8765", 200),
+        ("localhost:8765", 200),
+        ("LOCALHOST:8765", 200),
+        ("evil.example:8765", 400),
+        ("evil.example", 400),
+        ("127.0.0.1:9999", 400),
+    ],
+)
+async def test_the_host_header_must_name_the_loopback_server(
+    memory: EpisodicMemory, host: str, status: int
+) -> None:
+    async with client(memory) as c:
+        r = await c.get("/", headers={"host": host})
+        assert r.status_code == status, r.text[:300]
+        assert r.headers["content-security-policy"] == CSP
+
+
+async def test_paging_past_the_end_and_repeated_page_are_400(memory: EpisodicMemory) -> None:
+    await fill(memory, 5)
+    async with client(memory) as c:
+        assert (await c.get("/", params={"page": "1", "per": "2"})).status_code == 200
+        assert (await c.get("/", params={"page": "3", "per": "2"})).status_code == 200
+        r = await c.get("/", params={"page": "4", "per": "2"})
+        assert r.status_code == 400
+        assert "past the last page" in r.text
+        r = await c.get("/?page=1&page=2")
+        assert r.status_code == 400
+        assert "page" in r.text
+        assert (await c.get("/?per=10&per=20")).status_code == 400
+
+
+async def test_until_a_bare_date_covers_the_day_even_with_z_or_far_away(
+    memory: EpisodicMemory,
+) -> None:
+    await fill(memory, 3, timestamp="2024-03-05T18:00:00Z")
+    async with client(memory) as c:
+        for until in ("2024-03-05", "2024-03-05Z", "9999-12-31", "9999-12-31Z"):
+            r = await c.get("/", params={"since": "2024-03-05", "until": until})
+            assert r.status_code == 200, (until, r.text[:200])
+            assert len(row_ids(r.text)) == 3, until

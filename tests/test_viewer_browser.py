@@ -48,7 +48,7 @@ NOT_WIRED = "outcome signal not wired"
 # --- fixtures ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # Playwright's loop must end with the module
 def browser() -> Iterator[Browser]:
     with chromium() as launched:
         yield launched

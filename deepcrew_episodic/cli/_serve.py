@@ -9,6 +9,7 @@ The store is named by its scrubbed label, never with its password. Read-only unl
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import socket
 import sys
 from typing import TYPE_CHECKING
@@ -24,7 +25,6 @@ __all__ = ["SERVE_HELP", "add_serve_arguments", "cmd_serve"]
 
 SERVE_HELP = "a local web viewer: timeline, episodes, recall playground, overview"
 DEFAULT_HOST = "127.0.0.1"
-_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
 def _port(text: str) -> int:
@@ -73,6 +73,11 @@ async def cmd_serve(args: argparse.Namespace, memory: EpisodicMemory, label: str
     app = create_app(memory, token=token, allow_forget=args.allow_forget, label=label, redact=clean)
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
+    bound = ipaddress.ip_address(host)
+    if bound.is_unspecified:
+        # 0.0.0.0 or ::: every interface, this machine's loopback included; a browser
+        # cannot open "http://0.0.0.0/" everywhere, so the URL names the loopback address.
+        host = "127.0.0.1" if bound.version == 4 else "::1"
     shown_host = f"[{host}]" if ":" in host else host
     url = f"http://{shown_host}:{port}/?token={token}"
     # The one line a caller (a test, a script) reads: written whole and flushed before serving.
@@ -80,7 +85,7 @@ async def cmd_serve(args: argparse.Namespace, memory: EpisodicMemory, label: str
     # is the one secret the user must see. The label is already scrubbed; the rest is ours.
     OUTPUT.write(sys.stdout, f"Serving {escape_hidden(label)} at {url}\n")
     sys.stdout.flush()
-    if args.host not in _LOOPBACK:
+    if not bound.is_loopback:
         note(
             f"listening on {args.host}: anyone who can reach it and has the token can read the "
             f"memory (the token travels in clear over http)"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import secrets
 import time
@@ -22,12 +23,13 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 import anyio.to_thread
 from jinja2 import Environment, PackageLoader, StrictUndefined, Template
 from markupsafe import Markup
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -48,7 +50,7 @@ from ._data import (
     top,
     week_of,
 )
-from ._safe import Multiline, Raw, Verbatim, make_finalize
+from ._safe import Multiline, Plain, Raw, Verbatim, make_attribute, make_finalize
 
 if TYPE_CHECKING:
     from .. import Episode, EpisodicMemory
@@ -107,6 +109,8 @@ def create_app(
         from .. import ConfigurationError
 
         raise ConfigurationError("token must be a string of at least 16 characters")
+    from .. import EpisodicMemoryError
+
     if redact is None:
         from .. import Redactor
 
@@ -119,7 +123,7 @@ def create_app(
     viewer = _Viewer(memory, source, label=label, allow_forget=allow_forget, redact=redact)
     routes = [
         Route("/", viewer.timeline),
-        Route("/episode/{episode_id:path}", viewer.episode),
+        Route("/episode/{episode_id:anything}", viewer.episode),
         Route("/playground", viewer.playground),
         Route("/overview", viewer.overview),
         Route("/forget", viewer.forget_preview, methods=["GET"]),
@@ -129,8 +133,24 @@ def create_app(
     return Starlette(
         routes=routes,
         middleware=[Middleware(_Guard, token=token, page=viewer)],
-        exception_handlers={404: viewer.not_found},
+        exception_handlers={404: viewer.not_found, EpisodicMemoryError: viewer.unavailable},
     )
+
+
+class _Anything(Convertor[str]):
+    """A path parameter that matches any text, line breaks and NUL included (``path`` stops
+    at a line break, so an id with CR or LF could not be opened)."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anything", _Anything())
 
 
 class _Viewer:
@@ -174,12 +194,13 @@ class _Viewer:
             lstrip_blocks=True,
         )
         env.globals.update(
-            label=self.label,
+            label=Plain(self.label),  # scrubbed by the caller (the CLI), not stored text
             allow_forget=self.allow_forget,
             quote=_quote,
             colours=COLOURS,
             raw=Raw,
         )
+        env.filters["attribute"] = make_attribute(self.redact)
         self.css = (
             resources.files("deepcrew_episodic.viewer") / "static" / "style.css"
         ).read_bytes()
@@ -196,7 +217,15 @@ class _Viewer:
             await anyio.to_thread.run_sync(self._load_templates)
 
     async def error(self, status: int, title: str, message: str) -> HTMLResponse:
-        return await self.page("error.html", status, title=title, message=message)
+        # The viewer's own words: made visible, never redacted (only stored strings are).
+        return await self.page("error.html", status, title=Plain(title), message=Plain(message))
+
+    async def unavailable(self, request: Request, exc: Exception) -> Response:
+        """A store failure (redis down, a broken file): a 503 page, the error logged."""
+        log.error("viewer: the store failed on %s: %s", request.url.path, exc)
+        return await self.error(
+            503, "Store unavailable", "The store could not be read. Try again in a moment."
+        )
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
         return await self.error(404, "Not found", "There is no such page.")
@@ -208,6 +237,9 @@ class _Viewer:
 
     async def timeline(self, request: Request) -> Response:
         try:
+            for single in ("page", "per"):
+                if len(request.query_params.getlist(single)) > 1:
+                    raise BadRequest(f"{single}: give it once")
             chosen = parse_filter(_multi(request))
             page = parse_count("page", request.query_params.get("page"), default=1, maximum=10**9)
             per = parse_count(
@@ -221,6 +253,13 @@ class _Viewer:
         snapshot = await self.source.snapshot()
         rows = chosen.apply(snapshot)
         start = (page - 1) * per
+        if page > 1 and start >= len(rows):
+            last_page = max(1, -(-len(rows) // per))
+            return await self.error(
+                400,
+                "Bad request",
+                f"page: {page} is past the last page ({last_page}) of {len(rows)} episodes",
+            )
         shown = rows[start : start + per]
         keep = chosen.params() + ([("per", str(per))] if per != DEFAULT_PER_PAGE else [])
         return await self.page(
@@ -238,7 +277,7 @@ class _Viewer:
             filter=chosen,
             outcomes=OUTCOMES,
             age=_age(snapshot),
-            notice=request.query_params.get("notice", ""),
+            notice=_deleted_notice(request.query_params.get("deleted")),
         )
 
     # --- one episode --------------------------------------------------------------------
@@ -328,7 +367,7 @@ class _Viewer:
         ]
         context.update(
             ran=True,
-            block=Verbatim(block),
+            block=Verbatim(block),  # redacted by finalize like every stored string
             items=items,
             hybrid=self.memory.embedder is not None,
             ranking=ranking.by,
@@ -410,7 +449,7 @@ class _Viewer:
             count=len(selected),
             rows=[_row(ep) for ep in selected[:PREVIEW_ROWS]],
             more=max(0, len(selected) - PREVIEW_ROWS),
-            params=[(name, Raw(value)) for name, value in params],
+            params=_hidden(params),
             digest=_digest(selected),
             csrf=self.csrf_for(session),
         )
@@ -432,7 +471,7 @@ class _Viewer:
         params: dict[str, list[str]] = {}
         for name, value in form.multi_items():
             if isinstance(value, str) and name not in ("csrf", "digest"):
-                params.setdefault(name, []).append(value)
+                params.setdefault(name, []).append(_decode(value))
         try:
             selected, shown = await self._selection(params, fresh=True)
         except BadRequest as exc:
@@ -445,7 +484,7 @@ class _Viewer:
                 count=len(selected),
                 rows=[_row(ep) for ep in selected[:PREVIEW_ROWS]],
                 more=max(0, len(selected) - PREVIEW_ROWS),
-                params=[(name, Raw(value)) for name, value in shown],
+                params=_hidden(shown),
                 digest=_digest(selected),
                 csrf=self.csrf_for(session),
                 changed=True,
@@ -453,8 +492,7 @@ class _Viewer:
         deleted = await self.memory.forget([ep.id for ep in selected]) if selected else 0
         self.source.invalidate()
         log.info("viewer: forgot %d episodes", deleted)
-        notice = f"Deleted {deleted} episode{'s' * (deleted != 1)}."
-        return RedirectResponse(_link("/", [("notice", notice)]), status_code=303)
+        return RedirectResponse(_link("/", [("deleted", str(deleted))]), status_code=303)
 
 
 class _Guard:
@@ -481,6 +519,13 @@ class _Guard:
             await send(message)
 
         request = Request(scope)
+        if not _host_allowed(scope, request.headers.get("host")):
+            # DNS rebinding: a page of another site whose name now resolves to 127.0.0.1.
+            refusal = await self.page.error(
+                400, "Bad request", "The Host header does not name this server."
+            )
+            await refusal(scope, receive, send_with_headers)
+            return
         if request.url.path == "/static/style.css" and request.method in ("GET", "HEAD"):
             # The style sheet holds no data: the token page itself needs it.
             await self.app(scope, receive, send_with_headers)
@@ -491,7 +536,12 @@ class _Guard:
                 await self._refuse(scope, receive, send_with_headers)
                 return
             target = request.url.remove_query_params("token")
-            location = target.path + (f"?{target.query}" if target.query else "")
+            # The path as the client sent it (the decoded one may hold CR, LF or NUL, which a
+            # header cannot), with one leading slash: "//evil.example/" is another site.
+            raw_path = scope.get("raw_path")
+            sent = raw_path.decode("latin-1") if raw_path else quote(scope["path"])
+            path = "/" + quote(sent, safe="/%:@!$&'()*+,;=~").lstrip("/\\")
+            location = path + (f"?{target.query}" if target.query else "")
             response: Response = RedirectResponse(location, status_code=303)
             response.set_cookie(
                 COOKIE, self.token, httponly=True, samesite="strict", path="/", secure=False
@@ -537,6 +587,52 @@ def _overview(snapshot: Snapshot, by: str) -> tuple[Markup, int, int, list[Any],
 
 
 # --- small helpers ------------------------------------------------------------------------------
+
+
+def _hidden(params: Sequence[tuple[str, str]]) -> list[tuple[str, Raw]]:
+    """The forget form's hidden fields, each value percent-encoded: a browser rewrites CR,
+    LF and NUL in a form value, and the ids and filters must reach the server as stored."""
+    return [
+        (name, Raw(quote(value.encode("utf-8", "surrogateescape"), safe="")))
+        for name, value in params
+    ]
+
+
+def _decode(value: str) -> str:
+    """A hidden field's value as :func:`_hidden` encoded it."""
+    return unquote(value, errors="surrogateescape")
+
+
+def _deleted_notice(value: str | None) -> Plain:
+    """The timeline's notice after a deletion: a fixed sentence, only the count from the URL."""
+    if value is None or not value.isdigit() or len(value) > 12:
+        return Plain("")
+    n = int(value)
+    return Plain(f"Deleted {n} episode{'s' * (n != 1)}.")
+
+
+def _host_allowed(scope: Scope, host: str | None) -> bool:
+    """Whether *host* (the Host header) names this server when the request came in on a
+    loopback address (the ASGI ``server``: the connection's local address, so this holds for a
+    server bound to every interface too): 127.0.0.1, localhost or [::1] with its port. A page
+    of another site whose name was rebound to 127.0.0.1 sends its own name. Reached on another
+    address, any Host is accepted (the token is the defence there)."""
+    server = scope.get("server")
+    if not server:
+        return True
+    bound, port = server[0], server[1]
+    try:
+        loopback = bound == "localhost" or ipaddress.ip_address(bound).is_loopback
+    except ValueError:
+        return True
+    if not loopback:
+        return True
+    if host is None:
+        return False
+    allowed = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+    if port in (80, None):
+        allowed |= {"127.0.0.1", "localhost", "[::1]"}
+    return host.lower() in allowed
 
 
 def _same(given: str, token: str) -> bool:

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -225,10 +225,15 @@ def parse_filter(params: Mapping[str, Sequence[str]]) -> Filter:
     return Filter(tuple(dict.fromkeys(outcomes)), tag, agent, run, since, until, q, raw)
 
 
+_DAY = 86400.0
+
+
 def parse_date(name: str, text: str, *, end_of_day: bool = False) -> float:
     """``YYYY-MM-DD`` or an ISO-8601 time (naive means UTC) as POSIX seconds. With
     *end_of_day*, a bare date means the end of that day (``until`` includes the day)."""
     value = text.strip()
+    # "2024-02-01Z" is a bare date too: it covers its whole day.
+    bare_date = _DATE_ONLY.fullmatch(value.removesuffix("Z").removesuffix("z")) is not None
     if value.endswith(("Z", "z")):
         value = value[:-1] + "+00:00"
     try:
@@ -237,9 +242,8 @@ def parse_date(name: str, text: str, *, end_of_day: bool = False) -> float:
         moment = datetime.fromisoformat(value)
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
-        if end_of_day and _DATE_ONLY.fullmatch(value):
-            moment += timedelta(days=1)
-        return moment.timestamp()
+        # In seconds, not with a timedelta: the day after 9999-12-31 is no datetime.
+        return moment.timestamp() + (_DAY if end_of_day and bare_date else 0.0)
     except (ValueError, OverflowError):
         raise BadRequest(
             f"{name}: {text[:60]!r} is not a date (YYYY-MM-DD) or an ISO-8601 time"

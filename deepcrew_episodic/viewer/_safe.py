@@ -17,7 +17,17 @@ from markupsafe import Markup, escape
 
 from .._unicode import is_hidden
 
-__all__ = ["Multiline", "Raw", "Verbatim", "make_finalize", "shown", "visible", "visible_markup"]
+__all__ = [
+    "Multiline",
+    "Plain",
+    "Raw",
+    "Verbatim",
+    "make_attribute",
+    "make_finalize",
+    "shown",
+    "visible",
+    "visible_markup",
+]
 
 
 class Multiline(str):
@@ -34,8 +44,16 @@ class Raw(str):
 
 
 class Verbatim(Multiline):
-    """Text shown exactly as it is, line breaks included: the recall block, whose bytes are
-    what the agent receives (it is already redacted and neutralised by ``render``)."""
+    """Text shown as it is, line breaks included: the recall block, whose bytes are what the
+    agent receives (neutralised by ``render``). It is still redacted like every stored string:
+    the viewer's redactor may know a secret (the store's password) that ``render``'s does not."""
+
+    __slots__ = ()
+
+
+class Plain(str):
+    """A message the viewer writes itself (an error, the token page): made visible, never
+    redacted (the redactor would cut text such as ``?token=...``)."""
 
     __slots__ = ()
 
@@ -86,8 +104,8 @@ def make_finalize(redact: Callable[[str], str]) -> Callable[[Any], Any]:
             return value  # built by the viewer itself (the chart, a span), its data escaped
         if isinstance(value, Raw):
             return value
-        if isinstance(value, Verbatim):
-            return visible_markup(value, keep="\n\t")
+        if isinstance(value, Plain):
+            return visible_markup(value)
         if isinstance(value, Multiline):
             return visible_markup(redact(value), keep="\n\t")
         if isinstance(value, str):
@@ -95,6 +113,28 @@ def make_finalize(redact: Callable[[str], str]) -> Callable[[Any], Any]:
         return value
 
     return finalize
+
+
+def make_attribute(redact: Callable[[str], str]) -> Callable[[Any], Markup]:
+    """The templates' ``attribute`` filter, for every value printed inside an HTML attribute:
+    escaped plain text with hidden characters spelled ``\\uXXXX`` and no markup (a ``<span>``
+    inside ``title=`` or ``value=`` would show as text or change the value sent back). A
+    :class:`Raw` value (a form field, a URL) is only escaped; any other string is redacted."""
+
+    def attribute(value: Any) -> Markup:
+        if value is None:
+            return Markup("")
+        if isinstance(value, Raw):
+            return escape(str(value))
+        if isinstance(value, Markup):
+            value = value.unescape()
+        if isinstance(value, Plain):
+            return escape(visible(value))
+        if isinstance(value, str):
+            return escape(visible(redact(value)))
+        return escape(str(value))
+
+    return attribute
 
 
 def shown(text: str, redact: Callable[[str], str]) -> str:
