@@ -1443,15 +1443,16 @@ def test_undecodable_redis_records_never_crash(run: Run, clean_redis: str) -> No
     assert json.loads(run("--store", clean_redis, "stats", "--json")[1])["corrupt"] == 0
 
 
-def test_an_error_that_is_not_ours_is_one_line(store: str, tmp_path: Path) -> None:
-    # json.loads raises RecursionError on deep nesting: nobody translates that one.
+def test_deep_nesting_is_one_clean_line_naming_the_file(store: str, tmp_path: Path) -> None:
+    # json.loads raises RecursionError on deep nesting: the CLI names the file instead.
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "\x1b[2J")
     for command in (["record", "--file", str(deep)], ["import", str(deep)]):
         done = cli("--store", store, *command)
         assert done.returncode == 1
         assert_one_clean_line(done.stderr)
-        assert "RecursionError" in done.stderr
+        assert "nested too deeply" in done.stderr
+        assert "deep.json" in done.stderr
 
 
 # --- the command on the public API (issue 12, item 2) -------------------------------------------

@@ -338,8 +338,8 @@ async def _as_deepcrew_log(text: str) -> MemoryProvider | None:
 
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
-        return None
+    except (json.JSONDecodeError, RecursionError):
+        return None  # not a log file: read as episodes, which names what is wrong
     if not isinstance(data, dict):
         return None
     log = InMemoryProvider()
