@@ -1226,7 +1226,7 @@ class EpisodicMemory:
                 if found is not None:
                     seq = found
                     self._index.add(
-                        seq, self._view(self._log_episode(seq)), when=self._known[seq].recorded
+                        seq, self._view(self._log.episode(seq)), when=self._known[seq].recorded
                     )
             return
         # An episode whose timestamp cannot be used (garbled, or in the future) takes the time
@@ -1261,7 +1261,7 @@ class EpisodicMemory:
             if again is not None and again not in fresh:
                 seq = again
                 self._index.add(
-                    seq, self._view(self._log_episode(seq)), when=self._known[seq].recorded
+                    seq, self._view(self._log.episode(seq)), when=self._known[seq].recorded
                 )
         for run in self._runs.values():
             run.sort()
@@ -1358,9 +1358,6 @@ class EpisodicMemory:
         """*episode* as its grades make it (see _grade.py)."""
         grades = self._grades.get(episode.id)
         return graded(episode, grades) if grades else episode
-
-    def _log_episode(self, seq: int) -> Episode:
-        return self._log.episode(seq)
 
     async def _everything(self) -> list[tuple[int, Episode]]:
         """Every episode the log keeps, oldest first: the cache (this memory's range, synced

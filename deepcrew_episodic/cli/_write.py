@@ -150,16 +150,7 @@ def _messages(text: str, name: str) -> list[dict[str, Any]]:
             raise CliError(f"{name}: nested too deeply to be a list of messages") from None
         items = [(f"{name}: item {i}", m) for i, m in enumerate(whole, 1)]
     else:
-        items = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                items.append((f"{name}: line {number}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise CliError(f"{name}: line {number} is not JSON ({exc.msg})") from None
-            except RecursionError:
-                raise CliError(f"{name}: line {number} is nested too deeply") from None
+        items = _json_lines(text, name)
     for where, message in items:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise CliError(
@@ -273,17 +264,22 @@ def _parse_records(text: str, name: str) -> list[tuple[str, Any]]:
         if isinstance(whole, list):
             return [(f"{name}: item {i}", item) for i, item in enumerate(whole, 1)]
         raise CliError(f"{name}: expected a JSON object, an array of objects, or JSONL")
-    records: list[tuple[str, Any]] = []
+    return _json_lines(text, name)
+
+
+def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
+    """``(where, value)`` for each non-blank line of JSONL *text*; a bad line is named."""
+    found: list[tuple[str, Any]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            records.append((f"{name}: line {number}", json.loads(line)))
+            found.append((f"{name}: line {number}", json.loads(line)))
         except json.JSONDecodeError as exc:
             raise CliError(f"{name}: line {number} is not JSON ({exc.msg})") from None
         except RecursionError:
             raise CliError(f"{name}: line {number} is nested too deeply") from None
-    return records
+    return found
 
 
 async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
