@@ -32,7 +32,9 @@ CORE = {
     "testing",
 }
 AGENT = {"_events", "_hook", "_agent", "_result", "_verify", "_loop", "_runner"}
-CLI = {"cli", "viewer"}
+# The outer layer: commands, the viewer, the framework adapters and the MCP server, on the
+# public API of the layers above.
+CLI = {"cli", "viewer", "integrations", "mcp_server"}
 
 
 def _modules() -> dict[str, Path]:
