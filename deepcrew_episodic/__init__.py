@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ._result import AgentResult
     from ._runner import AgentStream, run_agent, stream_agent
     from ._sync import SyncEpisodicMemory
+    from ._telemetry import Telemetry
     from ._verify import LLMVerifier, LoopConfig, Verdict, Verifier
 
 __version__ = "0.1.0"
@@ -93,6 +94,7 @@ _EXPORTS: dict[str, str] = {
     "StreamEvent": "._events",
     "StreamPolicy": "._events",
     "SyncEpisodicMemory": "._sync",
+    "Telemetry": "._telemetry",
     "ToolError": "._exceptions",
     "Verdict": "._verify",
     "Verifier": "._verify",
@@ -136,6 +138,7 @@ __all__ = [
     "StreamEvent",
     "StreamPolicy",
     "SyncEpisodicMemory",
+    "Telemetry",
     "ToolError",
     "Verdict",
     "Verifier",

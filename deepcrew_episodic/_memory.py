@@ -52,6 +52,7 @@ from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
 from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
+from ._telemetry import Telemetry, traced, tracing
 from ._unicode import escape_hidden
 from ._validate import boolean, integer, number, optional_number, positive_duration, strings
 from .providers._base import MemoryProvider, as_provider
@@ -123,6 +124,12 @@ class EpisodicMemory:
     reinforce:
         Rank an episode that was used in runs a little higher (at most +20%, growing with the
         log of its uses; see :meth:`used`). ``False`` ranks as if nothing was ever used.
+    telemetry:
+        OpenTelemetry spans for record, recall, grade, forget and the other writes, on the
+        GenAI memory conventions (see docs/telemetry.md): ``True`` on the global tracer
+        provider, a :class:`~deepcrew_episodic.Telemetry` to choose the provider or opt in to
+        content. ``False`` (default): no span, and opentelemetry is never imported. Needs
+        ``pip install 'deepcrew-episodic[otel]'``.
 
     Example::
 
@@ -154,6 +161,7 @@ class EpisodicMemory:
         min_similarity: float | None = None,
         embed_timeout: float = 10.0,
         reinforce: bool = True,
+        telemetry: bool | Telemetry = False,
     ) -> None:
         self._provider = as_provider(backend)
         self._log = EpisodeLog(self._provider, namespace, max_episodes)
@@ -223,6 +231,9 @@ class EpisodicMemory:
 
             self._vectors = VectorIndex()
             self._log.vectors = True
+        self._telemetry = tracing(
+            telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
+        )
 
     # --- properties -------------------------------------------------------------------
 
@@ -265,6 +276,7 @@ class EpisodicMemory:
 
     # --- writing ------------------------------------------------------------------------
 
+    @traced("record")
     async def record(self, episode: Episode | Any) -> Episode:
         """Store a copy of *episode* and return the stored copy (redacted, ``id`` and
         ``timestamp`` filled in, and ``reflection`` when ``reflect_model`` is set). Like
@@ -377,12 +389,14 @@ class EpisodicMemory:
             )
             return None
 
+    @traced("clear")
     async def clear(self) -> None:
         """Delete every episode of this namespace (payloads included, deepcrew-ai's log too).
         Other namespaces and unrelated keys are untouched."""
         await self._log.clear()
         await self._provider.purge()
 
+    @traced("forget")
     async def forget(
         self,
         ids: str | Collection[str] | None = None,
@@ -507,6 +521,7 @@ class EpisodicMemory:
         """
         return await list_namespaces(as_provider(backend))
 
+    @traced("shrink")
     async def shrink(self, max_episodes: int) -> int:
         """Lower the log's ring size to *max_episodes* and delete every episode outside it;
         return how many were deleted.
@@ -559,6 +574,7 @@ class EpisodicMemory:
             selected.append((seq, ep))
         return selected
 
+    @traced("sweep")
     async def sweep(self) -> int:
         """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
         keys the ring no longer shows; return how many keys were deleted."""
@@ -570,6 +586,8 @@ class EpisodicMemory:
             for seq, ep in everything
             if (self._expired(seq, now) if seq in self._known else self._expired_episode(ep, now))
         ]
+        if self._telemetry is not None:
+            self._telemetry.count(len(expired))
         strays = await self._log.stray_keys()
         # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
         kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}
@@ -687,6 +705,7 @@ class EpisodicMemory:
         )
         return [s.episode for s in scored]
 
+    @traced("explain")
     async def explain(
         self,
         query: str,
@@ -815,6 +834,7 @@ class EpisodicMemory:
 
     # --- outcomes learnt later, and uses -----------------------------------------------------
 
+    @traced("grade")
     async def grade(
         self,
         episode_id: str,
@@ -894,6 +914,7 @@ class EpisodicMemory:
         seq = self._ids.get(grade.episode_id)
         return seq is None or grade.applies_to(self._log.episode(seq))
 
+    @traced("used")
     async def used(self, ids: str | Collection[str]) -> None:
         """Count one use of each episode (the runner and :class:`EpisodicHook` call it with
         the episodes they injected into a run). With ``reinforce`` (the default), an episode

@@ -28,6 +28,7 @@ CORE = {
     "_vectors",
     "_grade",
     "_distill",
+    "_telemetry",
     "providers",
     "testing",
 }
@@ -130,9 +131,33 @@ def test_importing_the_package_loads_no_heavy_dependency() -> None:
     code = (
         "import sys, deepcrew_episodic\n"
         "from deepcrew_episodic import EpisodicMemory, Episode\n"
-        "heavy = [m for m in ('litellm', 'redis', 'pydantic', 'httpx', 'numpy') "
+        "heavy = [m for m in ('litellm', 'redis', 'pydantic', 'httpx', 'numpy', 'opentelemetry') "
         "if m in sys.modules]\n"
         "print(heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_memory_without_telemetry_imports_no_opentelemetry_module() -> None:
+    # Every traced operation runs once, on a memory built without telemetry.
+    code = (
+        "import asyncio, sys\n"
+        "from deepcrew_episodic import Episode, EpisodicMemory\n"
+        "from deepcrew_episodic.providers import InMemoryProvider\n"
+        "async def main():\n"
+        "    memory = EpisodicMemory(InMemoryProvider(), namespace='n')\n"
+        "    stored = await memory.record(Episode(query='rotate the key', outcome='success'))\n"
+        "    await memory.recall('rotate the key')\n"
+        "    await memory.explain('rotate the key')\n"
+        "    await memory.grade(stored.id, outcome='failure')\n"
+        "    await memory.used([stored.id])\n"
+        "    await memory.forget([stored.id])\n"
+        "    await memory.sweep()\n"
+        "    await memory.shrink(10)\n"
+        "    await memory.clear()\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'opentelemetry'))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

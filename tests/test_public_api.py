@@ -45,6 +45,7 @@ PUBLIC = {
     "StreamEvent",
     "StreamPolicy",
     "SyncEpisodicMemory",
+    "Telemetry",
     "ToolError",
     "Verdict",
     "Verifier",
