@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from test_examples import run_example
 
 from deepcrew_episodic import (
     Agent,
@@ -631,3 +632,26 @@ def test_a_wrong_telemetry_option_is_a_clear_error(options: dict[str, Any], mess
 def test_a_wrong_telemetry_setting_is_a_clear_error(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Telemetry(**options)
+
+
+def test_the_telemetry_example_shows_the_spans_and_the_redacted_content() -> None:
+    out = run_example("telemetry.py")
+    plain, captured = out.split("== with capture_content=True ==")
+    assert "the caller still gets the error: ConfigurationError" in plain
+    names = [line.split(" (")[0] for line in plain.splitlines() if "(kind " in line]
+    assert names == [
+        "create_memory",
+        "search_memory",
+        "update_memory",
+        "update_memory",
+        "delete_memory",
+        "handle ticket",
+    ]
+    assert plain.count("kind INTERNAL, parent handle ticket") == 5
+    assert "error.type = 'ConfigurationError'" in plain
+    assert "gen_ai.memory.query.text" not in plain
+    assert "gen_ai.memory.records" not in plain
+    assert "AKIA" not in out
+    assert "\x1b" not in out  # the escape character itself never reaches the output
+    assert "search_memory query text: rotate the billing key" in captured
+    assert captured.count('record: {"query": "Rotate the billing key [REDACTED:aws-access-key]') == 2
