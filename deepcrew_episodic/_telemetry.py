@@ -205,7 +205,8 @@ class Tracing:
                 message = safe_message(self._redactor.redact(str(exc))) if str(exc) else None
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
                 raise
-            span.set_attributes(self._describe(op, op.after, result))
+            if span.is_recording():  # a sampled-out span: no content built for nothing
+                span.set_attributes(self._describe(op, op.after, result))
             return result
 
     def count(self, records: int) -> None:

@@ -18,6 +18,7 @@ from llm_server import Reply, ScriptedLLM
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from test_examples import run_example
 
@@ -34,7 +35,7 @@ from deepcrew_episodic import (
     Telemetry,
     run_agent,
 )
-from deepcrew_episodic.providers import InMemoryProvider
+from deepcrew_episodic.providers import InMemoryProvider, MemoryProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -266,6 +267,60 @@ async def test_a_span_lasts_as_long_as_the_operation(traces: Traces) -> None:
     assert span.end_time is not None
     assert span.start_time is not None
     assert span.end_time - span.start_time >= 40_000_000  # nanoseconds
+
+
+async def test_every_store_gives_the_same_spans(traces: Traces, provider: MemoryProvider) -> None:
+    memory = EpisodicMemory(provider, namespace="matrix", telemetry=traces.telemetry())
+    with traces.app.start_as_current_span("job"):
+        stored = await memory.record(Episode(query="rotate the key", outcome="success"))
+        reader = EpisodicMemory(provider, namespace="matrix", telemetry=traces.telemetry())
+        assert [e.id for e in await reader.recall("rotate the key")] == [stored.id]
+        assert await reader.forget(stored.id) == 1
+    [job] = [s for s in traces.spans() if s.name == "job"]
+    spans = traces.memory_spans()
+    assert [(s.name, attributes(s).get("gen_ai.memory.record.count")) for s in spans] == [
+        ("create_memory", 1),
+        ("search_memory", 1),
+        ("delete_memory", 1),
+    ]
+    assert all(child_of(s, job) for s in spans)
+
+
+async def test_concurrent_calls_each_nest_under_their_own_callers_span(traces: Traces) -> None:
+    memory = EpisodicMemory(InMemoryProvider(), telemetry=traces.telemetry())
+    await memory.record(Episode(query="rotate the key", outcome="success"))
+
+    async def job(n: int) -> None:
+        with traces.app.start_as_current_span(f"job {n}"):
+            await anyio.sleep(0.01 * (n % 3))
+            await memory.recall("rotate the key")
+            await memory.record(Episode(query=f"job {n} rotated the key"))
+
+    async with anyio.create_task_group() as group:
+        for n in range(8):
+            group.start_soon(job, n)
+    jobs = {s.context.span_id: s.name for s in traces.spans() if s.name.startswith("job ")}
+    per_job: dict[str, list[str]] = {}
+    for span in traces.memory_spans()[1:]:
+        assert span.parent is not None
+        per_job.setdefault(jobs[span.parent.span_id], []).append(span.name)
+    assert per_job == {f"job {n}": ["search_memory", "create_memory"] for n in range(8)}
+
+
+async def test_a_sampled_out_trace_costs_no_span_and_changes_nothing() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    memory = EpisodicMemory(
+        InMemoryProvider(),
+        telemetry=Telemetry(tracer_provider=provider, capture_content=True),
+    )
+    stored = await memory.record(Episode(query="rotate the key", outcome="success"))
+    assert [e.id for e in await memory.recall("rotate the key")] == [stored.id]
+    with pytest.raises(ConfigurationError):
+        await memory.grade("no-such-id", outcome="success")
+    assert exporter.get_finished_spans() == ()
+    assert memory.counters.telemetry_failures == 0
 
 
 # --- content: never without opt-in; redacted and escaped with it ---------------------------------
@@ -574,7 +629,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from deepcrew_episodic import Episode, EpisodicMemory
-from deepcrew_episodic.providers import InMemoryProvider
+from deepcrew_episodic.providers import InMemoryProvider, MemoryProvider
 
 memory = EpisodicMemory(InMemoryProvider(), namespace="late", telemetry=True)
 exporter = InMemorySpanExporter()
@@ -598,7 +653,7 @@ def test_telemetry_without_opentelemetry_names_the_extra() -> None:
 import sys
 sys.modules["opentelemetry"] = None  # as if it were not installed
 from deepcrew_episodic import EpisodicMemory, MissingDependencyError
-from deepcrew_episodic.providers import InMemoryProvider
+from deepcrew_episodic.providers import InMemoryProvider, MemoryProvider
 EpisodicMemory(InMemoryProvider())  # off: fine
 try:
     EpisodicMemory(InMemoryProvider(), telemetry=True)
@@ -654,4 +709,6 @@ def test_the_telemetry_example_shows_the_spans_and_the_redacted_content() -> Non
     assert "AKIA" not in out
     assert "\x1b" not in out  # the escape character itself never reaches the output
     assert "search_memory query text: rotate the billing key" in captured
-    assert captured.count('record: {"query": "Rotate the billing key [REDACTED:aws-access-key]') == 2
+    assert (
+        captured.count('record: {"query": "Rotate the billing key [REDACTED:aws-access-key]') == 2
+    )
