@@ -13,10 +13,11 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from llm_server import Reply, ScriptedLLM
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
@@ -323,6 +324,19 @@ async def test_a_sampled_out_trace_costs_no_span_and_changes_nothing() -> None:
     assert memory.counters.telemetry_failures == 0
 
 
+async def test_the_batch_processor_never_blocks_the_event_loop() -> None:
+    # The setup the docs recommend, under the suite's check for blocking calls on the loop.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=10))
+    memory = EpisodicMemory(InMemoryProvider(), telemetry=Telemetry(tracer_provider=provider))
+    for n in range(50):
+        await memory.record(Episode(query=f"rotate key {n}", outcome="success"))
+        await memory.recall(f"rotate key {n}")
+    await anyio.to_thread.run_sync(provider.shutdown)  # flushes, off the loop
+    assert len(exporter.get_finished_spans()) == 100
+
+
 # --- content: never without opt-in; redacted and escaped with it ---------------------------------
 
 HOSTILE = Episode(
@@ -626,7 +640,7 @@ def test_telemetry_true_uses_the_global_provider_even_one_set_later() -> None:
 import asyncio
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from deepcrew_episodic import Episode, EpisodicMemory
 from deepcrew_episodic.providers import InMemoryProvider, MemoryProvider
