@@ -1,0 +1,450 @@
+"""The LangGraph adapter, with LangGraph's own runner and langchain-openai's ``ChatOpenAI`` (its
+own HTTP client) against the scripted OpenAI-compatible server: a prebuilt ReAct agent and a
+hand-made StateGraph."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, SystemMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.warnings import LangGraphDeprecatedSinceV10
+from llm_server import Reply, ScriptedLLM
+from test_examples import run_example
+
+from deepcrew_episodic import ConfigurationError, EpisodicMemory, StorageError, Verdict
+from deepcrew_episodic.integrations.langgraph import (
+    EpisodicAgentState,
+    EpisodicNodes,
+    EpisodicState,
+)
+from deepcrew_episodic.providers import InMemoryProvider
+
+# LangGraph runs on asyncio only.
+pytestmark = pytest.mark.anyio
+
+HEADER = "## Relevant past experience"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@tool
+def lookup_runbook(topic: str) -> str:
+    """Look up the team's runbook for a topic."""
+    return f"runbook for {topic}: create a second key, move the clients, revoke the first"
+
+
+@tool
+def broken_lookup(topic: str) -> str:
+    """A lookup whose backend is down."""
+    raise RuntimeError("runbook service down")
+
+
+def chat(llm: ScriptedLLM) -> ChatOpenAI:
+    return ChatOpenAI(base_url=llm.base_url, api_key="test", model="scripted", max_retries=0)
+
+
+def react_agent(llm: ScriptedLLM, nodes: EpisodicNodes, tools: Sequence[Any] = (), **options: Any) -> Any:
+    # create_react_agent is LangGraph 1.x's prebuilt agent, deprecated in favour of
+    # langchain's create_agent (another package) but still shipped and widely used.
+    from langgraph.prebuilt import create_react_agent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LangGraphDeprecatedSinceV10)
+        return create_react_agent(
+            chat(llm),
+            list(tools),
+            state_schema=options.pop("state_schema", EpisodicAgentState),
+            pre_model_hook=nodes.pre_model_hook,
+            post_model_hook=nodes.post_model_hook,
+            **options,
+        )
+
+
+def hand_made(llm: ScriptedLLM, nodes: EpisodicNodes, check: Any = None) -> Any:
+    model = chat(llm)
+
+    async def call_model(state: EpisodicState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(nodes.model_input(state))]}
+
+    builder = StateGraph(EpisodicState)
+    builder.add_node("recall", nodes.recall)
+    builder.add_node("model", call_model)
+    builder.add_node("record", nodes.record)
+    builder.add_edge(START, "recall")
+    builder.add_edge("recall", "model")
+    if check is None:
+        builder.add_edge("model", "record")
+    else:
+        builder.add_node("check", check)
+        builder.add_edge("model", "check")
+        builder.add_edge("check", "record")
+    builder.add_edge("record", END)
+    return builder.compile()
+
+
+def ask(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def blocks_in(request: Any) -> int:
+    return sum(text.count(HEADER) for text in request.texts("system"))
+
+
+class FlakyProvider(InMemoryProvider):
+    """A real provider whose every read and write fails like an unreachable backend."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+
+    def _check(self) -> None:
+        if self.failing:
+            raise StorageError("backend unreachable (scripted)")
+
+    async def retrieve(self, key: str) -> str | None:
+        self._check()
+        return await super().retrieve(key)
+
+    async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
+        self._check()
+        return await super().retrieve_many(keys)
+
+    async def store(self, key: str, value: str) -> None:
+        self._check()
+        await super().store(key, value)
+
+    async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
+        self._check()
+        await super().write(items, delete)
+
+    async def write_if(self, expect: Any, items: Any, delete: Collection[str] = ()) -> Any:
+        self._check()
+        return await super().write_if(expect, items, delete)
+
+    async def scan(self, prefix: str) -> Any:
+        self._check()
+        return await super().scan(prefix)
+
+
+@pytest.fixture
+def memory() -> Iterator[EpisodicMemory]:
+    yield EpisodicMemory(InMemoryProvider(), namespace="support")
+
+
+# --- the prebuilt ReAct agent -------------------------------------------------------------------
+
+
+class TestPrebuiltAgent:
+    async def test_second_run_sees_the_first_once_per_model_call(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        nodes = EpisodicNodes(memory, agent_id="support")
+        agent = react_agent(llm, nodes, [lookup_runbook], prompt="You are the support bot.")
+        llm.script(
+            Reply.tool_call("lookup_runbook", {"topic": "billing key rotation"}),
+            Reply.text("Create a second billing key, move the clients, then revoke the old one."),
+        )
+        first = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        assert blocks_in(llm.requests[0]) == 0  # nothing to recall yet
+        [episode] = await memory.load()
+        assert first["episodic"]["recorded_id"] == episode.id
+        assert first["episodic"]["recalled_ids"] == []
+        assert episode.outcome == "claimed_success"  # the model's own answer: a claim
+        assert episode.tools_used == ["lookup_runbook"]
+        assert episode.agent_id == "support"
+
+        llm.script(
+            Reply.tool_call("lookup_runbook", {"topic": "billing key"}),
+            Reply.text("Same as last time: second key first."),
+        )
+        second = await agent.ainvoke(ask("Rotate the billing API key for the EU tenant"))
+        run_two = llm.requests[2:]
+        assert len(run_two) == 2
+        for request in run_two:  # one block per model call, after the agent's own prompt
+            assert blocks_in(request) == 1
+            system = request.texts("system")
+            assert system[0] == "You are the support bot."
+            assert 'asked: "How do I rotate the billing API key?"' in system[1]
+            assert "revoke the old one" in system[1]
+            assert "tools: lookup_runbook" in system[1]
+        assert second["episodic"]["recalled_ids"] == [episode.id]
+        assert second["episodic"]["recorded_id"] not in (None, episode.id)
+        # The block is given to the model, never written into the conversation.
+        assert not any(isinstance(m, SystemMessage) for m in second["messages"])
+
+    async def test_verifier_grade_is_recorded_as_verified(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        seen: list[tuple[str, str]] = []
+
+        async def cites_runbook(query: str, answer: str) -> Verdict:
+            seen.append((query, answer))
+            ok = "runbook" in answer
+            return Verdict(0.9 if ok else 0.1, "" if ok else "Quote the runbook.")
+
+        nodes = EpisodicNodes(memory, verifier=cites_runbook)
+        agent = react_agent(llm, nodes)
+        llm.script(Reply.text("Just regenerate it."))
+        state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert seen == [("How do I rotate the billing API key?", "Just regenerate it.")]
+        assert (episode.outcome, episode.score) == ("failure", 0.1)
+        assert episode.reflection == "Quote the runbook."
+        assert state["episodic"]["recorded_id"] == episode.id
+
+        llm.script(Reply.text("Per the runbook: second key first."))
+        await agent.ainvoke(ask("Rotate the billing API key"))
+        assert 'lesson: "Quote the runbook."' in llm.requests[-1].system_text
+
+    async def test_verifier_that_fails_leaves_the_run_unverified(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        def broken(query: str, answer: str) -> Verdict:
+            raise TimeoutError("grader timed out")
+
+        agent = react_agent(llm, EpisodicNodes(memory, verifier=broken))
+        llm.script(Reply.text("Regenerate it."))
+        state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert state["messages"][-1].content == "Regenerate it."
+        assert episode.outcome == "unknown"
+        assert "unverified" in episode.tags
+        assert "TimeoutError: grader timed out" in episode.response
+
+    async def test_memory_outage_leaves_the_answer_intact(
+        self, llm: ScriptedLLM, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        provider = FlakyProvider()
+        memory = EpisodicMemory(provider, namespace="support")
+        nodes = EpisodicNodes(memory)
+        agent = react_agent(llm, nodes, [lookup_runbook])
+        provider.failing = True
+        llm.script(
+            Reply.tool_call("lookup_runbook", {"topic": "keys"}),
+            Reply.text("Create a second key first."),
+        )
+        with caplog.at_level(logging.WARNING, logger="deepcrew_episodic"):
+            state = await nodes.ainvoke(agent, ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Create a second key first."
+        assert "backend unreachable" in (state["episodic"]["recall_error"] or "")
+        assert "backend unreachable" in (state["episodic"]["record_error"] or "")
+        assert state["episodic"]["recorded_id"] is None
+        assert memory.counters.recall_failures == 1  # once per turn, not per model call
+        assert memory.counters.record_failures == 1
+        assert "episodic recall failed" in caplog.text
+        assert "recording the claimed_success episode failed" in caplog.text
+        assert all(blocks_in(r) == 0 for r in llm.requests)
+
+    async def test_a_thread_recalls_on_each_new_turn(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        nodes = EpisodicNodes(memory)
+        agent = react_agent(llm, nodes, checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": "t1"}}
+        llm.script(Reply.text("Create a second key, then revoke the first."))
+        first = await agent.ainvoke(ask("How do I rotate the billing API key?"), config)
+        llm.script(Reply.text("Yes, once the clients moved."))
+        second = await agent.ainvoke(ask("Can I revoke the old billing key now?"), config)
+        assert blocks_in(llm.requests[0]) == 0
+        assert blocks_in(llm.requests[1]) == 1
+        assert second["episodic"]["recalled_ids"] == [first["episodic"]["recorded_id"]]
+        assert second["episodic"]["query"] == "Can I revoke the old billing key now?"
+        assert len(await memory.load()) == 2
+        assert not any(isinstance(m, SystemMessage) for m in second["messages"])
+
+    async def test_state_without_the_episodic_key_is_refused(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        from langgraph.prebuilt.chat_agent_executor import AgentState
+
+        nodes = EpisodicNodes(memory)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LangGraphDeprecatedSinceV10)
+            agent = react_agent(llm, nodes, [lookup_runbook], state_schema=AgentState)
+        llm.script(Reply.tool_call("lookup_runbook", {"topic": "keys"}))
+        with pytest.raises(ConfigurationError, match="state_schema=EpisodicAgentState"):
+            await agent.ainvoke(ask("How do I rotate the billing API key?"))
+
+
+# --- a hand-made graph --------------------------------------------------------------------------
+
+
+class TestHandMadeGraph:
+    async def test_check_node_verdict_and_lesson_reach_the_next_run(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        async def check(state: EpisodicState) -> dict[str, Any]:
+            answer = state["messages"][-1].text.lower()
+            if "revoke" in answer and "second" not in answer:
+                return {
+                    "episodic": {
+                        "outcome": "failure",
+                        "score": 0.2,
+                        "lesson": "Revoke the old key only after every client uses the new one.",
+                    }
+                }
+            return {"episodic": {"score": 0.95}}
+
+        nodes = EpisodicNodes(memory)
+        graph = hand_made(llm, nodes, check)
+        llm.script(Reply.text("Revoke the key, then make a new one."))
+        chunks = [c async for c in graph.astream(ask("How do I rotate the billing API key?"))]
+        assert [next(iter(c)) for c in chunks] == ["recall", "model", "check", "record"]
+        [episode] = await memory.load()
+        assert (episode.outcome, episode.score) == ("failure", 0.2)
+        assert episode.reflection == "Revoke the old key only after every client uses the new one."
+        assert chunks[-1]["record"]["episodic"]["recorded_id"] == episode.id
+
+        llm.script(Reply.text("Create a second key, move the clients, revoke the first."))
+        state = await graph.ainvoke(ask("Rotate the billing API key"))
+        system = llm.requests[-1].texts("system")
+        assert len(system) == 1
+        assert "lesson: \"Revoke the old key only after every client uses the new one.\"" in system[0]
+        assert "[" in system[0] and "failure; score 0.20" in system[0]
+        assert state["episodic"]["recalled_ids"] == [episode.id]
+        newest = await memory.load()
+        assert {e.outcome for e in newest} == {"failure", "success"}
+        graded = next(e for e in newest if e.id == state["episodic"]["recorded_id"])
+        assert graded.score == 0.95
+
+    async def test_without_a_check_the_answer_is_a_claim(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        graph = hand_made(llm, EpisodicNodes(memory))
+        llm.script(Reply.text("Create a second key."))
+        state = await graph.ainvoke(ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert episode.outcome == "claimed_success"
+        assert episode.score is None
+        await memory.grade(state["episodic"]["recorded_id"], outcome="success", note="it worked")
+        [graded] = await memory.load()
+        assert graded.outcome == "success"
+
+    async def test_a_bad_verdict_in_the_state_is_a_clear_error(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        async def check(state: EpisodicState) -> dict[str, Any]:
+            return {"episodic": {"outcome": "great"}}
+
+        graph = hand_made(llm, EpisodicNodes(memory), check)
+        llm.script(Reply.text("Create a second key."))
+        with pytest.raises(ConfigurationError, match=r"outcome.*not 'great'"):
+            await graph.ainvoke(ask("How do I rotate the billing API key?"))
+        assert await memory.load() == []
+
+    async def test_memory_outage_leaves_the_answer_intact(self, llm: ScriptedLLM) -> None:
+        provider = FlakyProvider()
+        memory = EpisodicMemory(provider, namespace="support")
+        graph = hand_made(llm, EpisodicNodes(memory))
+        provider.failing = True
+        llm.script(Reply.text("Create a second key."))
+        state = await graph.ainvoke(ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Create a second key."
+        assert state["episodic"]["recorded_id"] is None
+        assert state["episodic"]["record_error"]
+        assert (memory.counters.recall_failures, memory.counters.record_failures) == (1, 1)
+        provider.failing = False
+        assert await memory.load() == []
+
+
+# --- a run that raises --------------------------------------------------------------------------
+
+
+class TestFailedRuns:
+    async def test_model_error_is_a_failure_naming_it(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        nodes = EpisodicNodes(memory)
+        agent = react_agent(llm, nodes, [lookup_runbook])
+        llm.script(
+            Reply.tool_call("lookup_runbook", {"topic": "keys"}),
+            Reply.error(400, "context window exceeded"),
+        )
+        with pytest.raises(Exception, match="context window exceeded") as raised:
+            await nodes.ainvoke(agent, ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert episode.outcome == "failure"
+        assert episode.response.startswith("Run failed with OpenAIInvalidRequestError")
+        assert episode.tools_used == ["lookup_runbook"]
+        assert f"failure episode {episode.id} recorded" in raised.value.__notes__
+
+    @pytest.mark.parametrize("status", [429, 503])
+    async def test_provider_outage_is_abandoned(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, status: int
+    ) -> None:
+        nodes = EpisodicNodes(memory)
+        graph = hand_made(llm, nodes)
+        llm.script(Reply.error(status, "try later"))
+        with pytest.raises(Exception, match="try later"):
+            await nodes.ainvoke(graph, ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert episode.outcome == "abandoned"
+        assert "infrastructure" in episode.tags
+        assert episode.response.startswith("Run abandoned: ")
+        assert await memory.recall("rotate the billing API key") == []
+
+    async def test_astream_yields_what_langgraph_yields_and_records_a_failure(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        nodes = EpisodicNodes(memory)
+        graph = hand_made(llm, nodes)
+        llm.script(Reply.text("Create a second key."))
+        updates = [c async for c in nodes.astream(graph, ask("How do I rotate the API key?"))]
+        assert [next(iter(c)) for c in updates] == ["recall", "model", "record"]
+        llm.script(Reply.text("Again."))
+        both = [
+            c
+            async for c in nodes.astream(
+                graph, ask("Rotate the API key"), stream_mode=["updates", "values"]
+            )
+        ]
+        assert {mode for mode, _ in both} == {"updates", "values"}
+
+        def hold_on(state: EpisodicState) -> dict[str, Any]:
+            raise RuntimeError("the graph's own node crashed")
+
+        builder = StateGraph(EpisodicState)
+        builder.add_node("recall", nodes.recall)
+        builder.add_node("crash", hold_on)
+        builder.add_edge(START, "recall")
+        builder.add_edge("recall", "crash")
+        with pytest.raises(RuntimeError):
+            async for _ in nodes.astream(builder.compile(), ask("Rotate the API key once more")):
+                pass
+        failed = [e for e in await memory.load() if e.outcome == "failure"]
+        assert len(failed) == 1
+        assert "RuntimeError: the graph's own node crashed" in failed[0].response
+
+    async def test_a_tool_that_raises_fails_the_run_naming_the_tool(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        nodes = EpisodicNodes(memory)
+        agent = react_agent(llm, nodes, [broken_lookup])
+        llm.script(Reply.tool_call("broken_lookup", {"topic": "keys"}))
+        # LangGraph's ToolNode re-raises a tool's own error by default.
+        with pytest.raises(RuntimeError, match="runbook service down"):
+            await nodes.ainvoke(agent, ask("How do I rotate the API key?"))
+        [episode] = await memory.load()
+        assert episode.outcome == "failure"
+        assert episode.tools_used == ["broken_lookup"]
+        assert "RuntimeError: runbook service down" in episode.response
+
+
+def test_offline_example_runs() -> None:
+    out = run_example("langgraph_agent.py")
+    assert "run 1: recalled 0" in out
+    assert "run 2: recalled 1" in out
+    assert HEADER in out.split("Injected before run 2:")[1]
+    assert "outcome=failure" in out
+    assert "graded" in out
