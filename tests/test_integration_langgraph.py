@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, SystemMessage
+from langchain_core.messages import SystemMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -54,7 +54,9 @@ def chat(llm: ScriptedLLM) -> ChatOpenAI:
     return ChatOpenAI(base_url=llm.base_url, api_key="test", model="scripted", max_retries=0)
 
 
-def react_agent(llm: ScriptedLLM, nodes: EpisodicNodes, tools: Sequence[Any] = (), **options: Any) -> Any:
+def react_agent(
+    llm: ScriptedLLM, nodes: EpisodicNodes, tools: Sequence[Any] = (), **options: Any
+) -> Any:
     # create_react_agent is LangGraph 1.x's prebuilt agent, deprecated in favour of
     # langchain's create_agent (another package) but still shipped and widely used.
     from langgraph.prebuilt import create_react_agent
@@ -138,8 +140,8 @@ class FlakyProvider(InMemoryProvider):
 
 
 @pytest.fixture
-def memory() -> Iterator[EpisodicMemory]:
-    yield EpisodicMemory(InMemoryProvider(), namespace="support")
+def memory() -> EpisodicMemory:
+    return EpisodicMemory(InMemoryProvider(), namespace="support")
 
 
 # --- the prebuilt ReAct agent -------------------------------------------------------------------
@@ -310,8 +312,8 @@ class TestHandMadeGraph:
         state = await graph.ainvoke(ask("Rotate the billing API key"))
         system = llm.requests[-1].texts("system")
         assert len(system) == 1
-        assert "lesson: \"Revoke the old key only after every client uses the new one.\"" in system[0]
-        assert "[" in system[0] and "failure; score 0.20" in system[0]
+        assert 'lesson: "Revoke the old key only after every client uses the new one."' in system[0]
+        assert "[" + episode.timestamp[:10] + "; failure; score 0.20]" in system[0]
         assert state["episodic"]["recalled_ids"] == [episode.id]
         newest = await memory.load()
         assert {e.outcome for e in newest} == {"failure", "success"}
@@ -443,8 +445,12 @@ class TestFailedRuns:
 
 def test_offline_example_runs() -> None:
     out = run_example("langgraph_agent.py")
-    assert "run 1: recalled 0" in out
-    assert "run 2: recalled 1" in out
-    assert HEADER in out.split("Injected before run 2:")[1]
-    assert "outcome=failure" in out
-    assert "graded" in out
+    assert "run 1: recalled 0, recorded " in out
+    assert "run 2: recalled 1, recorded " in out
+    block = out.split("Injected before run 2:")[1].split("checked run")[0]
+    assert HEADER in block
+    assert 'asked: "How do I rotate an API key?"' in block
+    assert "tools: lookup_runbook" in block
+    assert "checked run: outcome=failure score=0.1" in out
+    assert 'lesson: "Revoke the old key only after every client uses the new one."' in out
+    assert "from the user's follow-up" in out

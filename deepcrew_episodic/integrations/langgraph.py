@@ -337,7 +337,9 @@ class EpisodicNodes:
             )
         except Exception as exc:  # text no episode can hold: the run goes on without it
             self.memory.counters.record_failures += 1
-            log.warning("recording the %s episode failed (%s: %s)", outcome, type(exc).__name__, exc)
+            log.warning(
+                "recording the %s episode failed (%s: %s)", outcome, type(exc).__name__, exc
+            )
             return Recorded(None, f"{type(exc).__name__}: {exc}")
         return await self.hook.record(episode)
 
