@@ -72,6 +72,9 @@ __all__ = [
 log = logging.getLogger("deepcrew_episodic")
 
 _OUTCOMES: tuple[str, ...] = get_args(Outcome)
+# What LangGraph's prebuilt agent answers in place of the model when its steps run out: the
+# run's failure (deepcrew's runner records MaxTurnsError the same way), never a claimed answer.
+OUT_OF_STEPS = "Sorry, need more steps to process this request."
 
 
 class EpisodicRun(TypedDict, total=False):
@@ -311,6 +314,13 @@ class EpisodicNodes:
     async def _record_answer(
         self, run: EpisodicRun, query: str, answer: str, tools: list[str]
     ) -> Recorded:
+        if answer.strip() == OUT_OF_STEPS:
+            return await self.hook.after_run(
+                query,
+                f"Run failed: out of steps before a final answer ({OUT_OF_STEPS})",
+                outcome="failure",
+                tools_used=tools,
+            )
         outcome, score, lesson = _verdict(run)
         if outcome is None and score is None and self.verifier is not None:
             try:
