@@ -584,6 +584,128 @@ class TestEdges:
         assert "✓ 🔑" in system
 
 
+# --- LangChain's create_agent (LangGraph 1.x's prebuilt agent) -------------------------------
+
+
+@pytest.fixture
+def create_agent() -> Any:
+    agents = pytest.importorskip("langchain.agents")
+    return agents.create_agent
+
+
+def middleware(memory: EpisodicMemory, **options: Any) -> Any:
+    from deepcrew_episodic.integrations.langchain import EpisodicMiddleware
+
+    return EpisodicMiddleware(memory, **options)
+
+
+class TestCreateAgent:
+    async def test_second_run_sees_the_first_once_per_model_call(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
+    ) -> None:
+        agent = create_agent(
+            chat(llm),
+            [lookup_runbook],
+            system_prompt="You are the support bot.",
+            middleware=[middleware(memory, agent_id="support")],
+        )
+        llm.script(
+            Reply.tool_call("lookup_runbook", {"topic": "billing key rotation"}),
+            Reply.text("Create a second billing key, move the clients, then revoke the old one."),
+        )
+        first = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert first["episodic"]["recorded_id"] == episode.id
+        assert (episode.outcome, episode.tools_used) == ("claimed_success", ["lookup_runbook"])
+        assert all(blocks_in(r) == 0 for r in llm.requests)
+
+        llm.script(
+            Reply.tool_call("lookup_runbook", {"topic": "billing key"}),
+            Reply.text("Same as last time: second key first."),
+        )
+        second = await agent.ainvoke(ask("Rotate the billing API key for the EU tenant"))
+        run_two = llm.requests[2:]
+        assert len(run_two) == 2
+        for request in run_two:
+            system = request.texts("system")
+            assert system[0] == "You are the support bot."
+            assert blocks_in(request) == 1
+            assert "revoke the old one" in system[1]
+        assert second["episodic"]["recalled_ids"] == [episode.id]
+        assert not any(isinstance(m, SystemMessage) for m in second["messages"])
+
+    async def test_verifier_grade_is_recorded_as_verified(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
+    ) -> None:
+        def verify(query: str, answer: str) -> Verdict:
+            return Verdict(1.0 if "second key" in answer else 0.0, "Make the second key first.")
+
+        agent = create_agent(chat(llm), [], middleware=[middleware(memory, verifier=verify)])
+        llm.script(Reply.text("Create a second key, then revoke the first."))
+        await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert (episode.outcome, episode.score) == ("success", 1.0)
+
+    async def test_memory_outage_leaves_the_answer_intact(
+        self, llm: ScriptedLLM, create_agent: Any
+    ) -> None:
+        provider = FlakyProvider()
+        memory = EpisodicMemory(provider, namespace="support")
+        agent = create_agent(chat(llm), [lookup_runbook], middleware=[middleware(memory)])
+        provider.failing = True
+        llm.script(
+            Reply.tool_call("lookup_runbook", {"topic": "keys"}),
+            Reply.text("Create a second key first."),
+        )
+        state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Create a second key first."
+        assert state["episodic"]["recorded_id"] is None
+        assert (memory.counters.recall_failures, memory.counters.record_failures) == (1, 1)
+
+    async def test_provider_outage_is_abandoned_and_recorded_once(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
+    ) -> None:
+        episodic = middleware(memory)
+        agent = create_agent(chat(llm), [lookup_runbook], middleware=[episodic])
+        llm.script(
+            Reply.tool_call("lookup_runbook", {"topic": "keys"}), Reply.error(429, "slow down")
+        )
+        with pytest.raises(Exception, match="slow down"):  # the agent's own ainvoke
+            await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert (episode.outcome, episode.tools_used) == ("abandoned", ["lookup_runbook"])
+        assert "infrastructure" in episode.tags
+
+        llm.script(Reply.error(503, "overloaded"))
+        with pytest.raises(Exception, match="overloaded") as raised:
+            # The middleware records it; the runner around it sees it is recorded already.
+            await episodic.nodes.ainvoke(agent, ask("Rotate the billing API key"))
+        assert len(await memory.load()) == 2
+        notes = [n for n in raised.value.__notes__ if "episode" in n]
+        assert len(notes) == 1
+        assert notes[0].startswith("abandoned episode ")
+
+    async def test_a_tool_that_raises_is_a_failure_naming_it(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
+    ) -> None:
+        agent = create_agent(chat(llm), [broken_lookup], middleware=[middleware(memory)])
+        llm.script(Reply.tool_call("broken_lookup", {"topic": "keys"}))
+        with pytest.raises(RuntimeError, match="runbook service down"):
+            await agent.ainvoke(ask("How do I rotate the API key?"))
+        [episode] = await memory.load()
+        assert episode.outcome == "failure"
+        assert episode.tools_used == ["broken_lookup"]
+        assert "RuntimeError: runbook service down" in episode.response
+
+    def test_a_synchronous_run_is_refused(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
+    ) -> None:
+        agent = create_agent(chat(llm), [], middleware=[middleware(memory)])
+        with pytest.raises(ConfigurationError, match="ainvoke"):
+            agent.invoke(ask("How do I rotate the API key?"))
+        assert llm.requests == []
+
+
 def test_offline_example_runs() -> None:
     out = run_example("langgraph_agent.py")
     assert "run 1: recalled 0, recorded " in out

@@ -24,6 +24,7 @@ Memory never fails the run: a recall or a record that fails is logged, counted i
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -75,6 +76,9 @@ _OUTCOMES: tuple[str, ...] = get_args(Outcome)
 # What LangGraph's prebuilt agent answers in place of the model when its steps run out: the
 # run's failure (deepcrew's runner records MaxTurnsError the same way), never a claimed answer.
 OUT_OF_STEPS = "Sorry, need more steps to process this request."
+# Set on an error once its failure is recorded, so that a middleware and the runner around it
+# do not both record it.
+_RECORDED = "_deepcrew_episodic_recorded"
 
 
 class EpisodicRun(TypedDict, total=False):
@@ -247,6 +251,33 @@ class EpisodicNodes:
         the model's final answer and does nothing after a call that asks for tools."""
         return await self.record(state)
 
+    async def failed(self, state: Any, error: BaseException) -> Recorded | None:
+        """Record the turn in *state* as a run that raised *error*: a ``failure`` episode naming
+        the error, with the tools called so far and any partial answer (``abandoned``, tag
+        ``infrastructure``, when the model provider could not be used), and a note on *error*
+        naming the episode. An error already recorded is not recorded again (``None``), nor is
+        a state without a user message. You re-raise."""
+        if getattr(error, _RECORDED, False):
+            return None
+        messages = _messages(state)
+        _turn, query = _last_user(messages)
+        if not query.strip():
+            return None
+        partial = ""
+        if messages and isinstance(messages[-1], AIMessage):
+            partial = _text(messages[-1])
+        recorded = await self.hook.failed(
+            query, error, partial_response=partial, tools_used=_tools_used(messages)
+        )
+        # An exception type with __slots__ cannot carry the mark: at worst, a second record.
+        with contextlib.suppress(AttributeError):
+            setattr(error, _RECORDED, True)
+        if recorded.episode is not None:
+            error.add_note(f"{recorded.episode.outcome} episode {recorded.episode.id} recorded")
+        else:
+            error.add_note(f"the failure was not recorded: {recorded.error}")
+        return recorded
+
     # --- running a graph --------------------------------------------------------------------
 
     async def ainvoke(
@@ -261,7 +292,7 @@ class EpisodicNodes:
             async for chunk in graph.astream(input, config, stream_mode="values"):
                 last = chunk
         except Exception as exc:
-            await self._record_failure(last, input, exc)
+            await self.failed(last if last is not None else input, exc)
             raise
         return last if last is not None else {}
 
@@ -289,7 +320,7 @@ class EpisodicNodes:
                 if mode in asked:
                     yield chunk if isinstance(stream_mode, str) else (mode, chunk)
         except Exception as exc:
-            await self._record_failure(last, input, exc)
+            await self.failed(last if last is not None else input, exc)
             raise
 
     # --- internals --------------------------------------------------------------------------
@@ -352,24 +383,6 @@ class EpisodicNodes:
             )
             return Recorded(None, f"{type(exc).__name__}: {exc}")
         return await self.hook.record(episode)
-
-    async def _record_failure(
-        self, state: dict[str, Any] | None, input: Any, error: Exception
-    ) -> None:
-        messages = _messages(state if state is not None else input)
-        _turn, query = _last_user(messages)
-        if not query.strip():
-            return
-        partial = ""
-        if messages and isinstance(messages[-1], AIMessage):
-            partial = _text(messages[-1])
-        recorded = await self.hook.failed(
-            query, error, partial_response=partial, tools_used=_tools_used(messages)
-        )
-        if recorded.episode is not None:
-            error.add_note(f"{recorded.episode.outcome} episode {recorded.episode.id} recorded")
-        else:
-            error.add_note(f"the failure was not recorded: {recorded.error}")
 
 
 def _messages(state: Any) -> list[BaseMessage]:
