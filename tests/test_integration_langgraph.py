@@ -384,7 +384,7 @@ class TestFailedRuns:
         assert episode.tools_used == ["lookup_runbook"]
         assert f"failure episode {episode.id} recorded" in raised.value.__notes__
 
-    @pytest.mark.parametrize("status", [429, 503])
+    @pytest.mark.parametrize("status", [401, 403, 429, 500, 503])
     async def test_provider_outage_is_abandoned(
         self, llm: ScriptedLLM, memory: EpisodicMemory, status: int
     ) -> None:
@@ -398,6 +398,37 @@ class TestFailedRuns:
         assert "infrastructure" in episode.tags
         assert episode.response.startswith("Run abandoned: ")
         assert await memory.recall("rotate the billing API key") == []
+
+    async def test_an_unknown_model_is_the_runs_failure(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        nodes = EpisodicNodes(memory)
+        graph = hand_made(llm, nodes)
+        llm.script(Reply.error(404, "no such model", code="model_not_found"))
+        with pytest.raises(Exception, match="no such model"):
+            await nodes.ainvoke(graph, ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert episode.outcome == "failure"
+
+    async def test_an_unreachable_provider_is_abandoned(self, memory: EpisodicMemory) -> None:
+        nodes = EpisodicNodes(memory)
+        model = ChatOpenAI(
+            base_url="http://127.0.0.1:9/v1", api_key="test", model="scripted", max_retries=0
+        )
+
+        async def call_model(state: EpisodicState) -> dict[str, Any]:
+            return {"messages": [await model.ainvoke(nodes.model_input(state))]}
+
+        builder = StateGraph(EpisodicState)
+        builder.add_node("recall", nodes.recall)
+        builder.add_node("model", call_model)
+        builder.add_edge(START, "recall")
+        builder.add_edge("recall", "model")
+        with pytest.raises(Exception, match="Connection error"):
+            await nodes.ainvoke(builder.compile(), ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert episode.outcome == "abandoned"
+        assert "Connection" in episode.response
 
     async def test_astream_yields_what_langgraph_yields_and_records_a_failure(
         self, llm: ScriptedLLM, memory: EpisodicMemory
@@ -582,6 +613,83 @@ class TestEdges:
         assert "\u202e" not in system
         assert SECRET not in system  # the secret was redacted before it was stored
         assert "✓ 🔑" in system
+
+
+class TestRunShapes:
+    async def test_an_interrupted_run_resumes_without_a_second_recall(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        nodes = EpisodicNodes(memory)
+        agent = react_agent(
+            llm, nodes, [lookup_runbook], checkpointer=InMemorySaver(), interrupt_before=["tools"]
+        )
+        config: Any = {"configurable": {"thread_id": "review"}}
+        llm.script(Reply.text("Create a second key, then revoke the first."))
+        await agent.ainvoke(ask("How do I rotate the billing API key?"), config)
+        llm.script(
+            Reply.tool_call("lookup_runbook", {"topic": "keys"}),
+            Reply.text("Per the runbook: second key first."),
+        )
+        paused = await agent.ainvoke(ask("Rotate the billing API key"), config)
+        assert paused["messages"][-1].tool_calls  # waiting for a human to approve the tool
+        assert paused["episodic"]["recorded_id"] is None
+        uses_before = [e.id for e in await memory.load()]
+        resumed = await agent.ainvoke(None, config)
+        assert resumed["messages"][-1].content == "Per the runbook: second key first."
+        assert blocks_in(llm.requests[-1]) == 1  # the block survived the pause
+        assert blocks_in(llm.requests[-2]) == 1
+        assert resumed["episodic"]["recalled_ids"] == uses_before
+        [second] = [e for e in await memory.load() if e.id == resumed["episodic"]["recorded_id"]]
+        assert second.tools_used == ["lookup_runbook"]
+
+    async def test_token_streaming_through_the_runner(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        nodes = EpisodicNodes(memory)
+        graph = hand_made(llm, nodes)
+        llm.script(Reply.text("Create a second key."))
+        direct = [c async for c in graph.astream(ask("Rotate the key"), stream_mode="messages")]
+        llm.script(Reply.text("Create a second key."))
+        wrapped = [
+            c async for c in nodes.astream(graph, ask("Rotate the key"), stream_mode="messages")
+        ]
+        assert [type(m).__name__ for m, _ in wrapped] == [type(m).__name__ for m, _ in direct]
+        assert "".join(m.text for m, _ in wrapped) == "Create a second key."
+        assert len(await memory.load()) == 2
+
+    async def test_a_verifier_returning_no_verdict_is_unverified_and_logged(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def sloppy(query: str, answer: str) -> Any:
+            return 0.9
+
+        agent = react_agent(llm, EpisodicNodes(memory, verifier=sloppy))
+        llm.script(Reply.text("Regenerate it."))
+        with caplog.at_level(logging.WARNING, logger="deepcrew_episodic"):
+            state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Regenerate it."
+        [episode] = await memory.load()
+        assert episode.outcome == "unknown"
+        assert "must return a Verdict, not float" in episode.response
+        assert "the verifier failed" in caplog.text
+
+    async def test_content_blocks_are_read_as_text(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        graph = hand_made(llm, EpisodicNodes(memory))
+        llm.script(Reply.text("Create a second key."))
+        question = {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "How do I rotate"},
+                {"type": "text", "text": " the billing API key?"},
+            ],
+        }
+        state = await graph.ainvoke({"messages": [question]})
+        [episode] = await memory.load()
+        assert episode.query == state["episodic"]["query"]
+        assert "rotate" in episode.query
+        assert "billing API key?" in episode.query
 
 
 # --- LangChain's create_agent (LangGraph 1.x's prebuilt agent) -------------------------------

@@ -210,7 +210,7 @@ class EpisodicNodes:
         run = _run(state)
         update: dict[str, Any] = {}
         if run.get("turn") != turn:
-            if "episodic" not in state and _answered(messages):
+            if not _has_run_key(state) and _answered(messages):
                 # The turn's first call wrote the recall, and it is gone: the state has no
                 # key for it, and every model call would recall (and count a use) again.
                 raise ConfigurationError(
@@ -363,6 +363,13 @@ class EpisodicNodes:
                         f"the verifier must return a Verdict, not {type(verdict).__name__}"
                     )
             except Exception as exc:
+                # Grading is memory's, not the answer's: the run keeps its answer, and the
+                # episode says it was not graded.
+                log.warning(
+                    "the verifier failed (%s: %s); the turn is recorded unverified",
+                    type(exc).__name__,
+                    exc,
+                )
                 return await self.hook.unverified(query, answer, exc, tools_used=tools)
             score, lesson = verdict.score, verdict.feedback or None
         if outcome is None:
@@ -390,6 +397,12 @@ def _messages(state: Any) -> list[BaseMessage]:
     if not isinstance(raw, list | tuple):
         return []
     return [m for m in raw if isinstance(m, BaseMessage)]
+
+
+def _has_run_key(state: Any) -> bool:
+    if isinstance(state, dict):
+        return "episodic" in state
+    return getattr(state, "episodic", None) is not None
 
 
 def _run(state: Any) -> EpisodicRun:
