@@ -430,6 +430,19 @@ class TestFailedRuns:
         assert episode.outcome == "abandoned"
         assert "Connection" in episode.response
 
+    async def test_failed_records_an_error_once_from_a_raw_input(
+        self, memory: EpisodicMemory
+    ) -> None:
+        nodes = EpisodicNodes(memory)
+        error = RuntimeError("the runner around the graph crashed")
+        recorded = await nodes.failed({"messages": [("user", "Rotate the billing key")]}, error)
+        assert recorded is not None
+        assert recorded.episode is not None
+        assert recorded.episode.query == "Rotate the billing key"
+        assert await nodes.failed({"messages": [("user", "Rotate the billing key")]}, error) is None
+        assert len(await memory.load()) == 1
+        assert error.__notes__ == [f"failure episode {recorded.id} recorded"]
+
     async def test_astream_yields_what_langgraph_yields_and_records_a_failure(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:

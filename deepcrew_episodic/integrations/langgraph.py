@@ -50,6 +50,7 @@ try:
         HumanMessage,
         SystemMessage,
         ToolMessage,
+        convert_to_messages,
     )
     from langchain_core.runnables import RunnableConfig
     from langgraph.graph.message import add_messages
@@ -396,7 +397,12 @@ def _messages(state: Any) -> list[BaseMessage]:
     raw = state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
     if not isinstance(raw, list | tuple):
         return []
-    return [m for m in raw if isinstance(m, BaseMessage)]
+    if all(isinstance(m, BaseMessage) for m in raw):
+        return list(raw)
+    try:  # a graph's raw input (dicts, tuples), before LangGraph converted it
+        return convert_to_messages(raw)
+    except Exception:
+        return [m for m in raw if isinstance(m, BaseMessage)]
 
 
 def _has_run_key(state: Any) -> bool:
