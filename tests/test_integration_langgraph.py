@@ -655,6 +655,32 @@ class TestRunShapes:
         [second] = [e for e in await memory.load() if e.id == resumed["episodic"]["recorded_id"]]
         assert second.tools_used == ["lookup_runbook"]
 
+    async def test_a_tool_asking_a_human_returns_the_interrupt_like_ainvoke(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        from langgraph.types import Command, interrupt
+
+        @tool
+        def revoke_key(key: str) -> str:
+            """Revoke an API key, once a human approved it."""
+            return "revoked" if interrupt(f"revoke {key}?") == "yes" else "kept"
+
+        nodes = EpisodicNodes(memory)
+        agent = react_agent(llm, nodes, [revoke_key], checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": "approval"}}
+        llm.script(Reply.tool_call("revoke_key", {"key": "old-billing"}))
+        paused = await nodes.ainvoke(agent, ask("Revoke the old billing key"), config)
+        [pending] = paused["__interrupt__"]
+        assert pending.value == "revoke old-billing?"
+        assert await memory.load() == []
+        llm.script(Reply.text("The old billing key is revoked."))
+        done = await nodes.ainvoke(agent, Command(resume="yes"), config)
+        assert "__interrupt__" not in done
+        [episode] = await memory.load()
+        assert episode.id == done["episodic"]["recorded_id"]
+        assert episode.tools_used == ["revoke_key"]
+        assert episode.response == "The old billing key is revoked."
+
     async def test_token_streaming_through_the_runner(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:

@@ -80,6 +80,7 @@ OUT_OF_STEPS = "Sorry, need more steps to process this request."
 # Set on an error once its failure is recorded, so that a middleware and the runner around it
 # do not both record it.
 _RECORDED = "_deepcrew_episodic_recorded"
+_INTERRUPT = "__interrupt__"  # langgraph.constants.INTERRUPT, as graph.ainvoke returns it
 
 
 class EpisodicRun(TypedDict, total=False):
@@ -287,15 +288,26 @@ class EpisodicNodes:
         """``graph.ainvoke(input, config)``, and a run that raises is recorded: a ``failure``
         episode naming the error and listing the tools called so far (``abandoned``, tag
         ``infrastructure``, when the model provider could not be used), then the error is
-        raised with a note naming the episode. Returns the final state."""
+        raised with a note naming the episode. Returns the final state, with the pending
+        interrupts under ``"__interrupt__"`` as ``graph.ainvoke`` returns them."""
         last: dict[str, Any] | None = None
+        interrupts: list[Any] = []
         try:
-            async for chunk in graph.astream(input, config, stream_mode="values"):
-                last = chunk
+            # What graph.ainvoke does, keeping the state of each step for a failure.
+            async for mode, chunk in graph.astream(
+                input, config, stream_mode=["updates", "values"]
+            ):
+                if mode == "values" and isinstance(chunk, dict):
+                    last = chunk
+                elif isinstance(chunk, dict) and chunk.get(_INTERRUPT) is not None:
+                    interrupts.extend(chunk[_INTERRUPT])
         except Exception as exc:
             await self.failed(last if last is not None else input, exc)
             raise
-        return last if last is not None else {}
+        state = dict(last) if last is not None else {}
+        if interrupts:
+            state[_INTERRUPT] = interrupts
+        return state
 
     async def astream(
         self,
