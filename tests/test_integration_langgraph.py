@@ -21,7 +21,14 @@ from langgraph.warnings import LangGraphDeprecatedSinceV10
 from llm_server import Reply, ScriptedLLM
 from test_examples import run_example
 
-from deepcrew_episodic import ConfigurationError, EpisodicMemory, StorageError, Verdict
+from deepcrew_episodic import (
+    ConfigurationError,
+    EpisodicMemory,
+    EventType,
+    StorageError,
+    StreamEvent,
+    Verdict,
+)
 from deepcrew_episodic.integrations.langgraph import (
     EpisodicAgentState,
     EpisodicNodes,
@@ -326,10 +333,13 @@ class TestHandMadeGraph:
     async def test_without_a_check_the_answer_is_a_claim(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:
-        graph = hand_made(llm, EpisodicNodes(memory))
+        events: list[StreamEvent] = []
+        graph = hand_made(llm, EpisodicNodes(memory, on_event=events.append))
         llm.script(Reply.text("Create a second key."))
         state = await graph.ainvoke(ask("How do I rotate the billing API key?"))
         [episode] = await memory.load()
+        assert [e.event for e in events] == [EventType.EPISODE_RECORDED]
+        assert events[0].data["id"] == episode.id
         assert episode.outcome == "claimed_success"
         assert episode.score is None
         await memory.grade(state["episodic"]["recorded_id"], outcome="success", note="it worked")

@@ -15,7 +15,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, NotRequired
 
-from deepcrew_episodic import ConfigurationError, EpisodicMemory, MissingDependencyError
+from deepcrew_episodic import (
+    ConfigurationError,
+    EpisodicMemory,
+    MissingDependencyError,
+    StreamEvent,
+)
 
 from .langgraph import EpisodicNodes, EpisodicRun, GraphVerifier, merge_run
 
@@ -68,7 +73,7 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
         max_block_chars: int | None = None,
         recall_timeout: float | None = 10.0,
         tags: Sequence[str] = (),
-        on_event: Callable[[Any], Any] | None = None,
+        on_event: Callable[[StreamEvent], Any] | None = None,
     ) -> None:
         super().__init__()
         self.nodes = EpisodicNodes(

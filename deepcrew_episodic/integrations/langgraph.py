@@ -38,6 +38,7 @@ from deepcrew_episodic import (
     MissingDependencyError,
     Outcome,
     Recorded,
+    StreamEvent,
     Verdict,
     outcome_for_score,
 )
@@ -166,7 +167,7 @@ class EpisodicNodes:
         max_block_chars: int | None = None,
         recall_timeout: float | None = 10.0,
         tags: Sequence[str] = (),
-        on_event: Callable[[Any], Any] | None = None,
+        on_event: Callable[[StreamEvent], Any] | None = None,
     ) -> None:
         if verifier is not None and not callable(verifier):
             raise ConfigurationError(
