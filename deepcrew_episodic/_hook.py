@@ -431,6 +431,8 @@ def infrastructure_error(error: BaseException) -> bool:
     rate-limited, overloaded, refusing the credentials or the bill) rather than that the run
     failed its task. Only the error itself counts, not its cause: a tool that called a model
     and crashed (``ToolError``) is the tool's failure."""
+    if _openai_outage(error) or _langchain_outage(error):
+        return True
     litellm = sys.modules.get("litellm")  # an error from litellm means it is loaded
     if litellm is None:
         return False
@@ -451,6 +453,54 @@ def infrastructure_error(error: BaseException) -> bool:
         and isinstance(status, int)
         and (status in INFRASTRUCTURE_STATUSES or 500 <= status <= 599)
     )
+
+
+def _openai_outage(error: BaseException) -> bool:
+    """The same rule for the openai SDK's own errors (raised by the frameworks that call a model
+    through it: LangGraph's ``ChatOpenAI``, the OpenAI Agents SDK): a connection that failed or
+    timed out, or one of the statuses above. litellm's errors subclass the SDK's and keep the
+    rule above, so only an error raised by the SDK itself is judged here."""
+    openai = sys.modules.get("openai")  # an error from the SDK means it is loaded
+    if openai is None or not type(error).__module__.startswith("openai"):
+        return False
+    connection = getattr(openai, "APIConnectionError", None)  # APITimeoutError is one
+    if isinstance(connection, type) and isinstance(error, connection):
+        return True
+    status_error = getattr(openai, "APIStatusError", None)
+    status = getattr(error, "status_code", None)
+    return (
+        isinstance(status_error, type)
+        and isinstance(error, status_error)
+        and isinstance(status, int)
+        and (status in INFRASTRUCTURE_STATUSES or 500 <= status <= 599)
+    )
+
+
+# langchain-core's provider-neutral model errors (1.8) that say the provider could not be used;
+# its ModelInvalidRequestError, ModelNotFoundError, ContextOverflowError and ModelRefusalError
+# are the run's.
+LANGCHAIN_OUTAGES = (
+    "ModelAuthenticationError",
+    "ModelPermissionDeniedError",
+    "ModelRateLimitError",
+    "ModelAPIError",
+    "ModelConnectionError",
+    "ModelTimeoutError",
+)
+
+
+def _langchain_outage(error: BaseException) -> bool:
+    """The rule for the errors of a LangChain chat model (LangGraph's model nodes), whichever
+    provider it calls."""
+    exceptions = sys.modules.get("langchain_core.exceptions")
+    if exceptions is None:
+        return False
+    kinds = tuple(
+        kind
+        for kind in (getattr(exceptions, name, None) for name in LANGCHAIN_OUTAGES)
+        if isinstance(kind, type)
+    )
+    return isinstance(error, kinds)
 
 
 def user_query(messages: Sequence[dict[str, Any]]) -> str:

@@ -1,0 +1,153 @@
+"""Episodic memory for LangChain's ``create_agent`` (LangGraph 1.x's prebuilt agent), as a
+middleware.
+
+:class:`EpisodicMiddleware` does what :class:`~deepcrew_episodic.integrations.langgraph.EpisodicNodes`
+does for a graph, at the agent's own extension points: recall before the agent starts (once per
+invocation), the block as a system message on every model call (never written into
+``messages``), the turn recorded after the agent's final answer, and a model call or a tool call
+that raises recorded as a ``failure`` naming the error (``abandoned`` when the model provider
+could not be used) before the error goes on. The recalled and recorded ids are in
+``state["episodic"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any, NotRequired
+
+from deepcrew_episodic import (
+    ConfigurationError,
+    EpisodicMemory,
+    MissingDependencyError,
+    StreamEvent,
+)
+
+from .langgraph import EpisodicNodes, EpisodicRun, GraphVerifier, merge_run
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, AgentState
+    from langchain.agents.middleware.types import ModelRequest, ModelResponse
+    from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.runtime import Runtime
+    from langgraph.types import Command
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingDependencyError(
+        "deepcrew_episodic.integrations.langchain needs LangChain's agents: "
+        "pip install 'deepcrew-episodic[langgraph]' langchain"
+    ) from exc
+
+__all__ = ["EpisodicMiddleware", "EpisodicMiddlewareState"]
+
+
+class EpisodicMiddlewareState(AgentState[Any]):
+    """The agent's state with the memory's ``episodic`` key (added by the middleware)."""
+
+    episodic: NotRequired[Annotated[EpisodicRun, merge_run]]
+
+
+class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
+    """Episodic memory for ``create_agent(model, tools, middleware=[EpisodicMiddleware(memory)])``.
+
+    The arguments are :class:`~deepcrew_episodic.integrations.langgraph.EpisodicNodes`'s
+    (which is :attr:`nodes`). The agent must be run with ``ainvoke`` or ``astream``: memory is
+    async, and a synchronous run raises ``ConfigurationError``.
+
+    Example::
+
+        agent = create_agent(ChatOpenAI(model="gpt-4o-mini"), tools,
+                             middleware=[EpisodicMiddleware(memory, agent_id="support")])
+        state = await agent.ainvoke({"messages": [("user", "Rotate the API key")]})
+        print(state["episodic"]["recalled_ids"], state["episodic"]["recorded_id"])
+    """
+
+    state_schema = EpisodicMiddlewareState
+
+    def __init__(
+        self,
+        memory: EpisodicMemory,
+        *,
+        agent_id: str = "",
+        verifier: GraphVerifier | None = None,
+        top_k: int | None = None,
+        max_block_chars: int | None = None,
+        recall_timeout: float | None = 10.0,
+        tags: Sequence[str] = (),
+        on_event: Callable[[StreamEvent], Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.nodes = EpisodicNodes(
+            memory,
+            agent_id=agent_id,
+            verifier=verifier,
+            top_k=top_k,
+            max_block_chars=max_block_chars,
+            recall_timeout=recall_timeout,
+            tags=tags,
+            on_event=on_event,
+        )
+        self.tools = []
+
+    async def abefore_agent(
+        self, state: EpisodicMiddlewareState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return await self.nodes.recall(state)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        run = request.state.get("episodic") or {}
+        block = run.get("block") if isinstance(run, dict) else None
+        if block:
+            # After the agent's own system prompt (request.system_message), before the talk.
+            request = request.override(messages=[SystemMessage(block), *request.messages])
+        try:
+            return await handler(request)
+        except Exception as exc:
+            await self.nodes.failed(request.state, exc)
+            raise
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            await self.nodes.failed(_with_call(request), exc)
+            raise
+
+    async def aafter_agent(
+        self, state: EpisodicMiddlewareState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return await self.nodes.record(state)
+
+    # Memory is async: a synchronous run would silently go without it.
+    def before_agent(
+        self, state: EpisodicMiddlewareState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        raise ConfigurationError(_SYNC)
+
+    def after_agent(
+        self, state: EpisodicMiddlewareState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        raise ConfigurationError(_SYNC)
+
+
+_SYNC = "EpisodicMiddleware is async: run the agent with ainvoke or astream, not invoke or stream"
+
+
+def _with_call(request: ToolCallRequest) -> dict[str, Any]:
+    """The state a failing tool saw, with the call that failed (so the episode names it)."""
+    state = request.state if isinstance(request.state, dict) else {}
+    messages = list(state.get("messages") or [])
+    if not any(
+        isinstance(m, AIMessage)
+        and any(c.get("id") == request.tool_call.get("id") for c in m.tool_calls)
+        for m in messages
+    ):
+        messages.append(AIMessage("", tool_calls=[request.tool_call]))
+    return {**state, "messages": messages}
