@@ -25,7 +25,7 @@ import pytest
 from llm_server import Reply, ScriptedLLM, scripted_llm
 
 ROOT = Path(__file__).parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 # Fences a doc may use. ``python`` blocks are run; the others are never executed.
 FENCES = {"python", "bash", "console", "diff", "text"}
