@@ -5,7 +5,7 @@ context. So every stored string is redacted first (the server's redactor: the CL
 store URL's password too), then made one line of plain text: every line break and run of
 whitespace becomes one space (no stored line can open a heading of its own), every hidden
 character is dropped (the library's rule, :func:`~deepcrew_episodic._unicode.strip_hidden`),
-``##`` runs shrink to ``#``, and a long text is cut (after redaction: a cut must not leave a
+``##`` runs shrink to ``#`` (and a leading ``#`` becomes U+FF03 ``＃``), and a long text is cut (after redaction: a cut must not leave a
 piece of a secret no rule recognises). Error messages are redacted and their hidden characters
 spelled out (``\\x1b``), so that the person reading a client's log sees them.
 """
@@ -34,6 +34,9 @@ class Neutraliser:
         """*value* redacted, on one line, with nothing hidden and no heading, cut at *limit*."""
         flat = _SPACE.sub(" ", strip_hidden(_SPACE.sub(" ", self.redact(value)))).strip()
         flat = _HASHES.sub("#", flat)
+        if flat.startswith("#"):
+            # A value a client shows as Markdown must not open a heading: U+FF03 looks alike.
+            flat = "\uff03" + flat[1:]
         if limit is not None and len(flat) > limit:
             flat = flat[: limit - 1].rstrip() + "…"
         return flat
@@ -51,7 +54,8 @@ class Neutraliser:
 
     def message(self, value: str) -> str:
         """An error message: redacted, one visible line (hidden characters spelled out)."""
-        flat = " ".join(escape_hidden(self.redact(value)).split())
+        # Backslashes kept: the library's messages quote values already escaped.
+        flat = " ".join(escape_hidden(self.redact(value), keep="\\").split())
         if len(flat) > ERROR_CHARS:
             flat = flat[: ERROR_CHARS - 1].rstrip() + "…"
         return flat

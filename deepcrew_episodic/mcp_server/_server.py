@@ -130,14 +130,14 @@ def create_server(
     )
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     server.add_tool(
-        tools.recall, name="recall", title="Recall past runs", description=RECALL,
+        tools.recall, name="recall", title="Recall past runs", description=_paragraph(RECALL),
         annotations=read_only,
     )  # fmt: skip
     server.add_tool(
         tools.record,
         name="record",
         title="Record a finished run",
-        description=RECORD,
+        description=_paragraph(RECORD),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                     idempotent_hint=False, open_world_hint=False),
     )  # fmt: skip
@@ -145,12 +145,12 @@ def create_server(
         tools.grade,
         name="grade",
         title="Grade a recorded run",
-        description=GRADE,
+        description=_paragraph(GRADE),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                     open_world_hint=False),
     )  # fmt: skip
     server.add_tool(
-        tools.timeline, name="timeline", title="List recent runs", description=TIMELINE,
+        tools.timeline, name="timeline", title="List recent runs", description=_paragraph(TIMELINE),
         annotations=read_only,
     )  # fmt: skip
     if allow_forget:
@@ -158,11 +158,16 @@ def create_server(
             tools.forget,
             name="forget",
             title="Delete runs for good",
-            description=FORGET,
+            description=_paragraph(FORGET),
             annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
                                         idempotent_hint=True, open_world_hint=False),
         )  # fmt: skip
     return server
+
+
+def _paragraph(text: str) -> str:
+    """A description as one paragraph: the source wraps its lines, a client need not."""
+    return " ".join(text.split())
 
 
 def _version() -> str:
@@ -184,14 +189,14 @@ async def _as_tool_error(safe: Neutraliser, nothing: str) -> AsyncIterator[None]
         raise
     except (EpisodicMemoryError, ValueError, TypeError) as exc:
         kind = type(exc).__name__
-        message = safe.message(str(exc)) or kind
+        message = safe.message(str(exc)).rstrip(".") or kind
         if isinstance(exc, StorageError):
-            log.warning("mcp: the store failed: %s", message)
+            log.warning("the store failed during a tool call: %s", message)
         raise McpToolError(f"{kind}: {message}{nothing}") from None
     except Exception as exc:
         # Not one of ours (a bug, or a client library's error nobody translated).
-        message = safe.message(str(exc))
-        log.error("mcp: unexpected %s: %s", type(exc).__name__, message)
+        message = safe.message(str(exc)).rstrip(".")
+        log.error("unexpected %s in a tool call: %s", type(exc).__name__, message)
         raise McpToolError(
             f"unexpected {type(exc).__name__}" + f": {message}" * bool(message) + nothing
         ) from None
