@@ -106,7 +106,8 @@ async def test_record_recall_grade_and_timeline_over_stdio(tmp_path: Path, mode:
             tags=["deploy"],
             tools=["kubectl", "psql"],
         )
-        assert first["outcome"] == "success" and not first["redacted"]
+        assert first["outcome"] == "success"
+        assert not first["redacted"]
         # A success nobody checked is stored as a claim.
         claim = await call(client, "record", task="Rotate the billing API key", outcome="success")
         assert claim["outcome"] == "claimed_success"
@@ -119,10 +120,13 @@ async def test_record_recall_grade_and_timeline_over_stdio(tmp_path: Path, mode:
         assert "Run the database migration before the deploy" in block.text
         assert "billing" not in block.text  # shares no term with the task
         data = recalled.structured_content
-        assert data is not None and data["block"] == block.text
+        assert data is not None
+        assert data["block"] == block.text
         [item] = data["items"]
-        assert item["id"] == first["id"] and item["outcome"] == "success"
-        assert item["tools"] == ["kubectl", "psql"] and item["relevance"] > 0
+        assert item["id"] == first["id"]
+        assert item["outcome"] == "success"
+        assert item["tools"] == ["kubectl", "psql"]
+        assert item["relevance"] > 0
         assert "deploy" in item["why"]
         # The items reach the model too (the second text block), with their ids.
         assert first["id"] in text_of(recalled)
@@ -137,7 +141,8 @@ async def test_record_recall_grade_and_timeline_over_stdio(tmp_path: Path, mode:
         }  # fmt: skip
         # A claimed grade does not outweigh the verified one.
         later = await call(client, "grade", id=claim["id"], outcome="success", verified=False)
-        assert later["now_reads"] == "failure" and later["grades"] == 2
+        assert later["now_reads"] == "failure"
+        assert later["grades"] == 2
 
         timeline = await call(client, "timeline")
         assert [e["id"] for e in timeline["episodes"]] == [claim["id"], first["id"]]
@@ -171,11 +176,14 @@ async def test_the_tools_tell_a_model_when_to_call_them(tmp_path: Path) -> None:
         assert "user says it worked" in (listed["grade"].description or "")
         for tool in listed.values():
             properties = tool.input_schema["properties"]
-            assert properties and all(p.get("description") for p in properties.values()), tool
+            assert properties, tool
+            assert all(p.get("description") for p in properties.values()), tool
             assert tool.output_schema is not None
         assert listed["grade"].input_schema["required"] == ["id", "verified"]
-        assert listed["recall"].annotations and listed["recall"].annotations.read_only_hint
-        assert client.server_info is not None and client.server_info.name == "deepcrew-episodic"
+        assert listed["recall"].annotations
+        assert listed["recall"].annotations.read_only_hint
+        assert client.server_info is not None
+        assert client.server_info.name == "deepcrew-episodic"
 
 
 # --- forget, only with the flag --------------------------------------------------------------
@@ -214,10 +222,12 @@ async def test_forget_with_the_flag_deletes_by_id_for_good(tmp_path: Path) -> No
 def assert_neutral(text: str) -> None:
     """No secret, no hidden or control character, no line that opens a heading but the
     block's own."""
-    assert SECRET not in text and SECRET[:20] not in text
+    assert SECRET not in text
+    assert SECRET[:20] not in text
     hidden = [c for c in text if c not in "\n" and unicodedata.category(c)[0] == "C"]
     assert not hidden, [hex(ord(c)) for c in hidden]
-    assert "\u202e" not in text and "\u200b" not in text
+    assert "\u202e" not in text
+    assert "\u200b" not in text
     headings = [line for line in text.splitlines() if line.lstrip().startswith("#")]
     assert headings in ([], ["## Relevant past experience"]), headings
     assert "##" not in text.replace("## Relevant past experience", "")
@@ -285,7 +295,8 @@ async def test_bad_arguments_are_typed_tool_errors_and_store_nothing(tmp_path: P
         unknown = await failing(client, "grade", id="no-such-id\x1b[2J", outcome="success",
                                 verified=True)  # fmt: skip
         assert "ConfigurationError: no episode with id 'no-such-id\\\\x1b[2J'" in unknown
-        assert unknown.endswith("nothing was graded") and "\x1b" not in unknown
+        assert unknown.endswith("nothing was graded")
+        assert "\x1b" not in unknown
         assert "score" in await failing(client, "record", task="x", score=3)
         assert "outcome" in await failing(client, "record", task="x", outcome="great")
         assert "task" in await failing(client, "record", task="")
@@ -418,9 +429,12 @@ async def test_http_refuses_a_missing_or_wrong_token_and_a_foreign_host(tmp_path
     with http_server(str(tmp_path / "m.json")) as (url, token, port):
         async with httpx.AsyncClient() as http:
             missing = await http.post(url, json=body, headers=accept)
-            assert missing.status_code == 401 and "token" in missing.text
+            assert missing.status_code == 401
+            assert "token" in missing.text
             assert token not in missing.text
-            wrong = await http.post(url, json=body, headers={**accept, "authorization": "Bearer x" * 3})
+            wrong = await http.post(
+                url, json=body, headers={**accept, "authorization": "Bearer x" * 3}
+            )
             assert wrong.status_code == 401
             basic = await http.post(url, json=body, headers={**accept, "authorization": token})
             assert basic.status_code == 401  # the bare token, without "Bearer"
@@ -467,7 +481,8 @@ def test_mcp_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
         done = subprocess.run(argv, capture_output=True, text=True, env={**env(), **extra},
                               timeout=60)  # fmt: skip
         assert done.returncode == 2, done.stderr
-        assert message in done.stderr and done.stdout == ""
+        assert message in done.stderr
+        assert done.stdout == ""
         assert "short" not in done.stderr.replace("at least", "")
 
 
@@ -487,19 +502,31 @@ def config_snippets() -> list[dict[str, Any]]:
     return [json.loads(body) for body in re.findall(r"```json\n(.*?)```", text, re.S)]
 
 
-async def test_the_claude_desktop_config_in_the_docs_starts_a_working_server(
-    tmp_path: Path,
-) -> None:
-    [desktop] = [s for s in config_snippets() if "mcpServers" in s]
-    entry = desktop["mcpServers"]["episodic-memory"]
-    assert entry["command"] == "deepcrew-episodic"
-    args = list(entry["args"])
-    args[args.index("--store") + 1] = str(tmp_path / "episodes.json")
-    command = str(Path(sys.executable).with_name("deepcrew-episodic"))
-    params = StdioServerParameters(command=command, args=args, env=env())
-    async with Client(params, mode="legacy") as client:
-        names = [t.name for t in (await client.list_tools()).tools]
-        assert names == ["recall", "record", "grade", "timeline"]
+async def test_the_config_snippets_in_the_docs_start_a_working_server(tmp_path: Path) -> None:
+    entries = [s["mcpServers"]["episodic-memory"] for s in config_snippets()]
+    stdio_entries = [e for e in entries if e.get("type", "stdio") == "stdio"]
+    assert len(stdio_entries) == 2  # Claude Desktop, and a project's .mcp.json
+    for n, entry in enumerate(stdio_entries):
+        assert entry["command"] == "deepcrew-episodic"
+        args = [a.replace("${HOME}", str(tmp_path)) for a in entry["args"]]
+        args[args.index("--store") + 1] = str(tmp_path / f"episodes-{n}.db")
+        command = str(Path(sys.executable).with_name("deepcrew-episodic"))
+        params = StdioServerParameters(command=command, args=args, env=env())
+        async with Client(params, mode="legacy") as client:  # as today's hosts connect
+            names = [t.name for t in (await client.list_tools()).tools]
+            assert names == ["recall", "record", "grade", "timeline"]
+            await call(client, "record", task="Configured from the docs")
+    [over_http] = [e for e in entries if e.get("type") == "http"]
+    fixed = "a-token-from-the-environment-1234"
+    with http_server(str(tmp_path / "h.json"), "--port", "0",
+                     DEEPCREW_EPISODIC_MCP_TOKEN=fixed) as (url, _shown, _port):  # fmt: skip
+        header = over_http["headers"]["Authorization"]
+        assert header == "Bearer ${DEEPCREW_EPISODIC_MCP_TOKEN}"
+        assert over_http["url"].endswith("/mcp")
+        assert url.endswith("/mcp")
+        async with http_client(url, header.removeprefix("Bearer ").replace(
+            "${DEEPCREW_EPISODIC_MCP_TOKEN}", fixed)) as client:  # fmt: skip
+            assert (await call(client, "timeline"))["total"] == 0
 
 
 def test_the_mcp_server_uses_only_the_public_api() -> None:
@@ -512,4 +539,5 @@ def test_the_mcp_server_uses_only_the_public_api() -> None:
     assert [f for f in found if "deepcrew_episodic.mcp_server" not in f] == []
     for path in modules:
         source = path.read_text()
-        assert "deepcrew_episodic.cli" not in source and "from ..cli" not in source
+        assert "deepcrew_episodic.cli" not in source
+        assert "from ..cli" not in source

@@ -5,8 +5,9 @@ context. So every stored string is redacted first (the server's redactor: the CL
 store URL's password too), then made one line of plain text: every line break and run of
 whitespace becomes one space (no stored line can open a heading of its own), every hidden
 character is dropped (the library's rule, :func:`~deepcrew_episodic._unicode.strip_hidden`),
-``##`` runs shrink to ``#`` (and a leading ``#`` becomes U+FF03 ``＃``), and a long text is cut (after redaction: a cut must not leave a
-piece of a secret no rule recognises). Error messages are redacted and their hidden characters
+``##`` runs shrink to ``#`` (and a leading ``#`` becomes U+FF03, its full-width look-alike),
+and a long text is cut (after redaction: a cut must not leave a piece of a secret no rule
+recognises). Error messages are redacted and their hidden characters
 spelled out (``\\x1b``), so that the person reading a client's log sees them.
 """
 
