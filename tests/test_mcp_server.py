@@ -216,6 +216,59 @@ async def test_forget_with_the_flag_deletes_by_id_for_good(tmp_path: Path) -> No
     assert [ep.id for ep in await stored(store)] == [kept["id"]]
 
 
+async def test_a_run_recorded_by_another_process_meanwhile_is_recalled(tmp_path: Path) -> None:
+    store = str(tmp_path / "m.json")
+    async with stdio(store) as client:
+        assert (await call(client, "timeline"))["total"] == 0
+        # The CLI (another process) records while the server runs.
+        done = await anyio.run_process(
+            [*COMMAND[:-1], "--store", store, "record", "-q", "Rotate the signing key",
+             "--outcome", "failure", "--reflection", "Revoke the old key last."],
+            env=env(),
+        )  # fmt: skip
+        assert done.returncode == 0
+        found = await call(client, "recall", task="rotate the signing key")
+        assert "Revoke the old key last." in found["block"]
+
+
+@pytest.mark.slow
+async def test_concurrent_http_clients_lose_no_record(tmp_path: Path) -> None:
+    with http_server(str(tmp_path / "m.db")) as (url, token, _port):
+
+        async def one(n: int) -> None:
+            async with http_client(url, token) as client:
+                for i in range(5):
+                    await call(client, "record", task=f"client {n} run {i}")
+
+        async with anyio.create_task_group() as tasks:
+            for n in range(6):
+                tasks.start_soon(one, n)
+        async with http_client(url, token) as client:
+            listed = await call(client, "timeline", limit=200)
+    assert listed["total"] == 30
+    assert len({e["id"] for e in listed["episodes"]}) == 30
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # litellm is asyncio-only
+async def test_recall_by_meaning_with_an_embedder_keeps_stdio_clean(
+    tmp_path: Path, llm: Any, anyio_backend: str
+) -> None:
+    store = str(tmp_path / "m.db")
+    flags = ["--embedder", "openai/hash-64", "--embedder-api-base", llm.base_url]
+    params = StdioServerParameters(
+        command=COMMAND[0],
+        args=[*COMMAND[1:], "--store", store, *flags],
+        env={**env(), "OPENAI_API_KEY": "test"},
+    )
+    # litellm loads before serving: nothing it prints may reach the wire (stdout).
+    async with Client(params, mode="legacy") as client:
+        await call(client, "record", task="Customer was charged twice for one purchase")
+        found = await call(client, "recall", task="Customer was charged twice for one purchase")
+        assert found["ranking"] == "hybrid"
+        assert len(found["items"]) == 1
+    assert llm.embedded  # the server's embedder was really called
+
+
 # --- what comes out is neutralised -----------------------------------------------------------
 
 
