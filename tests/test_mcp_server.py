@@ -194,7 +194,9 @@ async def test_forget_is_not_offered_and_refused_without_the_flag(tmp_path: Path
     async with stdio(store) as client:
         kept = await call(client, "record", task="Keep me", outcome="failure", verified=True)
         message = await failing(client, "forget", ids=[kept["id"]])
-        assert "forget" in message
+        assert "forget is turned off on this server" in message
+        assert message.endswith("nothing was deleted")
+        assert "forget" not in [t.name for t in (await client.list_tools()).tools]
         assert [e["id"] for e in (await call(client, "timeline"))["episodes"]] == [kept["id"]]
     assert [ep.id for ep in await stored(store)] == [kept["id"]]
 
@@ -537,6 +539,23 @@ def test_mcp_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
         assert message in done.stderr
         assert done.stdout == ""
         assert "short" not in done.stderr.replace("at least", "")
+
+
+def test_without_the_extra_the_command_says_what_to_install(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['mcp'] = None  # the SDK not installed\n"
+        "from deepcrew_episodic.cli import main\n"
+        f"sys.exit(main(['--store', {str(tmp_path / 'm.json')!r}, 'mcp']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env(), timeout=60)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "deepcrew-episodic: error: the MCP server needs the 'mcp' extra: "
+        "pip install 'deepcrew-episodic[mcp]'"
+    ]
 
 
 # --- docs, example, layering -----------------------------------------------------------------

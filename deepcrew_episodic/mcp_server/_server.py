@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import Field
 
 from ._results import (
@@ -49,6 +49,10 @@ MAX_LIMIT = 200
 MAX_BLOCK_CHARS = 20_000
 MAX_IDS = 100
 
+FORGET_REFUSED = (
+    "forget is turned off on this server: it deletes runs for good, so it must be started "
+    "with --allow-forget (create_server(allow_forget=True)); nothing was deleted"
+)
 NOTHING_RELEVANT = "No relevant past experience is stored for this task."
 
 Outcome = Literal["success", "failure", "partial", "abandoned", "unknown"]
@@ -119,8 +123,9 @@ def create_server(
         from .. import Redactor
 
         redact = Redactor().redact
-    tools = _Tools(memory, Neutraliser(redact))
-    server = MCPServer(
+    tools = _Tools(memory, Neutraliser(redact), allow_forget=bool(allow_forget))
+    server = _MemoryServer(
+        frozenset() if allow_forget else frozenset({"forget"}),
         name,
         instructions=INSTRUCTIONS,
         version=_version(),
@@ -153,16 +158,28 @@ def create_server(
         tools.timeline, name="timeline", title="List recent runs", description=_paragraph(TIMELINE),
         annotations=read_only,
     )  # fmt: skip
-    if allow_forget:
-        server.add_tool(
-            tools.forget,
-            name="forget",
-            title="Delete runs for good",
-            description=_paragraph(FORGET),
-            annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
-                                        idempotent_hint=True, open_world_hint=False),
-        )  # fmt: skip
+    # Registered either way, listed only when allowed: a call without the flag gets a refusal
+    # that says why (the SDK's "Unknown tool" would not).
+    server.add_tool(
+        tools.forget,
+        name="forget",
+        title="Delete runs for good",
+        description=_paragraph(FORGET),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                    idempotent_hint=True, open_world_hint=False),
+    )  # fmt: skip
     return server
+
+
+class _MemoryServer(MCPServer):
+    """The SDK's server, with some registered tools left out of ``tools/list``."""
+
+    def __init__(self, hidden: frozenset[str], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hidden = hidden
+
+    async def list_tools(self) -> list[Tool]:
+        return [tool for tool in await super().list_tools() if tool.name not in self.hidden]
 
 
 def _paragraph(text: str) -> str:
@@ -205,9 +222,10 @@ async def _as_tool_error(safe: Neutraliser, nothing: str) -> AsyncIterator[None]
 class _Tools:
     """The tool functions (their signatures are the tools' input schemas)."""
 
-    def __init__(self, memory: EpisodicMemory, safe: Neutraliser) -> None:
+    def __init__(self, memory: EpisodicMemory, safe: Neutraliser, *, allow_forget: bool) -> None:
         self.memory = memory
         self.safe = safe
+        self.allow_forget = allow_forget
 
     # --- what every tool shows ----------------------------------------------------------
 
@@ -464,6 +482,8 @@ class _Tools:
             bool, Field(description="count what would be deleted, delete nothing")
         ] = False,
     ) -> Forgotten:
+        if not self.allow_forget:
+            raise McpToolError(FORGET_REFUSED)
         async with _as_tool_error(self.safe, "; nothing was deleted"):
             found, missing = await self._resolve(ids)
             deleted = await self.memory.forget(found, dry_run=dry_run) if found else 0
