@@ -44,6 +44,7 @@ TASK_CHARS = 500
 ANSWER_CHARS = 1000
 LESSON_CHARS = 500
 LABEL_CHARS = 60
+MAX_LABELS = 20
 MAX_TOP_K = 20
 MAX_LIMIT = 200
 MAX_BLOCK_CHARS = 20_000
@@ -239,10 +240,17 @@ class _Tools:
             "task": text(ep.query, TASK_CHARS),
             "answer": text(ep.response, ANSWER_CHARS),
             "lesson": text(ep.reflection, LESSON_CHARS) if ep.reflection else None,
-            "tags": [t for t in (text(t, LABEL_CHARS) for t in ep.tags) if t],
-            "tools": [t for t in (text(t, LABEL_CHARS) for t in ep.tools_used) if t],
+            "tags": self._labels(ep.tags),
+            "tools": self._labels(ep.tools_used),
             "grades": grades,
         }
+
+    def _labels(self, values: Sequence[str]) -> list[str]:
+        """Tags or tools as shown: at most MAX_LABELS, then one "(+N more)"."""
+        shown = [t for t in (self.safe.text(v, LABEL_CHARS) for v in values) if t]
+        if len(shown) > MAX_LABELS:
+            shown = [*shown[:MAX_LABELS], f"(+{len(shown) - MAX_LABELS} more)"]
+        return shown
 
     async def _grade_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
