@@ -1489,6 +1489,8 @@ def private_uses(path: Path, root: Path) -> list[str]:
         "deepcrew_episodic._unicode": set(unicode_module.__all__),
         # The web viewer is a public module of its own (``serve`` runs it).
         "deepcrew_episodic.viewer": {"create_app"},
+        # So is the MCP server (``mcp`` runs it).
+        "deepcrew_episodic.mcp_server": {"create_http_app", "create_server"},
     }
     module = _module_name(path, root).replace(".__init__", "") + (
         ".__init__" if path.name == "__init__.py" else ""

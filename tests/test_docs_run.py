@@ -28,7 +28,7 @@ ROOT = Path(__file__).parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 # Fences a doc may use. ``python`` blocks are run; the others are never executed.
-FENCES = {"python", "bash", "console", "diff", "text"}
+FENCES = {"python", "bash", "console", "diff", "text", "json"}
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})(?P<info>[^\n`]*)$", re.M)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ._errors import CliError, UsageError
 from ._grade import cmd_grade
+from ._mcp import cmd_mcp
 from ._output import (
     OUTPUT,
     PROG,
@@ -127,6 +128,7 @@ async def _run(args: argparse.Namespace, settings: Settings, provider: MemoryPro
             "backfill": lambda: cmd_backfill(args, memory),
             "reembed": lambda: cmd_reembed(args, memory, settings.label),
             "serve": lambda: cmd_serve(args, memory, settings.label),
+            "mcp": lambda: cmd_mcp(args, memory, settings.label),
         }
         return await handlers[args.command]()
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NoReturn
 
 from ._errors import UsageError
+from ._mcp import MCP_HELP, add_mcp_arguments, check_mcp_usage
 from ._output import OUTPUT, PROG, shown
 from ._serve import SERVE_HELP, add_serve_arguments
 
@@ -412,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("-y", "--yes", action="store_true", help="do not ask")
 
     add_serve_arguments(command("serve", SERVE_HELP))
+    add_mcp_arguments(command("mcp", MCP_HELP))
     return parser
 
 
@@ -431,6 +433,8 @@ def check_usage(args: argparse.Namespace) -> None:
     """Combinations argparse cannot express, checked before any store is opened."""
     if args.command == "record":
         _check_record(args)
+    if args.command == "mcp":
+        check_mcp_usage(args)
     if args.command == "grade" and args.outcome is None and args.score is None:
         raise UsageError("grade: give --outcome, --score or both")
     if args.command == "forget":

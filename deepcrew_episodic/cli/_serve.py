@@ -21,13 +21,13 @@ from ._output import OUTPUT, clean, note
 if TYPE_CHECKING:
     from .. import EpisodicMemory
 
-__all__ = ["SERVE_HELP", "add_serve_arguments", "cmd_serve"]
+__all__ = ["DEFAULT_HOST", "SERVE_HELP", "add_serve_arguments", "bind", "cmd_serve", "port_number"]
 
 SERVE_HELP = "a local web viewer: timeline, episodes, recall playground, overview"
 DEFAULT_HOST = "127.0.0.1"
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     value = text.strip()
     if not value.isascii() or not value.isdigit() or not 0 <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"'{text[:20]}' is not a port (0 to 65535; 0: a free one)")
@@ -42,7 +42,7 @@ def add_serve_arguments(sub: argparse.ArgumentParser) -> None:
         help=f"the address to listen on (default {DEFAULT_HOST}: this machine only)",
     )
     sub.add_argument(
-        "--port", type=_port, default=0, metavar="N", help="the port (default 0: a free one)"
+        "--port", type=port_number, default=0, metavar="N", help="the port (default 0: a free one)"
     )
     sub.add_argument("--open", action="store_true", help="open the viewer in a web browser")
     sub.add_argument(
@@ -71,7 +71,7 @@ async def cmd_serve(args: argparse.Namespace, memory: EpisodicMemory, label: str
         ) from None
     token = secrets.token_urlsafe(32)
     app = create_app(memory, token=token, allow_forget=args.allow_forget, label=label, redact=clean)
-    sock = _bind(args.host, args.port)
+    sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     bound = ipaddress.ip_address(host)
     if bound.is_unspecified:
@@ -107,13 +107,13 @@ async def cmd_serve(args: argparse.Namespace, memory: EpisodicMemory, label: str
     return 0
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, command: str = "serve") -> socket.socket:
     """A listening socket on *host*:*port* (0: a free port), bound before the URL is printed
     so that the URL names the real port."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise CliError(f"serve: cannot listen on '{host}': {exc.strerror}") from None
+        raise CliError(f"{command}: cannot listen on '{host}': {exc.strerror}") from None
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -122,6 +122,6 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise CliError(f"serve: cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise CliError(f"{command}: cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.setblocking(False)
     return sock

@@ -35,11 +35,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-CREATES = frozenset({"record", "import"})
+# The MCP server records runs: a store it is pointed at for the first time is created.
+CREATES = frozenset({"record", "import", "mcp"})
 READS = frozenset({"recall", "timeline", "stats", "export"})
 # The commands a memory with an embedder changes: recall ranks by meaning too, record and import
 # store vectors, stats counts them. The others never need it (nor numpy, nor litellm).
-USE_EMBEDDER = frozenset({"recall", "record", "import", "stats", "backfill", "reembed", "serve"})
+USE_EMBEDDER = frozenset(
+    {"recall", "record", "import", "stats", "backfill", "reembed", "serve", "mcp"}
+)
 NEED_EMBEDDER = frozenset({"backfill", "reembed"})
 # The commands that call the embedder (stats only reads stored vectors).
 EMBED = USE_EMBEDDER - {"stats"}

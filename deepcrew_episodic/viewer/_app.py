@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import logging
 import secrets
 import time
@@ -36,6 +35,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..cli._loopback import host_allowed, same_secret
 from ._charts import COLOURS, MAX_BARS, stacked_bars
 from ._data import (
     DEFAULT_PER_PAGE,
@@ -519,7 +519,7 @@ class _Guard:
             await send(message)
 
         request = Request(scope)
-        if not _host_allowed(scope, request.headers.get("host")):
+        if not host_allowed(scope, request.headers.get("host")):
             # DNS rebinding: a page of another site whose name now resolves to 127.0.0.1.
             refusal = await self.page.error(
                 400, "Bad request", "The Host header does not name this server."
@@ -532,7 +532,7 @@ class _Guard:
             return
         given = request.query_params.get("token")
         if given is not None and request.method in ("GET", "HEAD"):
-            if not _same(given, self.token):
+            if not same_secret(given, self.token):
                 await self._refuse(scope, receive, send_with_headers)
                 return
             target = request.url.remove_query_params("token")
@@ -548,7 +548,7 @@ class _Guard:
             )
             await response(scope, receive, send_with_headers)
             return
-        if not _same(request.cookies.get(COOKIE, ""), self.token):
+        if not same_secret(request.cookies.get(COOKIE, ""), self.token):
             await self._refuse(scope, receive, send_with_headers)
             return
         await self.app(scope, receive, send_with_headers)
@@ -609,34 +609,6 @@ def _deleted_notice(value: str | None) -> Plain:
         return Plain("")
     n = int(value)
     return Plain(f"Deleted {n} episode{'s' * (n != 1)}.")
-
-
-def _host_allowed(scope: Scope, host: str | None) -> bool:
-    """Whether *host* (the Host header) names this server when the request came in on a
-    loopback address (the ASGI ``server``: the connection's local address, so this holds for a
-    server bound to every interface too): 127.0.0.1, localhost or [::1] with its port. A page
-    of another site whose name was rebound to 127.0.0.1 sends its own name. Reached on another
-    address, any Host is accepted (the token is the defence there)."""
-    server = scope.get("server")
-    if not server:
-        return True
-    bound, port = server[0], server[1]
-    try:
-        loopback = bound == "localhost" or ipaddress.ip_address(bound).is_loopback
-    except ValueError:
-        return True
-    if not loopback:
-        return True
-    if host is None:
-        return False
-    allowed = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
-    if port in (80, None):
-        allowed |= {"127.0.0.1", "localhost", "[::1]"}
-    return host.lower() in allowed
-
-
-def _same(given: str, token: str) -> bool:
-    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
 
 
 def _cross_site(request: Request) -> str | None:
