@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 from llm_server import RecordedRequest, Reply, ScriptedLLM
 from pydantic import BaseModel
-from pydantic_ai import Agent, ModelRetry, RunContext
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ImageUrl,
+    ModelRetry,
+    RunContext,
+)
 from pydantic_ai.exceptions import (
     ModelHTTPError,
     ModelUnavailableError,
@@ -493,6 +500,82 @@ async def test_a_continued_conversation_recalls_by_its_last_prompt(
     run = episodic.episodes_of(again)
     assert run.query == ROTATE
     assert run.recalled_ids == [episodic.episodes_of(first).recorded_id]
+
+
+async def test_a_run_paused_for_approval_is_recorded_when_it_finishes(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    agent = Agent(model, capabilities=[episodic], output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def revoke(key: str) -> str:
+        """Revoke a key."""
+        return f"{key} revoked"
+
+    llm.script(Reply.tool_call("revoke", {"key": "key-1"}))
+    paused = await agent.run(ROTATE)
+    assert isinstance(paused.output, DeferredToolRequests)
+    assert episodic.episodes_of(paused).recorded is None  # no outcome yet
+    assert await memory.load() == []
+
+    [call] = paused.output.approvals
+    llm.script(Reply.text("Revoked key-1 after key-2 took over."))
+    done = await agent.run(
+        message_history=paused.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={call.tool_call_id: True}),
+    )
+    recorded = episodic.episodes_of(done).recorded
+    assert recorded is not None
+    assert recorded.query == ROTATE
+    assert recorded.response == "Revoked key-1 after key-2 took over."
+    assert recorded.tools_used == ["revoke"]
+
+
+async def test_a_run_without_a_task_records_nothing_and_fails_nothing(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    agent = Agent(model, capabilities=[episodic])
+    llm.script(Reply.text("Hello!"), Reply.error(400, "bad request"))
+    result = await agent.run("   ")
+    assert result.output == "Hello!"
+    with pytest.raises(ModelHTTPError):
+        await agent.run("")
+    assert await memory.load() == []
+    assert (memory.counters.recall_failures, memory.counters.record_failures) == (0, 0)
+
+
+async def test_two_memories_on_one_agent_each_keep_their_own(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    support, audit = EpisodicMemory(InMemoryProvider()), EpisodicMemory(InMemoryProvider())
+    mine = EpisodicMemoryCapability(support)
+    theirs = EpisodicMemoryCapability(audit, agent_id="auditor", tags=["audit"])
+    agent = Agent(model, capabilities=[mine, theirs], name="support")
+    llm.script(Reply.text("Create key-2 first."))
+    result = await agent.run(ROTATE)
+    ours, audited = mine.episodes_of(result).recorded, theirs.episodes_of(result).recorded
+    assert ours is not None
+    assert audited is not None
+    assert (ours.agent_id, ours.tags) == ("support", [])
+    assert (audited.agent_id, audited.tags) == ("auditor", ["audit"])
+    assert [e.id for e in await support.load()] == [ours.id]
+    assert [e.id for e in await audit.load()] == [audited.id]
+
+
+async def test_a_prompt_with_an_image_is_recalled_by_its_words(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    agent = Agent(model, capabilities=[episodic])
+    llm.script(Reply.text("That key is expired."))
+    prompt = ["Why is this API key rejected?", ImageUrl(url="https://example.com/error.png")]
+    result = await agent.run(prompt)
+    assert episodic.episodes_of(result).query == "Why is this API key rejected?"
 
 
 # --- what reaches the prompt -------------------------------------------------------------------

@@ -25,7 +25,6 @@ Needs ``pip install 'deepcrew-episodic[pydantic-ai]'``. pydantic-ai runs on asyn
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ from .. import (
     EpisodicHook,
     EpisodicMemory,
     MissingDependencyError,
+    Recorded,
     StreamEvent,
 )
 
@@ -53,8 +53,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     ) from exc
 
 __all__ = ["INSTALL_HINT", "EpisodicMemoryCapability", "EpisodicRun"]
-
-log = logging.getLogger("deepcrew_episodic")
 
 # pydantic-ai's errors for a provider that could not be used, whatever the task (the same rule
 # as the runner's for litellm): rate-limited, out of quota or credit, unavailable or overloaded,
@@ -280,82 +278,65 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
     # --- internals -------------------------------------------------------------------------
 
     async def _recall(self, ctx: RunContext[Any], state: _RunState) -> None:
-        try:
-            state.query = _query(ctx)
-        except Exception as exc:  # an odd prompt must not cost the run, only its memory
-            self._tolerate("reading the run's prompt for recall", exc, recall=True)
-            return
+        state.query = _query(ctx)
         recalled = await state.hook.before_run([], query=state.query)
         state.block = recalled.block
         state.recalled = tuple(recalled.episodes)
         state.recall_error = recalled.error
 
     async def _record_result(self, ctx: RunContext[Any], state: _RunState, result: Any) -> None:
-        recorded: Episode | None = None
-        error: str | None = None
-        try:
-            output = result.output
-            if state.query.strip() and not isinstance(output, DeferredToolRequests):
-                # A run paused for deferred tool calls has no outcome yet: the run that
-                # continues it (same prompt, from the message history) records it.
-                checked = self.verified
-                if checked is None:
-                    checked = state.validators or state.rejections > 0
-                done = await state.hook.after_run(
-                    state.query,
-                    _answer_text(output),
-                    outcome="success" if checked else "claimed_success",
-                    tools_used=state.tools,
-                    run_id=ctx.run_id,
-                )
-                recorded, error = done.episode, done.error
-        except Exception as exc:
-            error = self._tolerate("recording the run", exc)
-        self._remember(result, self._summary(ctx, state, recorded, error))
+        done = None
+        output = result.output
+        # A run paused for deferred tool calls has no outcome yet: the run that continues it
+        # (its prompt read from the message history) records it.
+        if state.query.strip() and not isinstance(output, DeferredToolRequests):
+            checked = self.verified
+            if checked is None:
+                checked = state.validators or state.rejections > 0
+            done = await state.hook.after_run(
+                state.query,
+                _answer_text(output),
+                outcome="success" if checked else "claimed_success",
+                tools_used=state.tools,
+                run_id=ctx.run_id,
+            )
+        self._remember(result, self._summary(ctx, state, done))
 
     async def _record_error(self, ctx: RunContext[Any], state: _RunState, exc: Exception) -> None:
-        recorded: Episode | None = None
-        error: str | None = None
-        try:
-            if state.query.strip():
-                if state.rejections and isinstance(exc, pai_exceptions.UnexpectedModelBehavior):
-                    # The validators rejected every answer until the run gave up: their
-                    # verdict, a verified failure, with the reason and the last answer.
-                    response = f"Rejected by the output check: {state.last_rejection}"
-                    if state.last_rejected.strip():
-                        response += f"\nLast answer: {state.last_rejected.strip()}"
-                    done = await state.hook.after_run(
-                        state.query,
-                        response,
-                        outcome="failure",
-                        tools_used=state.tools,
-                        run_id=ctx.run_id,
-                    )
-                else:
-                    done = await state.hook.failed(
-                        state.query,
-                        exc,
-                        tools_used=state.tools,
-                        run_id=ctx.run_id,
-                        infrastructure=_provider_outage(exc),
-                    )
-                recorded, error = done.episode, done.error
-        except Exception as failure:
-            error = self._tolerate("recording the failed run", failure)
-        if recorded is not None:
-            exc.add_note(f"{recorded.outcome} episode {recorded.id} recorded")
-        self._remember(exc, self._summary(ctx, state, recorded, error))
+        done = None
+        if not state.query.strip():
+            pass  # no task, nothing to remember
+        elif state.rejections and isinstance(exc, pai_exceptions.UnexpectedModelBehavior):
+            # The checks rejected every answer until the run gave up: their verdict, a
+            # verified failure, with the reason and the last answer.
+            response = f"Rejected by the output check: {state.last_rejection}"
+            if state.last_rejected.strip():
+                response += f"\nLast answer: {state.last_rejected.strip()}"
+            done = await state.hook.after_run(
+                state.query, response, outcome="failure", tools_used=state.tools, run_id=ctx.run_id
+            )
+        else:
+            done = await state.hook.failed(
+                state.query,
+                exc,
+                tools_used=state.tools,
+                run_id=ctx.run_id,
+                infrastructure=_provider_outage(exc),
+            )
+        if done is not None and done.episode is not None:
+            exc.add_note(f"{done.episode.outcome} episode {done.episode.id} recorded")
+        self._remember(exc, self._summary(ctx, state, done))
 
     def _summary(
-        self, ctx: RunContext[Any], state: _RunState, recorded: Episode | None, error: str | None
+        self, ctx: RunContext[Any], state: _RunState, done: Recorded | None
     ) -> EpisodicRun:
         return EpisodicRun(
             run_id=ctx.run_id or "",
             query=state.query,
             recalled=state.recalled,
-            recorded=recorded,
+            recorded=None if done is None else done.episode,
             recall_error=state.recall_error,
-            record_error=error,
+            record_error=None if done is None else done.error,
         )
 
     def _remember(self, outcome: object, run: EpisodicRun) -> None:
@@ -366,15 +347,6 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         attached = getattr(outcome, "__dict__", None)
         if isinstance(attached, dict):
             attached.setdefault(ATTACHED, {})[self._token] = run
-
-    def _tolerate(self, what: str, exc: Exception, *, recall: bool = False) -> str:
-        if recall:
-            self.memory.counters.recall_failures += 1
-        else:
-            self.memory.counters.record_failures += 1
-        message = f"{type(exc).__name__}: {exc}"
-        log.warning("%s failed (%s); the run goes on", what, message)
-        return message
 
 
 def _query(ctx: RunContext[Any]) -> str:
