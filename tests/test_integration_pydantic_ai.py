@@ -28,6 +28,7 @@ from pydantic_ai import (
     RunContext,
 )
 from pydantic_ai.exceptions import (
+    ModelConnectionError,
     ModelHTTPError,
     ModelUnavailableError,
     UnexpectedModelBehavior,
@@ -303,6 +304,45 @@ async def test_a_provider_outage_is_abandoned_not_the_tasks_failure(
     assert episodic.episodes_of(result).recalled == ()
 
 
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (429, "abandoned"),  # rate-limited
+        (401, "abandoned"),  # the key refused
+        (402, "abandoned"),  # the bill
+        (500, "abandoned"),
+        (502, "abandoned"),
+        (404, "failure"),  # a model the provider does not know: the configuration's
+        (422, "failure"),  # a request it rejected for what it says
+    ],
+)
+async def test_which_provider_errors_are_an_outage(
+    llm: ScriptedLLM, model: OpenAIChatModel, status: int, outcome: str
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    agent = Agent(model, capabilities=[episodic])
+    llm.fallback = Reply.error(status, "scripted provider error")
+    with pytest.raises(ModelHTTPError) as raised:
+        await agent.run(ROTATE, model_settings={"max_retries": 0})
+    assert raised.value.status_code == status
+    assert episodic.episodes_of(raised.value).outcome == outcome
+
+
+async def test_an_unreachable_provider_is_an_outage(free_tcp_port: int) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    provider = OpenAIProvider(base_url=f"http://127.0.0.1:{free_tcp_port}/v1", api_key="test")
+    async with OpenAIChatModel("scripted", provider=provider) as unreachable:
+        agent = Agent(unreachable, capabilities=[episodic])
+        with pytest.raises(ModelConnectionError) as raised:
+            await agent.run(ROTATE, model_settings={"max_retries": 0})
+    run = episodic.episodes_of(raised.value)
+    assert run.outcome == "abandoned"
+    assert run.recorded is not None
+    assert run.recorded.tags == ["infrastructure"]
+
+
 async def test_a_rejected_request_is_the_runs_failure(
     llm: ScriptedLLM, model: OpenAIChatModel
 ) -> None:
@@ -473,6 +513,43 @@ async def test_agent_iter_is_recorded_like_run(llm: ScriptedLLM, model: OpenAICh
             pass
     assert agent_run.result is not None
     assert episodic.episodes_of(agent_run.result).recorded_id is not None
+
+
+async def test_run_stream_is_recorded_and_its_id_comes_with_the_event(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    events: list[StreamEvent] = []
+    episodic = EpisodicMemoryCapability(memory, on_event=events.append)
+    agent = Agent(model, capabilities=[episodic])
+    llm.script(Reply.text("Create key-2, then revoke key-1."))
+    async with agent.run_stream(ROTATE) as stream:
+        output = await stream.get_output()
+    assert output == "Create key-2, then revoke key-1."
+    [stored] = await memory.load()
+    [recorded] = [e for e in events if e.event == EventType.EPISODE_RECORDED]
+    assert recorded.data["id"] == stored.id
+    assert stored.response == output
+
+
+def test_run_sync_is_recorded() -> None:
+    # In a process of its own: run_sync leaves behind the event loop it made, which this
+    # suite's warnings-as-errors would pin on whichever test collects it.
+    code = (
+        "from pydantic_ai import Agent\n"
+        "from pydantic_ai.messages import ModelResponse, TextPart\n"
+        "from pydantic_ai.models.function import FunctionModel\n"
+        "from deepcrew_episodic import EpisodicMemory\n"
+        "from deepcrew_episodic.integrations.pydantic_ai import EpisodicMemoryCapability\n"
+        "from deepcrew_episodic.providers import InMemoryProvider\n"
+        "episodic = EpisodicMemoryCapability(EpisodicMemory(InMemoryProvider()))\n"
+        "answer = lambda messages, info: ModelResponse(parts=[TextPart('Create key-2.')])\n"
+        "agent = Agent(FunctionModel(answer), capabilities=[episodic])\n"
+        "run = episodic.episodes_of(agent.run_sync('Rotate the key'))\n"
+        "print(run.outcome, run.recorded.response)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "claimed_success Create key-2."
 
 
 async def test_a_run_given_for_one_call_only(llm: ScriptedLLM, model: OpenAIChatModel) -> None:
