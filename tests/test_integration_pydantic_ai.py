@@ -21,6 +21,7 @@ from llm_server import RecordedRequest, Reply, ScriptedLLM
 from pydantic import BaseModel
 from pydantic_ai import (
     Agent,
+    CancellationToken,
     DeferredToolRequests,
     DeferredToolResults,
     ImageUrl,
@@ -31,6 +32,8 @@ from pydantic_ai.exceptions import (
     ModelConnectionError,
     ModelHTTPError,
     ModelUnavailableError,
+    RunCancelled,
+    RunTimedOut,
     UnexpectedModelBehavior,
 )
 from pydantic_ai.messages import ModelResponse, TextPart
@@ -387,6 +390,38 @@ async def test_a_cancelled_run_records_nothing(llm: ScriptedLLM, model: OpenAICh
     llm.script(Reply.text("too late", delay=5))
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(agent.run(ROTATE), timeout=0.3)
+    assert await memory.load() == []
+
+
+async def test_a_run_cancelled_with_its_token_records_nothing(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    agent = Agent(model, capabilities=[episodic])
+    token = CancellationToken()
+    llm.script(Reply.text("too late", delay=5))
+
+    async def cancel_soon() -> None:
+        await asyncio.sleep(0.2)
+        token.cancel()
+
+    canceller = asyncio.create_task(cancel_soon())
+    with pytest.raises(RunCancelled):
+        await agent.run(ROTATE, cancellation_token=token)
+    await canceller
+    assert await memory.load() == []
+
+
+async def test_a_run_past_its_timeout_records_nothing(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    # pydantic-ai ends such a run by cancelling it: like any cancelled run, it has no outcome
+    memory = EpisodicMemory(InMemoryProvider())
+    agent = Agent(model, capabilities=[EpisodicMemoryCapability(memory)])
+    llm.script(Reply.text("too late", delay=5))
+    with pytest.raises(RunTimedOut):
+        await agent.run(ROTATE, timeout=0.2)
     assert await memory.load() == []
 
 

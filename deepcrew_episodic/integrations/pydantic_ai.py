@@ -72,7 +72,6 @@ PROVIDER_OUTAGES = (
 # An uncategorised ModelHTTPError: unauthorized, payment required, forbidden, request timeout,
 # rate-limited, or any 5xx.
 OUTAGE_STATUSES = frozenset({401, 402, 403, 408, 429})
-ANSWER_CHARS = 2000
 ATTACHED = "_deepcrew_episodic_runs"
 
 
@@ -246,8 +245,8 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         try:
             result = await handler()
         except Exception as exc:
-            if _cancelled(exc):
-                raise  # a cancelled run has no outcome: nothing is recorded
+            # A cancelled run (a token, ctx.cancel(), its timeout=, its task) arrives here as
+            # asyncio's CancelledError, not an Exception: it has no outcome and records nothing.
             await self._record_error(ctx, state, exc)
             raise
         await self._record_result(ctx, state, result)
@@ -378,10 +377,9 @@ def _answer_text(output: object) -> str:
     if isinstance(output, str):
         return output
     try:
-        text = pydantic_core.to_json(output).decode()
+        return pydantic_core.to_json(output).decode()
     except Exception:  # not serialisable: its repr still says what it was
-        text = repr(output)
-    return text[:ANSWER_CHARS]
+        return repr(output)
 
 
 def _rejection_text(exc: Exception) -> str:
@@ -390,18 +388,6 @@ def _rejection_text(exc: Exception) -> str:
     part = getattr(exc, "tool_retry", None)
     content = getattr(part, "content", None)
     return content if isinstance(content, str) else str(exc)
-
-
-def _cancelled(exc: Exception) -> bool:
-    """A run cancelled from outside (a token, ``ctx.cancel()``); a run past its own deadline
-    (``RunTimedOut``) did not finish its task in time, which is a failure."""
-    cancelled = getattr(pai_exceptions, "RunCancelled", None)
-    timed_out = getattr(pai_exceptions, "RunTimedOut", None)
-    return (
-        isinstance(cancelled, type)
-        and isinstance(exc, cancelled)
-        and not (isinstance(timed_out, type) and isinstance(exc, timed_out))
-    )
 
 
 def _provider_outage(error: BaseException) -> bool:
