@@ -45,6 +45,7 @@ from test_runner import FlakyProvider
 
 from deepcrew_episodic import ConfigurationError, EpisodicMemory, EventType, StreamEvent
 from deepcrew_episodic._reflect import SYSTEM_PROMPT as REFLECTION_PROMPT
+from deepcrew_episodic.integrations import pydantic_ai as pydantic_ai_integration
 from deepcrew_episodic.integrations.pydantic_ai import EpisodicMemoryCapability
 from deepcrew_episodic.providers import InMemoryProvider, SQLiteMemoryProvider
 
@@ -736,6 +737,26 @@ async def test_with_pydantic_ais_function_model_offline() -> None:
     assert seen[0] in (None, "")
     assert seen[1] is not None
     assert seen[1].startswith(BLOCK)
+
+
+def test_settings_are_checked_when_the_capability_is_made() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    with pytest.raises(ConfigurationError, match="takes an EpisodicMemory"):
+        EpisodicMemoryCapability(InMemoryProvider())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="top_k"):
+        EpisodicMemoryCapability(memory, top_k=0)
+    with pytest.raises(ConfigurationError, match="recall_timeout"):
+        EpisodicMemoryCapability(memory, recall_timeout=0)
+    with pytest.raises(ConfigurationError, match="agent_id"):
+        EpisodicMemoryCapability(memory, agent_id=7)  # type: ignore[arg-type]
+
+
+def test_the_module_exports_what_it_means() -> None:
+    assert pydantic_ai_integration.__all__ == [
+        "INSTALL_HINT",
+        "EpisodicMemoryCapability",
+        "EpisodicRun",
+    ]
 
 
 def test_without_pydantic_ai_the_error_says_what_to_install() -> None:
