@@ -29,6 +29,7 @@ from pydantic_ai import (
     RunContext,
 )
 from pydantic_ai.exceptions import (
+    FallbackExceptionGroup,
     ModelConnectionError,
     ModelHTTPError,
     ModelUnavailableError,
@@ -37,6 +38,7 @@ from pydantic_ai.exceptions import (
     UnexpectedModelBehavior,
 )
 from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
@@ -345,6 +347,27 @@ async def test_an_unreachable_provider_is_an_outage(free_tcp_port: int) -> None:
     assert run.outcome == "abandoned"
     assert run.recorded is not None
     assert run.recorded.tags == ["infrastructure"]
+
+
+@pytest.mark.parametrize(
+    ("second", "outcome"), [(503, "abandoned"), (400, "failure")], ids=["both-down", "one-rejected"]
+)
+async def test_a_fallback_that_ran_out_of_models_is_an_outage_only_if_each_was(
+    llm: ScriptedLLM, model: OpenAIChatModel, second: int, outcome: str
+) -> None:
+    provider = OpenAIProvider(base_url=llm.base_url, api_key="test")
+    async with OpenAIChatModel("backup", provider=provider) as backup:
+        memory = EpisodicMemory(InMemoryProvider())
+        episodic = EpisodicMemoryCapability(memory)
+        agent = Agent(FallbackModel(model, backup), capabilities=[episodic])
+        llm.script(
+            Reply.error(503, "down", when=lambda r: r.model == "scripted"),
+            Reply.error(second, "no", when=lambda r: r.model == "backup"),
+        )
+        with pytest.raises(FallbackExceptionGroup) as raised:
+            await agent.run(ROTATE, model_settings={"max_retries": 0})
+    assert len(raised.value.exceptions) == 2
+    assert episodic.episodes_of(raised.value).outcome == outcome
 
 
 async def test_a_rejected_request_is_the_runs_failure(
