@@ -272,6 +272,7 @@ class EpisodicHook:
         tags: Sequence[str] = (),
         run_id: str | None = None,
         transcript_ref: str | None = None,
+        infrastructure: bool | None = None,
     ) -> Recorded:
         """Record a run that raised *error*; the response names the error (and keeps any
         partial answer). The caller re-raises.
@@ -280,9 +281,13 @@ class EpisodicHook:
         within ``max_turns``), except when the model provider could not be used
         (:func:`infrastructure_error`): then it is ``abandoned``, tag ``infrastructure``, and
         the response starts ``Run abandoned: <ErrorClass>: ...``. Recall leaves abandoned
-        episodes out unless its ``outcome`` filter names them."""
+        episodes out unless its ``outcome`` filter names them.
+
+        *infrastructure* is for a framework whose errors are not litellm's: ``True`` or
+        ``False`` says what the framework's own error classes told the caller, ``None`` (the
+        default) applies :func:`infrastructure_error`."""
         extra: list[str] = []
-        if infrastructure_error(error):
+        if infrastructure_error(error) if infrastructure is None else infrastructure:
             outcome: Outcome = "abandoned"
             response = f"Run abandoned: {describe(error)}"
             extra.append(INFRASTRUCTURE_TAG)

@@ -207,6 +207,22 @@ async def test_failed_names_the_error_and_keeps_the_partial_answer() -> None:
     )
 
 
+async def test_failed_takes_a_frameworks_word_on_infrastructure() -> None:
+    # A framework's own outage error (not litellm's) is abandoned when the caller says so, and
+    # the caller's "no" wins over the litellm rule: only the framework knows its classes.
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = EpisodicHook(memory)
+    outage = await hook.failed("q", RuntimeError("503 from the provider"), infrastructure=True)
+    assert outage.episode is not None
+    assert outage.episode.outcome == "abandoned"
+    assert outage.episode.tags == ["infrastructure"]
+    assert outage.episode.response == "Run abandoned: RuntimeError: 503 from the provider"
+    crash = await hook.failed("q", RuntimeError("a bug"), infrastructure=False)
+    assert crash.episode is not None
+    assert crash.episode.outcome == "failure"
+    assert crash.episode.tags == []
+
+
 def test_hook_settings_are_checked() -> None:
     memory = EpisodicMemory(InMemoryProvider())
     with pytest.raises(ConfigurationError, match="top_k"):
