@@ -431,6 +431,10 @@ def infrastructure_error(error: BaseException) -> bool:
     rate-limited, overloaded, refusing the credentials or the bill) rather than that the run
     failed its task. Only the error itself counts, not its cause: a tool that called a model
     and crashed (``ToolError``) is the tool's failure."""
+    return _litellm_infrastructure(error) or _openai_infrastructure(error)
+
+
+def _litellm_infrastructure(error: BaseException) -> bool:
     litellm = sys.modules.get("litellm")  # an error from litellm means it is loaded
     if litellm is None:
         return False
@@ -448,6 +452,27 @@ def infrastructure_error(error: BaseException) -> bool:
     return (
         isinstance(generic, type)
         and isinstance(error, generic)
+        and isinstance(status, int)
+        and (status in INFRASTRUCTURE_STATUSES or 500 <= status <= 599)
+    )
+
+
+def _openai_infrastructure(error: BaseException) -> bool:
+    # The openai SDK's own errors, raised as they are by the frameworks built on its client
+    # (the OpenAI Agents SDK, langchain-openai): unreachable or timed out (APIConnectionError
+    # and its APITimeoutError), or an HTTP status that says the provider could not be used, by
+    # the rule above. A 400, 404 or 422 is the request's own failure, and stays one.
+    openai = sys.modules.get("openai")  # an error from openai means it is loaded
+    if openai is None:
+        return False
+    unreachable = getattr(openai, "APIConnectionError", None)
+    if isinstance(unreachable, type) and isinstance(error, unreachable):
+        return True
+    refused = getattr(openai, "APIStatusError", None)
+    status = getattr(error, "status_code", None)
+    return (
+        isinstance(refused, type)
+        and isinstance(error, refused)
         and isinstance(status, int)
         and (status in INFRASTRUCTURE_STATUSES or 500 <= status <= 599)
     )

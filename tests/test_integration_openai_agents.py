@@ -1,0 +1,535 @@
+"""The OpenAI Agents SDK adapter: the SDK's real ``Runner.run`` and its own OpenAI client, over
+HTTP to the scripted server in ``tests/llm_server.py``. Nothing is patched."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    InputGuardrailTripwireTriggered,
+    MaxTurnsExceeded,
+    OpenAIChatCompletionsModel,
+    OutputGuardrailTripwireTriggered,
+    RunConfig,
+    RunContextWrapper,
+    function_tool,
+    input_guardrail,
+    output_guardrail,
+    set_tracing_disabled,
+)
+from agents.run_config import CallModelData, ModelInputData
+from llm_server import Reply, ScriptedLLM
+from pydantic import BaseModel
+from test_examples import run_example
+from test_runner import FlakyProvider
+
+from deepcrew_episodic import (
+    EpisodicHook,
+    EpisodicMemory,
+    EventType,
+    StreamEvent,
+    Verdict,
+    VerifierError,
+)
+from deepcrew_episodic.integrations.openai_agents import run, task_text
+from deepcrew_episodic.providers import InMemoryProvider
+
+pytestmark = pytest.mark.anyio
+
+# The SDK would otherwise export traces to OpenAI's servers.
+set_tracing_disabled(True)
+
+ASK = "Where is order 7?"
+LESSON = "Look the order up with lookup_order before answering."
+
+
+@function_tool
+def lookup_order(order_id: int) -> str:
+    """Look up an order's shipping status."""
+    return f"order {order_id}: shipped with DHL"
+
+
+@pytest.fixture
+async def model(llm: ScriptedLLM) -> AsyncIterator[OpenAIChatCompletionsModel]:
+    """The SDK's chat-completions model on its own OpenAI client, at the scripted server; no
+    retries, so a scripted error is the error the run sees."""
+    client = openai.AsyncOpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
+    yield OpenAIChatCompletionsModel(model="scripted", openai_client=client)
+    await client.close()
+
+
+def make_agent(model: OpenAIChatCompletionsModel, **options: Any) -> Agent[Any]:
+    options.setdefault("instructions", "You are a support agent. Be brief.")
+    return Agent(name="support", model=model, **options)
+
+
+def is_reflection(request: Any) -> bool:
+    return "reusable lesson" in request.system_text
+
+
+def agent_requests(llm: ScriptedLLM) -> list[Any]:
+    return [r for r in llm.requests if not is_reflection(r)]
+
+
+# --- recall before the run, record after it -------------------------------------------------
+
+
+async def test_the_second_run_is_told_the_first_runs_lesson(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    # The lesson is the memory's own reflection (litellm, at the same scripted server).
+    memory = EpisodicMemory(
+        InMemoryProvider(),
+        reflect_model="openai/scripted",
+        reflect_params={**llm.params, "max_retries": 0},
+    )
+    llm.script(
+        Reply.text("Order 7 shipped.", when=lambda r: not is_reflection(r)),
+        Reply.text(f"Lesson: {LESSON}", when=is_reflection),
+        Reply.text("Order 7 is with DHL.", when=lambda r: not is_reflection(r)),
+        Reply.text("NONE", when=is_reflection),  # the second run teaches nothing new
+    )
+    agent = make_agent(model)
+
+    first = await run(agent, ASK, memory=memory)
+    second = await run(agent, "Has order 7 shipped yet?", memory=memory)
+
+    assert first.final_output == "Order 7 shipped."
+    assert second.final_output == "Order 7 is with DHL."
+    before, after = agent_requests(llm)
+    assert "## Relevant past experience" not in before.system_text
+    system = after.system_text
+    assert system.startswith("You are a support agent. Be brief.\n\n## Relevant past experience")
+    assert f'asked: "{ASK}"' in system
+    assert f'lesson: "{LESSON}"' in system
+    assert after.last_user_text == "Has order 7 shipped yet?"  # the input itself is untouched
+
+    assert first.recalled_ids == []
+    assert first.recorded_id is not None
+    assert second.recalled_ids == [first.recorded_id]
+    assert first.outcome == "claimed_success"  # the model's own answer: a claim
+    [episode, _] = await memory.load()
+    assert episode.id == first.recorded_id
+    assert episode.query == ASK
+    assert episode.response == "Order 7 shipped."
+    assert episode.reflection == LESSON
+    assert episode.agent_id == "support"
+    assert not episode.verified
+
+
+async def test_every_model_call_of_the_run_gets_the_block(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(
+        Reply.text("Order 7 shipped."),
+        Reply.tool_call("lookup_order", {"order_id": 7}),
+        Reply.text("Order 7 is with DHL."),
+    )
+    agent = make_agent(model, tools=[lookup_order])
+    await run(agent, ASK, memory=memory)
+    await run(agent, ASK, memory=memory)
+    _, tool_turn, answer_turn = llm.requests
+    for request in (tool_turn, answer_turn):
+        assert request.system_text.count("## Relevant past experience") == 1
+
+
+async def test_the_tools_a_run_used_are_recorded(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(
+        Reply.tool_call("lookup_order", {"order_id": 7}),
+        Reply.text("Order 7 shipped with DHL."),
+        Reply.text("Still with DHL."),
+    )
+    agent = make_agent(model, tools=[lookup_order])
+    first = await run(agent, ASK, memory=memory)
+    await run(agent, ASK, memory=memory)
+
+    assert first.recorded is not None
+    assert first.recorded.tools_used == ["lookup_order"]
+    assert "tools: lookup_order] asked:" in llm.requests[-1].system_text
+
+
+async def test_input_items_are_recalled_by_the_last_user_message(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Shipped."), Reply.text("Still shipped."))
+    agent = make_agent(model)
+    await run(agent, ASK, memory=memory)
+    items: list[Any] = [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi, how can I help?"},
+        {"role": "user", "content": [{"type": "input_text", "text": ASK}]},
+    ]
+    second = await run(agent, items, memory=memory)
+    assert second.query == ASK
+    assert len(second.recalled_ids) == 1
+    assert second.recorded is not None
+    assert second.recorded.query == ASK
+
+
+def test_the_task_is_the_last_user_message_text() -> None:
+    assert task_text("plain") == "plain"
+    assert task_text([]) == ""
+    assert task_text([{"role": "assistant", "content": "no task here"}]) == ""
+    parts = [
+        {"type": "input_text", "text": "one"},
+        {"type": "input_image"},
+        {"type": "text", "text": "two"},
+    ]
+    assert task_text([{"type": "message", "role": "user", "content": parts}]) == "one\ntwo"
+
+
+async def test_your_own_model_input_filter_runs_before_the_block(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    seen: list[str | None] = []
+
+    async def house_rules(data: CallModelData[Any]) -> ModelInputData:
+        seen.append(data.model_data.instructions)
+        return ModelInputData(
+            input=data.model_data.input,
+            instructions=f"{data.model_data.instructions}\nAlways sign as Ada.",
+        )
+
+    llm.script(Reply.text("Shipped."), Reply.text("Shipped, Ada."))
+    agent = make_agent(model)
+    config = RunConfig(call_model_input_filter=house_rules, workflow_name="support")
+    await run(agent, ASK, memory=memory, run_config=config)
+    await run(agent, ASK, memory=memory, run_config=config)
+
+    assert seen == ["You are a support agent. Be brief."] * 2  # it never sees the block
+    system = llm.requests[1].system_text
+    assert system.startswith("You are a support agent. Be brief.\nAlways sign as Ada.\n\n## ")
+    assert config.call_model_input_filter is house_rules  # your config is not changed
+
+
+async def test_an_agent_without_instructions_gets_the_block_alone(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Shipped."), Reply.text("Shipped."))
+    agent = make_agent(model, instructions=None)
+    await run(agent, ASK, memory=memory)
+    await run(agent, ASK, memory=memory)
+    assert llm.requests[0].texts("system") == []
+    assert llm.requests[1].system_text.startswith("## Relevant past experience\n")
+
+
+# --- the outcome the framework knows ---------------------------------------------------------
+
+
+@output_guardrail
+async def names_the_carrier(
+    ctx: RunContextWrapper[Any], agent: Agent[Any], output: str
+) -> GuardrailFunctionOutput:
+    ok = "DHL" in output
+    return GuardrailFunctionOutput(
+        output_info=None if ok else "The answer must name the carrier.", tripwire_triggered=not ok
+    )
+
+
+async def test_a_passing_output_guardrail_is_a_verified_success(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Order 7 shipped with DHL."))
+    agent = make_agent(model, output_guardrails=[names_the_carrier])
+    done = await run(agent, ASK, memory=memory)
+
+    assert done.final_output == "Order 7 shipped with DHL."
+    assert done.outcome == "success"
+    assert done.recorded is not None
+    assert done.recorded.verified
+    assert done.recorded.response == (
+        "Order 7 shipped with DHL.\nPassed output guardrails: names_the_carrier"
+    )
+
+
+async def test_a_tripped_output_guardrail_is_a_verified_failure_the_next_run_sees(
+    llm: ScriptedLLM,
+    model: OpenAIChatCompletionsModel,
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    events: list[StreamEvent] = []
+    hook = EpisodicHook(memory, agent_id="support", on_event=events.append)
+    llm.script(Reply.text("Order 7 shipped."), Reply.text("Order 7 shipped with DHL."))
+    agent = make_agent(model, output_guardrails=[names_the_carrier])
+
+    with pytest.raises(OutputGuardrailTripwireTriggered) as raised:
+        await run(agent, ASK, memory=hook)
+    [episode] = await memory.load()
+    assert episode.outcome == "failure"
+    assert episode.verified
+    assert episode.response == (
+        "Rejected by output guardrail names_the_carrier: The answer must name the carrier.\n"
+        "Answer: Order 7 shipped."
+    )
+    # The id reaches the application on the exception's note and on the event.
+    assert f"recorded this run as episode {episode.id}" in "".join(raised.value.__notes__)
+    recorded = [e for e in events if e.event == EventType.EPISODE_RECORDED]
+    assert [e.data["id"] for e in recorded] == [episode.id]
+
+    second = await run(agent, ASK, memory=hook)
+    assert second.outcome == "success"
+    assert second.recalled_ids == [episode.id]
+    system = llm.requests[1].system_text
+    assert "; failure] asked:" in system
+    assert (
+        "Rejected by output guardrail names_the_carrier: The answer must name the carrier."
+        in system
+    )
+
+
+@input_guardrail
+def no_homework(
+    ctx: RunContextWrapper[Any], agent: Agent[Any], input: str | list[Any]
+) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info={"reason": "homework"}, tripwire_triggered=True)
+
+
+async def test_a_tripped_input_guardrail_is_a_failure_naming_it(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    no_homework.run_in_parallel = False  # blocking: the model is never called
+    agent = make_agent(model, input_guardrails=[no_homework])
+    with pytest.raises(InputGuardrailTripwireTriggered):
+        await run(agent, "Solve my maths homework", memory=memory)
+    [episode] = await memory.load()
+    assert episode.outcome == "failure"
+    assert episode.response == 'Rejected by input guardrail no_homework: {"reason": "homework"}'
+    assert llm.requests == []
+
+
+@pytest.mark.parametrize(
+    ("score", "outcome"), [(0.9, "success"), (0.5, "partial"), (0.1, "failure")]
+)
+async def test_a_verifier_grades_the_run(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel, score: float, outcome: str
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    graded: list[tuple[str, Any]] = []
+
+    async def check(task: str, result: Any) -> Verdict:
+        graded.append((task, result.final_output))
+        return Verdict(score, "Name the carrier.")
+
+    llm.script(Reply.text("Order 7 shipped."))
+    done = await run(make_agent(model), ASK, memory=memory, verifier=check)
+    assert graded == [(ASK, "Order 7 shipped.")]
+    assert done.outcome == outcome
+    assert done.recorded is not None
+    assert done.recorded.score == score
+    assert done.recorded.response == "Order 7 shipped.\nVerifier: Name the carrier."
+
+
+async def test_a_plain_function_verifier_outranks_the_guardrails(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Order 7 shipped with DHL."))
+    agent = make_agent(model, output_guardrails=[names_the_carrier])
+    done = await run(agent, ASK, memory=memory, verifier=lambda task, result: Verdict(0.2))
+    assert done.outcome == "failure"
+
+
+async def test_a_verifier_that_fails_records_the_answer_unverified(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+
+    def broken(task: str, result: Any) -> Verdict:
+        raise TimeoutError("judge timed out")
+
+    llm.script(Reply.text("Order 7 shipped."), Reply.text("Shipped."))
+    with pytest.raises(VerifierError, match="judge timed out") as raised:
+        await run(make_agent(model), ASK, memory=memory, verifier=broken)
+    [episode] = await memory.load()
+    assert episode.outcome == "unknown"
+    assert "unverified" in episode.tags
+    assert episode.response.startswith("Order 7 shipped.\nNot graded: the verifier failed")
+    assert f"unverified episode {episode.id} recorded" in raised.value.__notes__
+
+    with pytest.raises(VerifierError, match="returned str"):
+        await run(make_agent(model), ASK, memory=memory, verifier=lambda t, r: "fine")
+
+
+class Shipment(BaseModel):
+    order_id: int
+    carrier: str
+
+
+async def test_a_structured_output_is_recorded_as_json(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.json({"order_id": 7, "carrier": "DHL"}))
+    done = await run(make_agent(model, output_type=Shipment), ASK, memory=memory)
+    assert done.final_output == Shipment(order_id=7, carrier="DHL")
+    assert done.recorded is not None
+    assert done.recorded.response == '{"order_id":7,"carrier":"DHL"}'
+
+
+# --- a run that raises ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [503, 429, 401])
+async def test_a_provider_outage_is_abandoned_not_the_tasks_failure(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel, status: int
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.error(status, "provider says no"))
+    with pytest.raises(openai.APIStatusError, match="provider says no"):
+        await run(make_agent(model), ASK, memory=memory)
+    [episode] = await memory.load()
+    assert episode.outcome == "abandoned"
+    assert "infrastructure" in episode.tags
+    assert episode.response.startswith("Run abandoned: ")
+    assert await memory.recall(ASK) == []  # recall leaves it out
+
+
+async def test_an_unreachable_provider_is_abandoned(llm: ScriptedLLM) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="test", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="scripted", openai_client=client)
+    try:
+        with pytest.raises(openai.APIConnectionError):
+            await run(Agent(name="support", model=model), ASK, memory=memory)
+    finally:
+        await client.close()
+    [episode] = await memory.load()
+    assert episode.outcome == "abandoned"
+
+
+async def test_a_request_the_provider_refuses_is_the_runs_failure(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.error(400, "context window exceeded"))
+    with pytest.raises(openai.BadRequestError):
+        await run(make_agent(model), ASK, memory=memory)
+    [episode] = await memory.load()
+    assert episode.outcome == "failure"
+    assert episode.response.startswith("Run failed with BadRequestError: ")
+
+
+async def test_running_out_of_turns_is_a_failure_with_its_tools(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.tool_call("lookup_order", {"order_id": 7}))
+    with pytest.raises(MaxTurnsExceeded):
+        await run(make_agent(model, tools=[lookup_order]), ASK, memory=memory, max_turns=1)
+    [episode] = await memory.load()
+    assert episode.outcome == "failure"
+    assert episode.response.startswith("Run failed with MaxTurnsExceeded: ")
+    assert episode.tools_used == ["lookup_order"]
+
+
+# --- memory never fails the run -------------------------------------------------------------
+
+
+async def test_a_memory_outage_leaves_the_answer_intact(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = FlakyProvider()
+    provider.fail_reads = provider.fail_writes = True
+    memory = EpisodicMemory(provider)
+    llm.script(Reply.text("Order 7 shipped."))
+    with caplog.at_level(logging.WARNING, logger="deepcrew_episodic"):
+        done = await run(make_agent(model), ASK, memory=memory)
+
+    assert done.final_output == "Order 7 shipped."
+    assert done.recorded is None
+    assert done.recorded_id is None
+    assert done.recall_error is not None
+    assert "backend unreachable" in done.recall_error
+    assert done.record_error is not None
+    assert "backend unreachable" in done.record_error
+    assert memory.counters.recall_failures == 1
+    assert memory.counters.record_failures == 1
+    assert "episodic recall failed" in caplog.text
+    assert "recording the claimed_success episode failed" in caplog.text
+    assert "## Relevant past experience" not in llm.requests[0].system_text
+
+
+async def test_a_failed_run_whose_record_fails_raises_the_runs_own_error(
+    llm: ScriptedLLM,
+    model: OpenAIChatCompletionsModel,
+) -> None:
+    provider = FlakyProvider()
+    provider.fail_writes = True
+    memory = EpisodicMemory(provider)
+    llm.script(Reply.error(400, "model refused"))
+    with pytest.raises(openai.BadRequestError, match="model refused") as raised:
+        await run(make_agent(model), ASK, memory=memory)
+    assert not getattr(raised.value, "__notes__", [])
+    assert memory.counters.record_failures == 1
+
+
+async def test_a_hook_brings_its_settings(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = EpisodicHook(memory, agent_id="triage", tags=["support"], max_block_chars=0)
+    llm.script(Reply.text("Shipped."), Reply.text("Shipped."))
+    await run(make_agent(model), ASK, memory=hook)
+    second = await run(make_agent(model), ASK, memory=hook)
+    [first, _] = await memory.load()
+    assert first.agent_id == "triage"
+    assert first.tags == ["support"]
+    assert second.recalled_ids == []  # nothing fits in a zero budget
+    assert "## Relevant past experience" not in llm.requests[1].system_text
+
+
+async def test_wrong_arguments_are_named(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    from deepcrew_episodic import ConfigurationError
+
+    agent = make_agent(model)
+    memory = EpisodicMemory(InMemoryProvider())
+    with pytest.raises(ConfigurationError, match="memory must be an EpisodicMemory"):
+        await run(agent, ASK, memory=InMemoryProvider())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="verifier must be"):
+        await run(agent, ASK, memory=memory, verifier="strict")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="run_config must be"):
+        await run(agent, ASK, memory=memory, run_config={"workflow_name": "x"})  # type: ignore[arg-type]
+    assert llm.requests == []
+
+
+# --- packaging ------------------------------------------------------------------------------
+
+
+def test_without_the_sdk_the_import_names_the_install_command() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['agents'] = None\n"
+        "try:\n"
+        "    import deepcrew_episodic.integrations.openai_agents\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("MissingDependencyError ")
+    assert "pip install 'deepcrew-episodic[openai-agents]'" in done.stdout
+
+
+def test_the_example_runs_offline() -> None:
+    out = run_example("openai_agents.py")
+    assert "run 1: recalled 0, recorded" in out
+    assert "run 2: recalled 1" in out
+    assert "## Relevant past experience" in out.split("The model saw in run 2:")[1]
