@@ -41,6 +41,12 @@ What the server does:
   request in ``llm.unscripted``, which the fixture fails the test on.
 - ``llm.requests`` lists every request (``path``, ``body``, ``headers``), in arrival order.
 
+The Responses API (``POST /v1/responses`` and ``POST /responses``, unstreamed; a streamed
+request is HTTP 400), as the OpenAI Agents SDK's default model calls it, takes the same queue of
+replies: the text becomes one output ``message``, each tool call a ``function_call`` item, and
+``usage`` counts as above. ``request.instructions`` and ``request.input_items`` read such a
+request.
+
 Embeddings (``POST /v1/embeddings`` and ``POST /embeddings``), called through litellm as::
 
     response = await litellm.aembedding(
@@ -103,6 +109,7 @@ __all__ = ["EmbedReply", "RecordedRequest", "Reply", "ScriptedLLM", "ToolCall", 
 _log = logging.getLogger(__name__)
 _EMBED_PATHS = ("/v1/embeddings", "/embeddings")
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+_RESPONSES_PATHS = ("/v1/responses", "/responses")
 _MAX_EMBED_INPUTS = 2048  # the OpenAI API's limit per request
 
 _ERROR_TYPES = {
@@ -147,6 +154,23 @@ class RecordedRequest:
     def system_text(self) -> str:
         """Every system message's text, joined with blank lines."""
         return "\n\n".join(self.texts("system"))
+
+    @property
+    def instructions(self) -> str:
+        """A Responses API request's ``instructions`` ("" for anything else)."""
+        value = self.body.get("instructions")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def input_items(self) -> list[dict[str, Any]]:
+        """A Responses API request's ``input`` as a list of items (a lone string is one user
+        message); empty for anything else."""
+        value = self.body.get("input")
+        if self.path not in _RESPONSES_PATHS:
+            return []
+        if isinstance(value, str):
+            return [{"role": "user", "content": value}]
+        return [item for item in value or [] if isinstance(item, dict)]
 
     @property
     def last_user_text(self) -> str:
@@ -407,7 +431,7 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0].rstrip("/")
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            if path not in _CHAT_PATHS + _EMBED_PATHS:
+            if path not in _CHAT_PATHS + _EMBED_PATHS + _RESPONSES_PATHS:
                 self._send_json(404, _error_body(404, f"no route {path}", None, None))
                 return
             try:
@@ -443,6 +467,12 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                         reply.status, reply.error_message, reply.error_type, reply.error_code
                     )
                     self._send_json(reply.status, body_out)
+                elif request.path in _RESPONSES_PATHS:
+                    if request.stream:
+                        message = "the scripted server answers the Responses API unstreamed only"
+                        self._send_json(400, _error_body(400, message, None, None))
+                    else:
+                        self._send_json(200, _response(request, reply))
                 elif request.stream:
                     self._send_stream(request, reply)
                 else:
@@ -571,6 +601,52 @@ def _completion(request: RecordedRequest, reply: Reply) -> dict[str, Any]:
         "model": request.model,
         "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(reply)}],
         "usage": _usage(request, reply),
+    }
+
+
+def _response(request: RecordedRequest, reply: Reply) -> dict[str, Any]:
+    """A Responses API ``response`` object: the reply's text as one output message, then one
+    ``function_call`` item per tool call."""
+    output: list[dict[str, Any]] = []
+    if reply.content is not None:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex[:12]}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": reply.content, "annotations": []}],
+            }
+        )
+    for call_id, call in zip(_call_ids(reply), reply.tool_calls_, strict=True):
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{call_id}",
+                "call_id": call_id,
+                "name": call.name,
+                "arguments": call.arguments_json(),
+                "status": "completed",
+            }
+        )
+    usage = _usage(request, reply)
+    return {
+        "id": f"resp_{uuid.uuid4().hex[:12]}",
+        "object": "response",
+        "created_at": time.time(),
+        "model": request.model,
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": request.body.get("tool_choice") or "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": usage["prompt_tokens"],
+            "output_tokens": usage["completion_tokens"],
+            "total_tokens": usage["total_tokens"],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
     }
 
 
