@@ -572,7 +572,9 @@ async def test_a_hostile_guardrail_report_is_neutralised_in_the_next_prompt(
     block = system.split("## Relevant past experience", 1)[1]
     assert "Rejected by output guardrail leaky" in block
     assert secret not in system
-    assert "\n## " not in block and "\x1b" not in system and "\u202e" not in system
+    assert "\n## " not in block
+    assert "\x1b" not in system
+    assert "\u202e" not in system
 
 
 # --- memory never fails the run -------------------------------------------------------------

@@ -305,7 +305,11 @@ async def _verdict(
         if not isinstance(verdict, Verdict):
             raise VerifierError(f"the verifier returned {type(verdict).__name__}, not a Verdict")
     except Exception as exc:
-        error = exc if isinstance(exc, VerifierError) else VerifierError(f"the verifier raised {_describe(exc)}")
+        error = (
+            exc
+            if isinstance(exc, VerifierError)
+            else VerifierError(f"the verifier raised {_describe(exc)}")
+        )
         ungraded = await hook.unverified(query, answer, error, tools_used=tools)
         if ungraded.id is not None:
             error.add_note(f"unverified episode {ungraded.id} recorded")
