@@ -20,7 +20,9 @@ from agents import (
     GuardrailFunctionOutput,
     InputGuardrailTripwireTriggered,
     MaxTurnsExceeded,
+    ModelSettings,
     OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
     OutputGuardrailTripwireTriggered,
     RunConfig,
     RunContextWrapper,
@@ -49,6 +51,13 @@ from deepcrew_episodic.providers import InMemoryProvider
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The Agents SDK runs on asyncio only (``asyncio.create_task``, ``asyncio.gather``)."""
+    return "asyncio"
+
+
 # The SDK would otherwise export traces to OpenAI's servers.
 set_tracing_disabled(True)
 
@@ -71,7 +80,7 @@ async def model(llm: ScriptedLLM) -> AsyncIterator[OpenAIChatCompletionsModel]:
     await client.close()
 
 
-def make_agent(model: OpenAIChatCompletionsModel, **options: Any) -> Agent[Any]:
+def make_agent(model: Any, **options: Any) -> Agent[Any]:
     options.setdefault("instructions", "You are a support agent. Be brief.")
     return Agent(name="support", model=model, **options)
 
@@ -231,6 +240,58 @@ async def test_an_agent_without_instructions_gets_the_block_alone(
     await run(agent, ASK, memory=memory)
     assert llm.requests[0].texts("system") == []
     assert llm.requests[1].system_text.startswith("## Relevant past experience\n")
+
+
+async def test_a_run_config_given_as_a_dict_works_as_runner_run_takes_it(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Shipped."), Reply.text("Shipped."))
+    await run(make_agent(model), ASK, memory=memory)
+    config = {"model_settings": ModelSettings(temperature=0.25)}
+    await run(make_agent(model), ASK, memory=memory, run_config=config)
+    assert llm.requests[1].body["temperature"] == 0.25
+    assert "## Relevant past experience" in llm.requests[1].system_text
+
+
+async def test_a_run_with_no_task_text_is_not_recorded(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Hi."))
+    done = await run(make_agent(model), [{"role": "developer", "content": "Greet."}], memory=memory)
+    assert done.final_output == "Hi."
+    assert done.recorded is None
+    assert done.record_error is None
+    assert await memory.load() == []
+    assert memory.counters.record_failures == 0
+
+
+async def test_the_responses_api_model_gets_the_block_in_its_instructions(
+    llm: ScriptedLLM,
+) -> None:
+    client = openai.AsyncOpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
+    model = OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(
+        Reply.tool_call("lookup_order", {"order_id": 7}),
+        Reply.text("Order 7 shipped with DHL."),
+        Reply.text("Still with DHL."),
+    )
+    agent = make_agent(model, tools=[lookup_order])
+    try:
+        first = await run(agent, ASK, memory=memory)
+        second = await run(agent, ASK, memory=memory)
+    finally:
+        await client.close()
+    assert first.recorded is not None
+    assert first.recorded.tools_used == ["lookup_order"]
+    assert second.recalled_ids == [first.recorded_id]
+    request = llm.requests[-1]
+    assert request.path == "/v1/responses"
+    assert request.instructions.startswith("You are a support agent. Be brief.\n\n## Relevant")
+    assert "tools: lookup_order" in request.instructions
+    assert request.input_items == [{"role": "user", "content": ASK}]
 
 
 # --- the outcome the framework knows ---------------------------------------------------------
@@ -645,7 +706,9 @@ async def test_wrong_arguments_are_named(
     with pytest.raises(ConfigurationError, match="verifier must be"):
         await run(agent, ASK, memory=memory, verifier="strict")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="run_config must be"):
-        await run(agent, ASK, memory=memory, run_config={"workflow_name": "x"})  # type: ignore[arg-type]
+        await run(agent, ASK, memory=memory, run_config=["workflow_name"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="run_config is not a valid RunConfig"):
+        await run(agent, ASK, memory=memory, run_config={"workflow": "x"})
     assert llm.requests == []
 
 

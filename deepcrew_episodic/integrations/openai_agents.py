@@ -122,7 +122,7 @@ async def run(
     *,
     memory: EpisodicMemory | EpisodicHook,
     verifier: RunVerifier | None = None,
-    run_config: RunConfig | None = None,
+    run_config: RunConfig | Mapping[str, Any] | None = None,
     **runner_kwargs: Any,
 ) -> EpisodicRun:
     """``Runner.run(agent, input, ...)`` with episodic memory around it.
@@ -159,10 +159,7 @@ async def run(
         raise ConfigurationError(
             f"verifier must be a (task, result) -> Verdict callable, not {type(verifier).__name__}"
         )
-    if run_config is not None and not isinstance(run_config, RunConfig):
-        raise ConfigurationError(
-            f"run_config must be an agents.RunConfig or None, not {type(run_config).__name__}"
-        )
+    config = _run_config(run_config)
 
     recalled: list[Episode] = []
     recall_error: str | None = None
@@ -170,18 +167,19 @@ async def run(
         # A resumed run: the task is the paused run's, known from the result. The paused run
         # recalled; a resumed one adds no block of its own.
         query = ""
-        config = run_config
     else:
         query = task_text(input)
         found = await hook.before_run([{"role": "user", "content": query}], query=query)
         recalled, recall_error = list(found.episodes), found.error
-        config = _with_block(run_config, found.block)
+        config = _with_block(config, found.block)
 
     try:
         result = await Runner.run(agent, input, run_config=config, **runner_kwargs)
     except Exception as error:
         if isinstance(input, RunState):
             query = _query_of(getattr(error, "run_data", None), query)
+        if not query.strip():
+            raise  # no task to remember (as for run_agent): nothing is recorded
         recorded = await _record_error(hook, query, error)
         if recorded.id is not None:
             error.add_note(f"deepcrew-episodic recorded this run as episode {recorded.id}")
@@ -189,7 +187,7 @@ async def run(
 
     if isinstance(input, RunState):
         query = task_text(result.input)
-    if result.interruptions:
+    if result.interruptions or not query.strip():
         return EpisodicRun(result, query, recalled, recall_error)
     recorded = await _record_result(hook, query, result, verifier)
     return EpisodicRun(result, query, recalled, recall_error, recorded.episode, recorded.error)
@@ -216,6 +214,20 @@ def _hook_for(memory: EpisodicMemory | EpisodicHook, agent: Agent[Any]) -> Episo
         return EpisodicHook(memory, agent_id=agent.name)
     raise ConfigurationError(
         f"memory must be an EpisodicMemory or an EpisodicHook, not {type(memory).__name__}"
+    )
+
+
+def _run_config(config: RunConfig | Mapping[str, Any] | None) -> RunConfig | None:
+    if config is None or isinstance(config, RunConfig):
+        return config
+    if isinstance(config, Mapping):  # Runner.run takes the fields as a dict too
+        try:
+            return RunConfig(**config)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"run_config is not a valid RunConfig: {exc}") from exc
+    raise ConfigurationError(
+        f"run_config must be an agents.RunConfig, a dict of its fields or None, "
+        f"not {type(config).__name__}"
     )
 
 
