@@ -359,25 +359,27 @@ async def test_a_tripped_output_guardrail_is_a_verified_failure_the_next_run_see
     )
 
 
-@input_guardrail
-def no_homework(
+def refuse_homework(
     ctx: RunContextWrapper[Any], agent: Agent[Any], input: str | list[Any]
 ) -> GuardrailFunctionOutput:
     return GuardrailFunctionOutput(output_info={"reason": "homework"}, tripwire_triggered=True)
 
 
+@pytest.mark.parametrize("in_parallel", [False, True], ids=["before-the-model", "alongside-it"])
 async def test_a_tripped_input_guardrail_is_a_failure_naming_it(
-    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel, in_parallel: bool
 ) -> None:
     memory = EpisodicMemory(InMemoryProvider())
-    no_homework.run_in_parallel = False  # blocking: the model is never called
-    agent = make_agent(model, input_guardrails=[no_homework])
+    guardrail = input_guardrail(name="no_homework", run_in_parallel=in_parallel)(refuse_homework)
+    llm.fallback = Reply.text("x = 4", delay=0.5)  # a model call in flight when it trips
+    agent = make_agent(model, input_guardrails=[guardrail])
     with pytest.raises(InputGuardrailTripwireTriggered):
         await run(agent, "Solve my maths homework", memory=memory)
     [episode] = await memory.load()
     assert episode.outcome == "failure"
     assert episode.response == 'Rejected by input guardrail no_homework: {"reason": "homework"}'
-    assert llm.requests == []
+    if not in_parallel:
+        assert llm.requests == []  # the model never saw the task
 
 
 @pytest.mark.parametrize(
@@ -447,6 +449,33 @@ async def test_a_structured_output_is_recorded_as_json(
     assert done.final_output == Shipment(order_id=7, carrier="DHL")
     assert done.recorded is not None
     assert done.recorded.response == '{"order_id":7,"carrier":"DHL"}'
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("cannot show this")
+
+
+async def test_a_guardrail_report_that_cannot_be_shown_still_records_the_verdict(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    @output_guardrail
+    def odd(ctx: Any, agent: Any, output: str) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info=Unprintable(), tripwire_triggered=True)
+
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Shipped."))
+    with (
+        caplog.at_level(logging.WARNING, logger="deepcrew_episodic"),
+        pytest.raises(OutputGuardrailTripwireTriggered),
+    ):
+        await run(make_agent(model, output_guardrails=[odd]), ASK, memory=memory)
+    [episode] = await memory.load()
+    assert episode.outcome == "failure"
+    assert episode.response.startswith(
+        "Rejected by output guardrail odd: (unprintable Unprintable: RuntimeError: cannot show"
+    )
+    assert "could not render a Unprintable for its episode (RuntimeError)" in caplog.text
 
 
 # --- a run that raises ----------------------------------------------------------------------

@@ -389,7 +389,10 @@ def _output_text(value: Any) -> str:
     except Exception as exc:
         # Text for the record only: an output whose __str__ raises must not cost the episode;
         # the episode says what could not be shown.
-        log.warning("could not render a %s for its episode (%s)", type(value).__name__, exc)
+        # The error's type only: its message may quote the output, secrets and all.
+        log.warning(
+            "could not render a %s for its episode (%s)", type(value).__name__, type(exc).__name__
+        )
         return f"(unprintable {type(value).__name__}: {_describe(exc)})"
 
 
