@@ -31,6 +31,7 @@ from agents import (
     output_guardrail,
     set_tracing_disabled,
 )
+from agents.exceptions import ModelTimeoutError
 from agents.run_config import CallModelData, ModelInputData
 from llm_server import Reply, ScriptedLLM
 from pydantic import BaseModel
@@ -507,6 +508,23 @@ async def test_an_unreachable_provider_is_abandoned(llm: ScriptedLLM) -> None:
         await client.close()
     [episode] = await memory.load()
     assert episode.outcome == "abandoned"
+
+
+async def test_a_model_call_past_its_timeout_is_abandoned(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("too late", delay=3))
+    agent = make_agent(model, model_settings=ModelSettings(timeout=0.2))
+    with pytest.raises(ModelTimeoutError):
+        await run(agent, ASK, memory=memory)
+    [episode] = await memory.load()
+    assert episode.outcome == "abandoned"
+    assert episode.tags == ["infrastructure"]
+    assert (
+        episode.response
+        == "Run abandoned: ModelTimeoutError: Model call timed out after 0.2 seconds."
+    )
 
 
 async def test_a_request_the_provider_refuses_is_the_runs_failure(

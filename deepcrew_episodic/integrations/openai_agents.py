@@ -51,7 +51,7 @@ try:
         RunState,
         ToolCallItem,
     )
-    from agents.exceptions import AgentsException
+    from agents.exceptions import AgentsException, ModelTimeoutError
     from agents.guardrail import GuardrailFunctionOutput
     from agents.items import RunItem, TResponseInputItem
     from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
@@ -347,6 +347,16 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
         refused = error.guardrail_result
         text = _rejection("input guardrail", refused.guardrail.get_name(), refused.output)
         return await hook.after_run(query, text, outcome="failure", tools_used=tools)
+    if isinstance(error, ModelTimeoutError):
+        # The SDK's own deadline on one model call (ModelSettings.timeout): the provider did not
+        # answer in time, which the library's rule (EpisodicHook.failed) counts as an outage.
+        return await hook.after_run(
+            query,
+            f"Run abandoned: {_describe(error)}",
+            outcome="abandoned",
+            tools_used=tools,
+            tags=["infrastructure"],
+        )
     return await hook.failed(query, error, partial_response=partial, tools_used=tools)
 
 
