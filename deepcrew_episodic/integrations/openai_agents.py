@@ -168,7 +168,7 @@ async def run(
         # recalled; a resumed one adds no block of its own.
         query = ""
     else:
-        query = task_text(input)
+        query = _task_text(input)
         found = await hook.before_run([{"role": "user", "content": query}], query=query)
         recalled, recall_error = list(found.episodes), found.error
         config = _with_block(config, found.block)
@@ -186,14 +186,14 @@ async def run(
         raise
 
     if isinstance(input, RunState):
-        query = task_text(result.input)
+        query = _task_text(result.input)
     if result.interruptions or not query.strip():
         return EpisodicRun(result, query, recalled, recall_error)
     recorded = await _record_result(hook, query, result, verifier)
     return EpisodicRun(result, query, recalled, recall_error, recorded.episode, recorded.error)
 
 
-def task_text(input: str | Sequence[Any]) -> str:
+def _task_text(input: str | Sequence[Any]) -> str:
     """The text of the task: *input* itself, or the last user message's text in a list of
     input items (plain or ``input_text`` parts)."""
     if isinstance(input, str):
@@ -373,7 +373,7 @@ def _tools_used(items: Sequence[RunItem]) -> list[str]:
 
 
 def _query_of(details: Any, fallback: str) -> str:
-    return task_text(details.input) if details is not None else fallback
+    return _task_text(details.input) if details is not None else fallback
 
 
 def _output_text(value: Any) -> str:
