@@ -40,6 +40,7 @@ from test_examples import run_example
 from test_runner import FlakyProvider
 
 from deepcrew_episodic import (
+    ConfigurationError,
     EpisodicHook,
     EpisodicMemory,
     EventType,
@@ -48,7 +49,7 @@ from deepcrew_episodic import (
     VerifierError,
 )
 from deepcrew_episodic.integrations import openai_agents
-from deepcrew_episodic.integrations.openai_agents import run
+from deepcrew_episodic.integrations.openai_agents import run, run_streamed
 from deepcrew_episodic.providers import InMemoryProvider
 
 pytestmark = pytest.mark.anyio
@@ -204,7 +205,13 @@ async def test_input_items_are_recalled_by_the_last_user_message(
 
 
 def test_the_adapter_exports_what_it_means_to() -> None:
-    assert openai_agents.__all__ == ["EpisodicRun", "RunVerifier", "run"]
+    assert openai_agents.__all__ == [
+        "EpisodicRun",
+        "EpisodicStream",
+        "RunVerifier",
+        "run",
+        "run_streamed",
+    ]
 
 
 async def test_your_own_model_input_filter_runs_before_the_block(
@@ -686,6 +693,93 @@ async def test_a_hostile_guardrail_report_is_neutralised_in_the_next_prompt(
     assert "\u202e" not in system
 
 
+# --- streamed runs --------------------------------------------------------------------------
+
+
+async def test_a_streamed_run_recalls_and_records_like_run(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(
+        Reply.tool_call("lookup_order", {"order_id": 7}),
+        Reply.text("Order 7 shipped with DHL."),
+        Reply.text("Order 7 is still with DHL."),
+    )
+    agent = make_agent(model, tools=[lookup_order])
+    first = run_streamed(agent, ASK, memory=memory)
+    assert first.result is None  # nothing runs before you stream
+    kinds = [event.type async for event in first.stream_events()]
+    assert "raw_response_event" in kinds
+    assert first.final_output == "Order 7 shipped with DHL."
+    assert first.outcome == "claimed_success"
+    assert first.recorded is not None
+    assert first.recorded.tools_used == ["lookup_order"]
+
+    second = run_streamed(agent, ASK, memory=memory)
+    deltas = [
+        event.data.delta
+        async for event in second.stream_events()
+        if event.type == "raw_response_event" and event.data.type == "response.output_text.delta"
+    ]
+    assert "".join(deltas) == "Order 7 is still with DHL."
+    assert second.recalled_ids == [first.recorded_id]
+    request = llm.requests[-1]
+    assert request.stream
+    assert "## Relevant past experience" in request.system_text
+    with pytest.raises(ConfigurationError, match="once"):
+        async for _ in second.stream_events():
+            pass
+
+
+async def test_a_streamed_run_that_trips_a_guardrail_is_a_verified_failure(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Order 7 shipped."))
+    streamed = run_streamed(
+        make_agent(model, output_guardrails=[names_the_carrier]), ASK, memory=memory
+    )
+    with pytest.raises(OutputGuardrailTripwireTriggered) as raised:
+        async for _ in streamed.stream_events():
+            pass
+    [episode] = await memory.load()
+    assert episode.outcome == "failure"
+    assert episode.response.startswith("Rejected by output guardrail names_the_carrier")
+    assert f"episode {episode.id}" in raised.value.__notes__[0]
+
+
+async def test_a_streamed_run_survives_a_memory_outage(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    provider = FlakyProvider()
+    provider.fail_reads = provider.fail_writes = True
+    memory = EpisodicMemory(provider)
+    llm.script(Reply.text("Order 7 shipped."))
+    streamed = run_streamed(make_agent(model), ASK, memory=memory)
+    async for _ in streamed.stream_events():
+        pass
+    assert streamed.final_output == "Order 7 shipped."
+    assert streamed.recall_error is not None
+    assert streamed.record_error is not None
+    assert memory.counters.recall_failures == memory.counters.record_failures == 1
+
+
+async def test_a_stream_you_stop_reading_records_nothing(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Order 7 shipped with DHL, tracking follows."))
+    streamed = run_streamed(make_agent(model), ASK, memory=memory)
+    events = streamed.stream_events()
+    async for _ in events:
+        break
+    await events.aclose()
+    assert streamed.result is not None
+    streamed.result.cancel()
+    assert streamed.recorded is None
+    assert await memory.load() == []
+
+
 # --- memory never fails the run -------------------------------------------------------------
 
 
@@ -745,8 +839,6 @@ async def test_a_hook_brings_its_settings(
 async def test_wrong_arguments_are_named(
     llm: ScriptedLLM, model: OpenAIChatCompletionsModel
 ) -> None:
-    from deepcrew_episodic import ConfigurationError
-
     agent = make_agent(model)
     memory = EpisodicMemory(InMemoryProvider())
     with pytest.raises(ConfigurationError, match="memory must be an EpisodicMemory"):

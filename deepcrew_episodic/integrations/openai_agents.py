@@ -23,7 +23,7 @@ import dataclasses
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,24 +48,27 @@ try:
         RunConfig,
         Runner,
         RunResult,
+        RunResultStreaming,
         RunState,
         ToolCallItem,
     )
     from agents.exceptions import AgentsException, ModelTimeoutError
     from agents.guardrail import GuardrailFunctionOutput
     from agents.items import RunItem, TResponseInputItem
+    from agents.result import RunResultBase
     from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
+    from agents.stream_events import StreamEvent as AgentsStreamEvent
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError(
         "deepcrew_episodic.integrations.openai_agents needs the OpenAI Agents SDK: "
         "pip install 'deepcrew-episodic[openai-agents]'"
     ) from exc
 
-__all__ = ["EpisodicRun", "RunVerifier", "run"]
+__all__ = ["EpisodicRun", "EpisodicStream", "RunVerifier", "run", "run_streamed"]
 
 log = logging.getLogger("deepcrew_episodic")
 
-RunVerifier = Callable[[str, RunResult], Verdict | Awaitable[Verdict]]
+RunVerifier = Callable[[str, RunResultBase], Verdict | Awaitable[Verdict]]
 """Grades a finished run: ``(task, result) -> Verdict``, a plain or an async function."""
 
 # A guardrail's output_info is whatever the application returned: shown this long at most.
@@ -154,43 +157,157 @@ async def run(
     ungraded (``unknown``, tag ``unverified``) and raises
     :class:`~deepcrew_episodic.VerifierError`.
     """
-    hook = _hook_for(memory, agent)
-    if verifier is not None and not callable(verifier):
-        raise ConfigurationError(
-            f"verifier must be a (task, result) -> Verdict callable, not {type(verifier).__name__}"
-        )
-    config = _run_config(run_config)
-
-    recalled: list[Episode] = []
-    recall_error: str | None = None
-    if isinstance(input, RunState):
-        # A resumed run: the task is the paused run's, known from the result. The paused run
-        # recalled; a resumed one adds no block of its own.
-        query = ""
-    else:
-        query = _task_text(input)
-        found = await hook.before_run([{"role": "user", "content": query}], query=query)
-        recalled, recall_error = list(found.episodes), found.error
-        config = _with_block(config, found.block)
-
+    setup = _Setup(agent, input, memory, verifier, run_config)
+    query, recalled, recall_error, config = await setup.recall()
     try:
         result = await Runner.run(agent, input, run_config=config, **runner_kwargs)
     except Exception as error:
-        if isinstance(input, RunState):
+        await setup.record_error(query, error)
+        raise
+    query, recorded = await setup.record(query, result)
+    return EpisodicRun(
+        result,
+        query,
+        recalled,
+        recall_error,
+        None if recorded is None else recorded.episode,
+        None if recorded is None else recorded.error,
+    )
+
+
+def run_streamed(
+    agent: Agent[Any],
+    input: str | list[TResponseInputItem] | RunState[Any],
+    *,
+    memory: EpisodicMemory | EpisodicHook,
+    verifier: RunVerifier | None = None,
+    run_config: RunConfig | Mapping[str, Any] | None = None,
+    **runner_kwargs: Any,
+) -> EpisodicStream:
+    """``Runner.run_streamed`` with episodic memory around it: what :func:`run` does, for a
+    run whose events you stream. Iterate :meth:`EpisodicStream.stream_events` to the end: it
+    recalls, starts the run, yields the SDK's events and records the run after the last one
+    (or when the stream raises, before re-raising). Example::
+
+        streamed = run_streamed(agent, "Where is order 7?", memory=memory)
+        async for event in streamed.stream_events():
+            ...
+        print(streamed.final_output, streamed.recorded_id)
+    """
+    setup = _Setup(agent, input, memory, verifier, run_config)
+    return EpisodicStream(setup, runner_kwargs)
+
+
+class EpisodicStream:
+    """What :func:`run_streamed` returns. Until :meth:`stream_events` starts, :attr:`result`
+    is ``None``; after it ends, the fields say what memory did, as on :class:`EpisodicRun`.
+    A stream you stop reading before its end records nothing."""
+
+    def __init__(self, setup: _Setup, runner_kwargs: dict[str, Any]) -> None:
+        self._setup = setup
+        self._runner_kwargs = runner_kwargs
+        self._started = False
+        self.result: RunResultStreaming | None = None
+        self.query = ""
+        self.recalled: list[Episode] = []
+        self.recall_error: str | None = None
+        self.recorded: Episode | None = None
+        self.record_error: str | None = None
+
+    async def stream_events(self) -> AsyncGenerator[AgentsStreamEvent, None]:
+        """Recall, run, and yield the SDK's stream events; record the run after the last."""
+        if self._started:
+            raise ConfigurationError("an EpisodicStream streams its run once")
+        self._started = True
+        setup = self._setup
+        self.query, self.recalled, self.recall_error, config = await setup.recall()
+        self.result = Runner.run_streamed(
+            setup.agent, setup.input, run_config=config, **self._runner_kwargs
+        )
+        try:
+            async for event in self.result.stream_events():
+                yield event
+        except Exception as error:
+            await setup.record_error(self.query, error)
+            raise
+        self.query, recorded = await setup.record(self.query, self.result)
+        if recorded is not None:
+            self.recorded, self.record_error = recorded.episode, recorded.error
+
+    @property
+    def final_output(self) -> Any:
+        """The run's final output (``None`` until the stream has ended)."""
+        return None if self.result is None else self.result.final_output
+
+    @property
+    def recalled_ids(self) -> list[str]:
+        """The ids of the episodes injected into this run, in the order shown."""
+        return [episode.id for episode in self.recalled]
+
+    @property
+    def recorded_id(self) -> str | None:
+        """The id of the episode recorded for this run, or ``None`` when nothing was stored."""
+        return None if self.recorded is None else self.recorded.id
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The recorded episode's outcome, or ``None`` when nothing was stored."""
+        return None if self.recorded is None else self.recorded.outcome
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run paused for a tool approval (nothing was recorded)."""
+        return self.result is not None and bool(self.result.interruptions)
+
+
+class _Setup:
+    """One run's memory: the recall before it and the record after it, for either runner."""
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        input: str | list[TResponseInputItem] | RunState[Any],
+        memory: EpisodicMemory | EpisodicHook,
+        verifier: RunVerifier | None,
+        run_config: RunConfig | Mapping[str, Any] | None,
+    ) -> None:
+        if verifier is not None and not callable(verifier):
+            raise ConfigurationError(
+                "verifier must be a (task, result) -> Verdict callable, "
+                f"not {type(verifier).__name__}"
+            )
+        self.agent = agent
+        self.input = input
+        self.hook = _hook_for(memory, agent)
+        self.verifier = verifier
+        self.config = _run_config(run_config)
+
+    async def recall(self) -> tuple[str, list[Episode], str | None, RunConfig | None]:
+        if isinstance(self.input, RunState):
+            # A resumed run: the task is the paused run's, known from the result. The paused
+            # run recalled; a resumed one adds no block of its own.
+            return "", [], None, self.config
+        query = _task_text(self.input)
+        found = await self.hook.before_run([{"role": "user", "content": query}], query=query)
+        return query, list(found.episodes), found.error, _with_block(self.config, found.block)
+
+    async def record_error(self, query: str, error: Exception) -> None:
+        if isinstance(self.input, RunState):
             query = _query_of(getattr(error, "run_data", None), query)
         if not query.strip():
-            raise  # no task to remember (as for run_agent): nothing is recorded
-        recorded = await _record_error(hook, query, error)
+            return  # no task to remember (as for run_agent): nothing is recorded
+        recorded = await _record_error(self.hook, query, error)
         if recorded.id is not None:
             error.add_note(f"deepcrew-episodic recorded this run as episode {recorded.id}")
-        raise
 
-    if isinstance(input, RunState):
-        query = _task_text(result.input)
-    if result.interruptions or not query.strip():
-        return EpisodicRun(result, query, recalled, recall_error)
-    recorded = await _record_result(hook, query, result, verifier)
-    return EpisodicRun(result, query, recalled, recall_error, recorded.episode, recorded.error)
+    async def record(
+        self, query: str, result: RunResult | RunResultStreaming
+    ) -> tuple[str, Recorded | None]:
+        if isinstance(self.input, RunState):
+            query = _task_text(result.input)
+        if result.interruptions or not query.strip():
+            return query, None
+        return query, await _record_result(self.hook, query, result, self.verifier)
 
 
 def _task_text(input: str | Sequence[Any]) -> str:
@@ -271,7 +388,7 @@ def _block_filter(block: str, inner: CallModelInputFilter | None) -> CallModelIn
 
 
 async def _record_result(
-    hook: EpisodicHook, query: str, result: RunResult, verifier: RunVerifier | None
+    hook: EpisodicHook, query: str, result: RunResultBase, verifier: RunVerifier | None
 ) -> Recorded:
     answer = _output_text(result.final_output)
     tools = _tools_used(result.new_items)
@@ -305,7 +422,7 @@ async def _record_result(
 async def _verdict(
     verifier: RunVerifier,
     query: str,
-    result: RunResult,
+    result: RunResultBase,
     hook: EpisodicHook,
     answer: str,
     tools: list[str],
