@@ -41,10 +41,11 @@ What the server does:
   request in ``llm.unscripted``, which the fixture fails the test on.
 - ``llm.requests`` lists every request (``path``, ``body``, ``headers``), in arrival order.
 
-The Responses API (``POST /v1/responses`` and ``POST /responses``, unstreamed; a streamed
-request is HTTP 400), as the OpenAI Agents SDK's default model calls it, takes the same queue of
-replies: the text becomes one output ``message``, each tool call a ``function_call`` item, and
-``usage`` counts as above. ``request.instructions`` and ``request.input_items`` read such a
+The Responses API (``POST /v1/responses`` and ``POST /responses``), as the OpenAI Agents SDK's
+default model calls it, takes the same queue of replies: the text becomes one output
+``message``, each tool call a ``function_call`` item, and ``usage`` counts as above. With
+``"stream": true`` it answers the API's named Server-Sent Events (``response.created``, each
+item added, its text or arguments in several deltas, done, ``response.completed``). ``request.instructions`` and ``request.input_items`` read such a
 request.
 
 Embeddings (``POST /v1/embeddings`` and ``POST /embeddings``), called through litellm as::
@@ -467,12 +468,10 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                         reply.status, reply.error_message, reply.error_type, reply.error_code
                     )
                     self._send_json(reply.status, body_out)
+                elif request.path in _RESPONSES_PATHS and request.stream:
+                    self._send_response_stream(request, reply)
                 elif request.path in _RESPONSES_PATHS:
-                    if request.stream:
-                        message = "the scripted server answers the Responses API unstreamed only"
-                        self._send_json(400, _error_body(400, message, None, None))
-                    else:
-                        self._send_json(200, _response(request, reply))
+                    self._send_json(200, _response(request, reply))
                 elif request.stream:
                     self._send_stream(request, reply)
                 else:
@@ -533,6 +532,18 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             for chunk in _stream_chunks(request, reply):
                 self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
             self._write_chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _send_response_stream(self, request: RecordedRequest, reply: Reply) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in _response_events(request, reply):
+                line = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                self._write_chunk(line.encode())
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
@@ -648,6 +659,50 @@ def _response(request: RecordedRequest, reply: Reply) -> dict[str, Any]:
             "output_tokens_details": {"reasoning_tokens": 0},
         },
     }
+
+
+def _response_events(request: RecordedRequest, reply: Reply) -> Iterator[dict[str, Any]]:
+    """The Responses API's stream for *reply*: created, each output item added, its text or
+    arguments in several deltas, done, then ``response.completed`` with the whole response."""
+    final = _response(request, reply)
+    sequence = iter(range(1_000_000))
+
+    def event(kind: str, **fields: Any) -> dict[str, Any]:
+        return {"type": kind, "sequence_number": next(sequence), **fields}
+
+    yield event("response.created", response={**final, "status": "in_progress", "output": []})
+    for index, item in enumerate(final["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            part = {"type": "output_text", "text": "", "annotations": []}
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            yield event("response.content_part.added", part=part, **where)
+            for piece in re.findall(r"\s*\S+\s*", text) or [text]:
+                yield event("response.output_text.delta", delta=piece, logprobs=[], **where)
+            yield event("response.output_text.done", text=text, logprobs=[], **where)
+            yield event("response.content_part.done", part=item["content"][0], **where)
+        else:
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+            where = {"item_id": item["id"], "output_index": index}
+            for fragment in _pieces(item["arguments"], 7):
+                yield event("response.function_call_arguments.delta", delta=fragment, **where)
+            yield event(
+                "response.function_call_arguments.done",
+                arguments=item["arguments"],
+                name=item["name"],
+                **where,
+            )
+        yield event("response.output_item.done", output_index=index, item=item)
+    yield event("response.completed", response=final)
 
 
 def _pieces(text: str, size: int) -> list[str]:

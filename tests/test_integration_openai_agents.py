@@ -276,8 +276,9 @@ async def test_a_run_with_no_task_text_is_not_recorded(
     assert memory.counters.record_failures == 0
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 async def test_the_responses_api_model_gets_the_block_in_its_instructions(
-    llm: ScriptedLLM,
+    llm: ScriptedLLM, streamed: bool
 ) -> None:
     client = openai.AsyncOpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
     model = OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
@@ -288,16 +289,28 @@ async def test_the_responses_api_model_gets_the_block_in_its_instructions(
         Reply.text("Still with DHL."),
     )
     agent = make_agent(model, tools=[lookup_order])
+
+    async def once() -> Any:
+        if not streamed:
+            return await run(agent, ASK, memory=memory)
+        stream = run_streamed(agent, ASK, memory=memory)
+        async for _ in stream.stream_events():
+            pass
+        return stream
+
     try:
-        first = await run(agent, ASK, memory=memory)
-        second = await run(agent, ASK, memory=memory)
+        first = await once()
+        second = await once()
     finally:
         await client.close()
+    assert first.final_output == "Order 7 shipped with DHL."
     assert first.recorded is not None
     assert first.recorded.tools_used == ["lookup_order"]
+    assert second.final_output == "Still with DHL."
     assert second.recalled_ids == [first.recorded_id]
     request = llm.requests[-1]
     assert request.path == "/v1/responses"
+    assert request.stream is streamed
     assert request.instructions.startswith("You are a support agent. Be brief.\n\n## Relevant")
     assert "tools: lookup_order" in request.instructions
     assert request.input_items == [{"role": "user", "content": ASK}]
