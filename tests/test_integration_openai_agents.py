@@ -239,6 +239,21 @@ async def test_your_own_model_input_filter_runs_before_the_block(
     assert config.call_model_input_filter is house_rules  # your config is not changed
 
 
+async def test_dynamic_instructions_get_the_block_after_them(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    async def for_the_user(ctx: RunContextWrapper[dict[str, str]], agent: Agent[Any]) -> str:
+        return f"You help {ctx.context['user']}."
+
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Shipped."), Reply.text("Shipped."))
+    agent = make_agent(model, instructions=for_the_user)
+    await run(agent, ASK, memory=memory, context={"user": "Ada"})
+    await run(agent, ASK, memory=memory, context={"user": "Grace"})
+    assert llm.requests[0].system_text == "You help Ada."
+    assert llm.requests[1].system_text.startswith("You help Grace.\n\n## Relevant past experience")
+
+
 async def test_an_agent_without_instructions_gets_the_block_alone(
     llm: ScriptedLLM, model: OpenAIChatCompletionsModel
 ) -> None:

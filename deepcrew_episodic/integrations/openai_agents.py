@@ -1,5 +1,6 @@
 """Episodic memory for the OpenAI Agents SDK (``openai-agents``): :func:`run` is
-``Runner.run`` that recalls before the model sees the task and records after the run.
+``Runner.run`` that recalls before the model sees the task and records after the run, and
+:func:`run_streamed` the same for ``Runner.run_streamed``.
 
 Example::
 
