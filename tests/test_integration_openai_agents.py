@@ -631,12 +631,13 @@ async def test_a_session_never_stores_the_block(
     agent = make_agent(model)
     try:
         await run(agent, ASK, memory=memory, session=session)
-        await run(agent, "Which carrier has order 7?", memory=memory, session=session)
+        second = await run(agent, "Which carrier has order 7?", memory=memory, session=session)
         items = await session.get_items()
     finally:
         session.close()
     assert "## Relevant past experience" in llm.requests[1].system_text
     assert "Relevant past experience" not in repr(items)
+    assert "Relevant past experience" not in repr(second.result.to_input_list())
     # The history the session replays is the conversation, once.
     assert [m.get("content") for m in llm.requests[1].messages if m["role"] == "user"] == [
         ASK,
