@@ -41,6 +41,13 @@ What the server does:
   request in ``llm.unscripted``, which the fixture fails the test on.
 - ``llm.requests`` lists every request (``path``, ``body``, ``headers``), in arrival order.
 
+The Responses API (``POST /v1/responses`` and ``POST /responses``), as the OpenAI Agents SDK's
+default model calls it, takes the same queue of replies: the text becomes one output
+``message``, each tool call a ``function_call`` item, and ``usage`` counts as above. With
+``"stream": true`` it answers the API's named Server-Sent Events (``response.created``, each
+item added, its text or arguments in several deltas, done, ``response.completed``). ``request.instructions`` and ``request.input_items`` read such a
+request.
+
 Embeddings (``POST /v1/embeddings`` and ``POST /embeddings``), called through litellm as::
 
     response = await litellm.aembedding(
@@ -103,6 +110,7 @@ __all__ = ["EmbedReply", "RecordedRequest", "Reply", "ScriptedLLM", "ToolCall", 
 _log = logging.getLogger(__name__)
 _EMBED_PATHS = ("/v1/embeddings", "/embeddings")
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+_RESPONSES_PATHS = ("/v1/responses", "/responses")
 _MAX_EMBED_INPUTS = 2048  # the OpenAI API's limit per request
 
 _ERROR_TYPES = {
@@ -147,6 +155,23 @@ class RecordedRequest:
     def system_text(self) -> str:
         """Every system message's text, joined with blank lines."""
         return "\n\n".join(self.texts("system"))
+
+    @property
+    def instructions(self) -> str:
+        """A Responses API request's ``instructions`` ("" for anything else)."""
+        value = self.body.get("instructions")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def input_items(self) -> list[dict[str, Any]]:
+        """A Responses API request's ``input`` as a list of items (a lone string is one user
+        message); empty for anything else."""
+        value = self.body.get("input")
+        if self.path not in _RESPONSES_PATHS:
+            return []
+        if isinstance(value, str):
+            return [{"role": "user", "content": value}]
+        return [item for item in value or [] if isinstance(item, dict)]
 
     @property
     def last_user_text(self) -> str:
@@ -407,7 +432,7 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0].rstrip("/")
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            if path not in _CHAT_PATHS + _EMBED_PATHS:
+            if path not in _CHAT_PATHS + _EMBED_PATHS + _RESPONSES_PATHS:
                 self._send_json(404, _error_body(404, f"no route {path}", None, None))
                 return
             try:
@@ -443,6 +468,10 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                         reply.status, reply.error_message, reply.error_type, reply.error_code
                     )
                     self._send_json(reply.status, body_out)
+                elif request.path in _RESPONSES_PATHS and request.stream:
+                    self._send_response_stream(request, reply)
+                elif request.path in _RESPONSES_PATHS:
+                    self._send_json(200, _response(request, reply))
                 elif request.stream:
                     self._send_stream(request, reply)
                 else:
@@ -503,6 +532,18 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             for chunk in _stream_chunks(request, reply):
                 self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
             self._write_chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _send_response_stream(self, request: RecordedRequest, reply: Reply) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in _response_events(request, reply):
+                line = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                self._write_chunk(line.encode())
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
@@ -572,6 +613,96 @@ def _completion(request: RecordedRequest, reply: Reply) -> dict[str, Any]:
         "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(reply)}],
         "usage": _usage(request, reply),
     }
+
+
+def _response(request: RecordedRequest, reply: Reply) -> dict[str, Any]:
+    """A Responses API ``response`` object: the reply's text as one output message, then one
+    ``function_call`` item per tool call."""
+    output: list[dict[str, Any]] = []
+    if reply.content is not None:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex[:12]}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": reply.content, "annotations": []}],
+            }
+        )
+    for call_id, call in zip(_call_ids(reply), reply.tool_calls_, strict=True):
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{call_id}",
+                "call_id": call_id,
+                "name": call.name,
+                "arguments": call.arguments_json(),
+                "status": "completed",
+            }
+        )
+    usage = _usage(request, reply)
+    return {
+        "id": f"resp_{uuid.uuid4().hex[:12]}",
+        "object": "response",
+        "created_at": time.time(),
+        "model": request.model,
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": request.body.get("tool_choice") or "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": usage["prompt_tokens"],
+            "output_tokens": usage["completion_tokens"],
+            "total_tokens": usage["total_tokens"],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def _response_events(request: RecordedRequest, reply: Reply) -> Iterator[dict[str, Any]]:
+    """The Responses API's stream for *reply*: created, each output item added, its text or
+    arguments in several deltas, done, then ``response.completed`` with the whole response."""
+    final = _response(request, reply)
+    sequence = iter(range(1_000_000))
+
+    def event(kind: str, **fields: Any) -> dict[str, Any]:
+        return {"type": kind, "sequence_number": next(sequence), **fields}
+
+    yield event("response.created", response={**final, "status": "in_progress", "output": []})
+    for index, item in enumerate(final["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            part = {"type": "output_text", "text": "", "annotations": []}
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            yield event("response.content_part.added", part=part, **where)
+            for piece in re.findall(r"\s*\S+\s*", text) or [text]:
+                yield event("response.output_text.delta", delta=piece, logprobs=[], **where)
+            yield event("response.output_text.done", text=text, logprobs=[], **where)
+            yield event("response.content_part.done", part=item["content"][0], **where)
+        else:
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+            where = {"item_id": item["id"], "output_index": index}
+            for fragment in _pieces(item["arguments"], 7):
+                yield event("response.function_call_arguments.delta", delta=fragment, **where)
+            yield event(
+                "response.function_call_arguments.done",
+                arguments=item["arguments"],
+                name=item["name"],
+                **where,
+            )
+        yield event("response.output_item.done", output_index=index, item=item)
+    yield event("response.completed", response=final)
 
 
 def _pieces(text: str, size: int) -> list[str]:
