@@ -104,6 +104,7 @@ def test_block_runs(
         OPENAI_BASE_URL=llm.base_url,  # litellm's openai provider reads this first
         OPENAI_API_BASE=llm.base_url,
         PYTHONDONTWRITEBYTECODE="1",
+        OPENAI_AGENTS_DISABLE_TRACING="1",  # the Agents SDK would send traces to its host
     )
     if "REDIS_URL" in code:
         env["REDIS_URL"] = request.getfixturevalue("clean_redis")
