@@ -29,7 +29,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from typing import Any
 
 from .._exceptions import ConfigurationError, CorruptDataError, MissingDependencyError, StorageError
-from ._base import MemoryProvider, Then
+from ._base import Fresh, MemoryProvider, Then
 
 try:
     import redis.asyncio as redis_asyncio
@@ -371,11 +371,15 @@ class RedisMemoryProvider(MemoryProvider):
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
+        fresh: Fresh | None = None,
     ) -> int:
         # Two scripts: the increment reads the keys `then` depends on, the write checks they
-        # still hold those values (and is retried with fresh ones when they changed).
-        wanted = list(read)
-        value, values = await self._increment_and_read(key, wanted, initial, repair)
+        # still hold those values (and is retried with fresh ones when they changed). The keys
+        # the new value names are taken as absent, and read only when the check fails.
+        value, values = await self._increment_and_read(key, list(read), initial, repair)
+        named = [k for k in (fresh(value) if fresh else ()) if k not in values]
+        values.update(dict.fromkeys(named))
+        wanted = list(values)
         while True:
             items, delete = then(value, values)
             if await self.write_if(values, items, delete):

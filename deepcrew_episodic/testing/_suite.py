@@ -27,7 +27,7 @@ from .. import (
     InvalidEpisodeError,
 )
 from ..providers import MemoryProvider
-from ..providers._base import Then
+from ..providers._base import Fresh, Then
 from ._embedder import CONCEPT_EPISODES as _CONCEPT_EPISODES
 from ._embedder import ConceptEmbedder
 from ._store import StoreSpec, worker
@@ -1291,6 +1291,7 @@ class _Rewrites(MemoryProvider):
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
+        fresh: Fresh | None = None,
     ) -> int:
         written: list[Mapping[str, str]] = []
 
@@ -1300,7 +1301,7 @@ class _Rewrites(MemoryProvider):
             return items, doomed
 
         result = await self.inner.increment_and_write(
-            key, watching, initial=initial, repair=repair, read=read
+            key, watching, initial=initial, repair=repair, read=read, fresh=fresh
         )
         for items in written:
             self._note(items)
@@ -1450,10 +1451,11 @@ class _Counting(MemoryProvider):
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
+        fresh: Fresh | None = None,
     ) -> int:
         self.calls.append("increment_and_write")
         return await self.inner.increment_and_write(
-            key, then, initial=initial, repair=repair, read=read
+            key, then, initial=initial, repair=repair, read=read, fresh=fresh
         )
 
     async def aclose(self) -> None:
