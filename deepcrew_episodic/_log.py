@@ -540,7 +540,8 @@ class EpisodeLog:
         )
         use_keys = [self.use_key(s) for s in use_seqs]
         batch = [*keys, *vector_keys, *grade_keys, *use_keys]
-        if batch:
+        inconclusive = head.last != self._synced_last or head.grades != self._synced_grades
+        if batch or (again and (inconclusive or not same_layout)):
             # The counters again, with the records just past them: read together, they show
             # a counter behind its records without a listing.
             batch += [
