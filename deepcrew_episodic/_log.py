@@ -204,6 +204,7 @@ class EpisodeLog:
         # applied by read_head while the counter keeps that value (a writer repairs it).
         self._seq_fix: tuple[str | None, int] | None = None
         self._looks_new = False  # the last head read had no counter, change token or ring
+        self._settings_checked = False  # the provider asked once about unsafe settings
         self._grades_fix: tuple[str | None, int] | None = None
         # Grade numbers taken but not (yet) written: number -> (first seen missing, counts).
         self._grade_holes: dict[int, tuple[float, bool]] = {}
@@ -470,6 +471,11 @@ class EpisodeLog:
     async def _sync(self, again: bool = True) -> Changes:
         # Every await happens before the cache is touched: a sync cancelled part-way (a recall
         # timeout) leaves the cache and its followers exactly as they were.
+        if not self._settings_checked:
+            self._settings_checked = True
+            for problem in await self.provider.unsafe_settings():
+                self.counters.unsafe_settings += 1
+                log.warning("episodic log %r: %s", self.namespace, problem)
         # Read with the head: the records just past the counters as last synced (there is
         # none unless a counter fell behind) and the newest records already read (unchanged
         # unless the log went back).
@@ -487,6 +493,10 @@ class EpisodeLog:
         next_entry, next_grade, *anchored = head.extra
         same_layout = head.legacy == self._legacy
         if again and same_layout and head.last == self._synced_last and next_entry:
+            return await self._behind("e:", head)
+        if again and self._looks_new and self._gen is not None and self._seq_fix is None:
+            # A log this reader knew has lost its whole index (a cache policy evicted it):
+            # its episodes may still be there, past where a new counter starts.
             return await self._behind("e:", head)
         if again and head.grades == self._synced_grades and next_grade:
             return await self._behind("g:", head)

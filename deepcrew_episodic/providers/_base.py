@@ -110,6 +110,13 @@ class MemoryProvider(ABC):
         write-ahead log, temp files), so that deleted text is in none of its files. Called by
         every ``forget``, ``sweep``, ``clear`` and ``shrink``; the default does nothing."""
 
+    async def unsafe_settings(self) -> list[str]:
+        """What in the store's own settings can lose or hide records, one sentence each (a
+        Redis server that may evict keys, say); ``[]`` when nothing is known to be unsafe.
+        Every memory asks once, and logs and counts each answer; the default knows of
+        nothing."""
+        return []
+
     # --- built on the contract: override to save round trips ----------------------------
 
     async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
