@@ -43,6 +43,7 @@ round trips however large the log is.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -71,7 +72,9 @@ _CLAIM = re.compile(r"id:[0-9a-f]{32}")
 _VECTOR = re.compile(r"v:([0-9]+)")
 _GRADE = re.compile(r"g:([0-9]+)")
 _USE = re.compile(r"u:([0-9]+)")
-_OWN = frozenset({"__seq__", "__gen__", "__max__", "__embedder__", "__grades__", "__uses__"})
+_OWN = frozenset(
+    {"__seq__", "__gen__", "__max__", "__embedder__", "__grades__", "__uses__", "__base__"}
+)
 _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII only: int() would also take "٣" or "²"
 NAMESPACE_CHARS = 256
 MAX_RING = 10**9  # max_episodes: far past what any store here can hold
@@ -110,13 +113,29 @@ def encode_namespace(namespace: str) -> str:
 
 @dataclass(frozen=True)
 class Legacy:
-    """deepcrew-ai 0.6's ring index. Its oldest episode is at slot ``next % count``."""
+    """deepcrew-ai 0.6's ring index. Its oldest episode is at slot ``next % count``.
+
+    *base* is how many of its episodes this library numbered ``1..base`` when it adopted the
+    log (``__base__``); deepcrew-ai workers still writing it (a fleet half upgraded) add
+    episodes past that, which are read as the positions ``base+1..count`` of its ring and
+    cached under ``EXTRA + position``, never under a number of ours."""
 
     count: int
     next: int
+    base: int | None = None
+
+    @property
+    def shared(self) -> int:
+        """The positions ``1..shared`` numbered as our sequence numbers."""
+        return self.count if self.base is None else min(self.base, self.count)
 
     def slot(self, seq: int) -> int:
+        """The slot of ring position *seq* (1 = oldest)."""
         return (self.next + seq - 1) % self.count
+
+    def extras(self) -> range:
+        """The ring positions written by deepcrew-ai after the adoption."""
+        return range(self.shared + 1, self.count + 1)
 
 
 @dataclass(frozen=True)
@@ -178,6 +197,7 @@ class EpisodeLog:
         self.embedder_key = self.prefix + "__embedder__"
         self.grades_key = self.prefix + "__grades__"
         self.uses_key = self.prefix + "__uses__"
+        self.base_key = self.prefix + "__base__"
         self._synced_grades = 0
         self._synced_uses: str | None = None
         self.vectors = False  # read each episode's vector with it (a memory with an embedder)
@@ -217,8 +237,8 @@ class EpisodeLog:
     # --- keys ---------------------------------------------------------------------------
 
     def entry_key(self, seq: int, legacy: Legacy | None) -> str:
-        if legacy is not None and seq <= legacy.count:
-            return f"{self.legacy_prefix}{legacy.slot(seq)}"
+        if legacy is not None and (seq <= legacy.shared or seq > EXTRA):
+            return f"{self.legacy_prefix}{legacy.slot(seq - EXTRA if seq > EXTRA else seq)}"
         return f"{self.prefix}e:{seq}"
 
     def vector_key(self, seq: int) -> str:
@@ -285,13 +305,14 @@ class EpisodeLog:
             self.embedder_key,
             self.grades_key,
             self.uses_key,
+            self.base_key,
         ]
         if self.conflict_key:
             wanted.append(self.conflict_key)
         found = await self.provider.retrieve_many([*wanted, *extra])
         extras = tuple(found[len(wanted) :])
         found = found[: len(wanted)]
-        raw_seq, gen, raw_meta, raw_ring, embedder, raw_grades, uses, *conflict = found
+        raw_seq, gen, raw_meta, raw_ring, embedder, raw_grades, uses, raw_base, *conflict = found
         self._looks_new = not (raw_seq or gen or raw_ring)
         if conflict and conflict[0] and (raw_meta or not self.conflict_needs_meta):
             raise ConfigurationError(
@@ -302,12 +323,12 @@ class EpisodeLog:
             )
         ring = parse_ring(raw_ring)
         try:
-            legacy = _parse_legacy(raw_meta)
+            legacy = _with_base(_parse_legacy(raw_meta), raw_base)
             last = _parse_seq(raw_seq, legacy)
         except CorruptDataError as exc:
             head = await self._recover_head(exc, raw_seq, gen or None)
-            legacy, last = head.legacy, head.last
-        base = legacy.count if legacy else 0
+            legacy, last = _with_base(head.legacy, raw_base), head.last
+        base = legacy.shared if legacy else 0
         # A log that exists has a counter past its start and a ring size; one of them missing,
         # emptied or garbled (while episodes remain) is rebuilt from the keys, so that neither
         # a reader hides episodes nor a writer reuses or evicts one by mistake.
@@ -376,7 +397,7 @@ class EpisodeLog:
         floor = base = 0
         if kind == "e:":
             legacy = (await self.read_head()).legacy
-            base = legacy.count if legacy else 0
+            base = legacy.shared if legacy else 0
         floor = max([base, *numbers])
         while True:
             raw = (await self.provider.retrieve_many([key]))[0] or None
@@ -456,7 +477,7 @@ class EpisodeLog:
             newest_slot = max(stamped)[1] if stamped else count - 1
             legacy = Legacy(count, (newest_slot + 1) % count)
         last = int(raw_seq) if raw_seq and _counter_ok(raw_seq) else 0
-        last = max([last, *(e for e in entries if e <= _MAX_INDEX), legacy.count if legacy else 0])
+        last = max([last, *(e for e in entries if e <= _MAX_INDEX), legacy.shared if legacy else 0])
         return Head(last, gen, legacy)
 
     async def sync(self, apply: Callable[[Changes], None] | None = None) -> Changes:
@@ -528,6 +549,10 @@ class EpisodeLog:
         synced_last = 0 if reset else self._synced_last
         holes = {} if reset else {s: h for s, h in self._holes.items() if s in live}
         wanted = [*range(max(live.start, synced_last + 1), live.stop), *holes]
+        if reset and head.legacy is not None:
+            # deepcrew-ai episodes appended after the adoption (a worker not yet upgraded):
+            # all of them, whatever this memory's ring (their writer keeps their number).
+            wanted += [EXTRA + p for p in head.legacy.extras()]
         keys = [self.entry_key(s, head.legacy) for s in wanted]
         vector_keys = [self.vector_key(s) for s in wanted] if self.vectors and wanted else []
         # Grades: the new ones (all of them after a reset), and those whose number was taken
@@ -611,7 +636,7 @@ class EpisodeLog:
             if episode is not None:
                 self._cache[seq] = episode
                 changes.added.append((seq, episode))
-                if self._anchor is None or seq >= self._anchor[0]:
+                if seq < EXTRA and (self._anchor is None or seq >= self._anchor[0]):
                     self._anchor = (seq, raw)
         for seq, vector in zip(wanted, vectors, strict=False):
             if vector and seq in self._cache:
@@ -755,7 +780,7 @@ class EpisodeLog:
             # deepcrew-ai's index never changes under us, so one read serves every append.
             legacy = (await self.read_head()).legacy
             self._append_legacy = (legacy,)
-        initial = legacy.count if legacy else 0
+        initial = legacy.shared if legacy else 0
         if self._seq_repair is not None:
             # The counter fell behind the stored episodes (emptied, zeroed): move it past them
             # first, unless another writer changed it since it was read.
@@ -769,6 +794,14 @@ class EpisodeLog:
         def place(
             seq: int, values: Mapping[str, str | None], legacy: Legacy | None = legacy
         ) -> tuple[dict[str, str], list[str]]:
+            # deepcrew-ai's index is read in the same step too: a worker of it still writing the
+            # log (a fleet half upgraded) moves its slots, and what falls out is decided on them
+            # as they stand.
+            if self.meta_key in values:
+                with contextlib.suppress(CorruptDataError):  # else: on the index as last read
+                    legacy = _with_base(
+                        _parse_legacy(values[self.meta_key]), values.get(self.base_key)
+                    )
             # __max__ is read in the same atomic step: what falls out is decided on the ring as
             # it stands now, and a larger ring is raised here, never lowered.
             stored = parse_ring(values.get(self.ring_key))
@@ -793,12 +826,19 @@ class EpisodeLog:
                 # A new counter: a new log (perhaps re-created after a wipe). A new change
                 # token makes every reader that cached an older log start over.
                 items[self.gen_key] = uuid.uuid4().hex
+            if not values.get(self.base_key):
+                # How many deepcrew-ai episodes our numbers start after, fixed from now on: its
+                # workers may go on appending (their episodes are read past it, never in place
+                # of ours).
+                items[self.base_key] = str(min(seq - 1, legacy.count if legacy else 0))
             evicted = seq - ring
             if evicted < 1:
                 return items, []
             return items, [self.entry_key(evicted, legacy), self.vector_key(evicted)]
 
-        read = [self.ring_key]
+        read = [self.ring_key, self.base_key]
+        if self.legacy_prefix == self.prefix:  # one hash slot on a cluster: read it with them
+            read.append(self.meta_key)
         if vector is not None:
             read.append(self.embedder_key)
         if self._looks_new:
@@ -951,7 +991,7 @@ class EpisodeLog:
 
     async def clear(self) -> None:
         """Delete every key of this namespace except the counter, and invalidate readers."""
-        keep = {self.seq_key, self.gen_key}
+        keep = {self.seq_key, self.gen_key, self.base_key}
         doomed = [k for k in await self.owned_keys() if k not in keep]
         await self.provider.write({self.gen_key: uuid.uuid4().hex}, doomed)
         self._synced = False
@@ -1052,7 +1092,10 @@ class EpisodeLog:
 
     def _outside(self, keys: Collection[str], head: Head, keep: range) -> list[str]:
         """The episode keys (ours and deepcrew-ai's) of *keys* outside *keep*."""
-        live_slots = {self.entry_key(s, head.legacy) for s in keep} if head.legacy else set()
+        live_slots = set()
+        if head.legacy:
+            live_slots = {self.entry_key(s, head.legacy) for s in keep}
+            live_slots |= {self.entry_key(EXTRA + p, head.legacy) for p in head.legacy.extras()}
         doomed = []
         for key in keys:
             if key.startswith(self.prefix):
@@ -1126,6 +1169,9 @@ def _conflict(namespace: str) -> tuple[str | None, str, bool]:
 # Beyond this a counter or a ring index is garbage, not a log: 10**15 episodes at one a
 # microsecond is thirty years.
 _MAX_INDEX = 10**15
+# deepcrew-ai episodes written after the adoption are cached from this number on (past any
+# sequence number of ours, within the 18 digits of a key).
+EXTRA = 10**16
 # Grades read by number when at most this many are new; more, and the keys are listed instead.
 _MAX_GRADE_GAP = 100_000
 # After a reset, a missing grade among the newest this many may still be in flight (its writer
@@ -1165,9 +1211,16 @@ def _parse_legacy(raw: str | None) -> Legacy | None:
     return Legacy(count, nxt) if count else None
 
 
+def _with_base(legacy: Legacy | None, raw: str | None) -> Legacy | None:
+    """*legacy* with the base this library adopted it at (``__base__``), when recorded."""
+    if legacy is None or not raw or not _counter_ok(raw):
+        return legacy
+    return Legacy(legacy.count, legacy.next, int(raw))
+
+
 def _parse_seq(raw: str | None, legacy: Legacy | None) -> int:
     if not raw:
-        return legacy.count if legacy else 0
+        return legacy.shared if legacy else 0
     if not _DIGITS.fullmatch(raw) or int(raw) > _MAX_INDEX:
         raise CorruptDataError(
             f"sequence counter holds {escape_hidden(raw[:40])!r}, not an integer in range"
