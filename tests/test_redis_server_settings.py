@@ -265,3 +265,39 @@ async def test_no_recall_path_scans_a_database_full_of_other_keys() -> None:
                 assert "scan" not in cost, cost
                 assert sum(cost.values()) <= 8, cost
             assert [c for _, c in (await other.stats()).most_used] == [1, 1, 1]
+
+
+# --- a reader that stays up while grades land -----------------------------------------------
+
+
+async def test_a_reader_syncing_while_150_grades_land_reads_every_one(redis_url: str) -> None:
+    """Each grade is two steps on Redis (its number, then its record); a reader that syncs
+    all the while, between those steps too, ends with every grade applied."""
+    async with RedisMemoryProvider(redis_url) as writers, RedisMemoryProvider(redis_url) as mine:
+        await writers.delete(await writers.keys("episodic:race:"))
+        writer = EpisodicMemory(writers, namespace="race", max_episodes=200)
+        ids = [(await writer.record(ep(f"job {i}", outcome="failure"))).id for i in range(150)]
+        reader = EpisodicMemory(mine, namespace="race", max_episodes=200)
+        await reader.load()
+        done = anyio.Event()
+
+        async def grade_some(part: list[str]) -> None:
+            memory = EpisodicMemory(writers, namespace="race", max_episodes=200)
+            for episode_id in part:
+                await memory.grade(episode_id, outcome="success")
+
+        async def read_all_along() -> None:
+            while not done.is_set():
+                await reader.load()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_all_along)
+            async with anyio.create_task_group() as graders:
+                for k in range(5):
+                    graders.start_soon(grade_some, ids[k::5])
+            done.set()
+        outcomes = [e.outcome for e in await reader.load()]
+        assert outcomes.count("success") == 150
+        assert len(await reader.grades()) == 150
+        assert reader.counters.missing_records == 0
+        assert reader.counters.rewound_logs == 0
