@@ -15,6 +15,7 @@ another's prefix; for the usual names ``N`` is ``ns`` itself)::
     episodic:N:g:<n>         one grade of an episode, given after it was recorded (JSON)
     episodic:N:u:<seq>       how many times episode <seq> was used in a run (a counter)
     episodic:N:__uses__      bumped by every use, so that readers know to read the counts
+    episodic:N:__base__      how many deepcrew-ai episodes our numbers start after (fixed)
 
 An episode's key is written once and never again (only deleted): a grade is a record of its own,
 applied on every read path, and a use is counted beside the episode, not in it.
@@ -37,8 +38,16 @@ A log written by deepcrew-ai is adopted without moving anything: its episodes be
 numbers ``1..count`` in its oldest-first order, and our counter starts after them.
 
 Readers keep a cache of decoded episodes and bring it up to date with one batch read of the
-three index keys plus one batch read of whatever is new, so recall costs a constant number of
-round trips however large the log is.
+index keys plus one batch read of whatever is new, so recall costs a constant number of round
+trips however large the log (or the store around it) is.
+
+No counter is trusted over the records it counts. An append reads the record its new number
+names in its own atomic step (``fresh``) and never overwrites one: a counter that is missing,
+behind, garbled or past any real count is repaired from the records, only ever upwards. A reader
+reads the record just past each counter with the counter (one that exists shows the counter
+behind), reads again for a while a number taken but not yet written (a grade between its two
+steps), and reads again the newest episode and grade it holds (one that changed shows the log
+went back under the same change token: an older snapshot, a restored backup).
 """
 
 from __future__ import annotations
