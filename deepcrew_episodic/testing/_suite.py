@@ -264,8 +264,8 @@ class ProviderConformance:
         await a.clear()
         assert await a.load() == []
         remaining = await provider.keys("episodic:a:")
-        assert set(remaining) <= {"episodic:a:__seq__", "episodic:a:__gen__"}
-        for key in remaining:  # only the counter and the change token: no payload
+        assert set(remaining) <= {"episodic:a:__seq__", "episodic:a:__gen__", "episodic:a:__base__"}
+        for key in remaining:  # only the counter, the change token and the base: no payload
             assert "alpha" not in (await provider.retrieve(key) or "")
         assert await provider.retrieve("unrelated") == "keep me"
         assert await provider.retrieve("episodic:a") == "a key that only looks related"
