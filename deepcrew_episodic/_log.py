@@ -81,6 +81,7 @@ _CLAIM = re.compile(r"id:[0-9a-f]{32}")
 _VECTOR = re.compile(r"v:([0-9]+)")
 _GRADE = re.compile(r"g:([0-9]+)")
 _USE = re.compile(r"u:([0-9]+)")
+_JOURNAL_KEY = re.compile(r"uj:([0-9]+)")
 _OWN = frozenset(
     {"__seq__", "__gen__", "__max__", "__embedder__", "__grades__", "__uses__", "__base__"}
 )
@@ -209,6 +210,7 @@ class EpisodeLog:
         self.base_key = self.prefix + "__base__"
         self._synced_grades = 0
         self._synced_uses: str | None = None
+        self._use_counts: dict[int, int] = {}  # as of the last sync that read them
         self.vectors = False  # read each episode's vector with it (a memory with an embedder)
         self.embedder: str | None = None  # __embedder__ as of the last sync
         self.conflict_key, self.conflict_with, self.conflict_needs_meta = _conflict(namespace)
@@ -259,6 +261,9 @@ class EpisodeLog:
     def use_key(self, seq: int) -> str:
         return f"{self.prefix}u:{seq}"
 
+    def use_journal_key(self, number: int) -> str:
+        return f"{self.prefix}uj:{number}"
+
     def claim_key(self, episode_id: str) -> str:
         """Where the claim on an explicit episode id is kept (a hash: ids may hold anything)."""
         digest = hashlib.blake2b(episode_id.encode("utf-8", "surrogatepass"), digest_size=16)
@@ -298,6 +303,8 @@ class EpisodeLog:
         if rest in _OWN or _ENTRY.fullmatch(rest) or _CLAIM.fullmatch(rest):
             return True
         if _VECTOR.fullmatch(rest) or _GRADE.fullmatch(rest) or _USE.fullmatch(rest):
+            return True
+        if _JOURNAL_KEY.fullmatch(rest):
             return True
         return self.legacy_prefix == self.prefix and _legacy_key(rest)
 
@@ -575,15 +582,26 @@ class EpisodeLog:
         grade_holes = {} if reset else dict(self._grade_holes)
         numbers = sorted({*numbers, *grade_holes})
         grade_keys = [self.grade_key(n) for n in numbers]
-        # Use counts: read again, by key, whenever a use was counted since the last sync.
+        # Use counts: read again, by key, whenever a use was counted since the last sync: those
+        # the use journal names (the episodes used since), or every cached one when the
+        # journal does not reach back that far.
         read_uses = head.uses is not None and (reset or head.uses != self._synced_uses)
-        use_seqs = (
-            sorted({*wanted, *(() if reset else (s for s in self._cache if s in live))})
-            if read_uses
-            else []
-        )
+        shown = sorted({*wanted, *(() if reset else (s for s in self._cache if s in live))})
+        since = 0 if self._synced_uses is None else _use_number(self._synced_uses)
+        now_uses = _use_number(head.uses)
+        journal: list[int] = []
+        known = read_uses and not reset and since is not None and now_uses is not None
+        if (
+            known
+            and since is not None
+            and now_uses is not None
+            and 0 < now_uses - since <= _USE_JOURNAL
+        ):
+            journal = list(range(since + 1, now_uses + 1))
+        use_seqs = [] if journal or not read_uses else shown
+        journal_keys = [self.use_journal_key(n) for n in journal]
         use_keys = [self.use_key(s) for s in use_seqs]
-        batch = [*keys, *vector_keys, *grade_keys, *use_keys]
+        batch = [*keys, *vector_keys, *grade_keys, *use_keys, *journal_keys]
         inconclusive = head.last != self._synced_last or head.grades != self._synced_grades
         if batch or (again and (inconclusive or not same_layout)):
             # The counters again, with the records just past them: read together, they show
@@ -606,13 +624,22 @@ class EpisodeLog:
         vectors = [next(cut) for _ in vector_keys]
         graded = [next(cut) for _ in grade_keys]
         raw_uses = [next(cut) for _ in use_keys]
+        entries = [next(cut) for _ in journal_keys]
+        use_now = {} if reset or not journal else dict(self._use_counts)
+        if journal:
+            used = _used_seqs(entries)
+            if used is None:  # an entry missing (in flight, trimmed, an older writer)
+                use_seqs, use_now = shown, {}
+            else:
+                use_seqs = sorted(used & set(shown))
+            use_keys = [self.use_key(s) for s in use_seqs]
+            raw_uses = await self.provider.retrieve_many(use_keys) if use_keys else []
+        for seq, raw in zip(use_seqs, raw_uses, strict=True):
+            if raw and _DIGITS.fullmatch(raw):
+                use_now[seq] = int(raw)
         use_counts: dict[int, int] | None = {} if reset else None
         if read_uses:
-            use_counts = {
-                seq: int(raw)
-                for seq, raw in zip(use_seqs, raw_uses, strict=True)
-                if raw and _DIGITS.fullmatch(raw)
-            }
+            use_counts = dict(use_now)
 
         changes = Changes(reset=reset)
         if reset:
@@ -670,6 +697,8 @@ class EpisodeLog:
             if pending is not None and pending[1]:
                 self._lost("grade", number)
         changes.uses = use_counts
+        if use_counts is not None:
+            self._use_counts = use_counts
         self._synced_grades = max(self._synced_grades if not reset else 0, head.grades)
         self._synced_uses = head.uses
         self._holes = holes
@@ -1084,11 +1113,22 @@ class EpisodeLog:
         )
 
     async def count_use(self, seqs: Collection[int]) -> None:
-        """Count one use of each episode, and tell readers to read the counts again."""
+        """Count one use of each episode, then tell readers which counts to read again: an
+        entry of the use journal, numbered by ``__uses__`` (the newest ``_USE_JOURNAL`` are
+        kept; a reader further behind reads every count)."""
         for seq in seqs:
             await self.provider.increment(self.use_key(seq))
-        if seqs:
-            await self.provider.increment(self.uses_key)
+        if not seqs:
+            return
+        record = ",".join(str(s) for s in sorted(set(seqs)))
+
+        def place(number: int, values: Mapping[str, str | None]) -> tuple[Any, Any]:
+            trimmed = number - _USE_JOURNAL
+            return {self.use_journal_key(number): record}, (
+                [self.use_journal_key(trimmed)] if trimmed > 0 else []
+            )
+
+        await self.provider.increment_and_write(self.uses_key, place)
 
     async def grade_keys(self) -> list[str]:
         return [k for k in await self.provider.keys(f"{self.prefix}g:") if self._ours(k)]
@@ -1187,8 +1227,29 @@ _MAX_GRADE_GAP = 100_000
 # between its counter and its record): it is read again for the grace period. Older ones were
 # swept.
 _GRADES_IN_FLIGHT = 1024
+# Use journal entries kept: a reader that synced within this many uses reads only the counts
+# of the episodes they name.
+_USE_JOURNAL = 1000
 # An append whose counter needs repairing is tried this many times (once is the usual need).
 _REPAIRS = 8
+
+
+def _use_number(raw: str | None) -> int | None:
+    return int(raw) if raw and _counter_ok(raw) else None
+
+
+def _used_seqs(entries: Sequence[str | None]) -> set[int] | None:
+    """The sequence numbers named by use journal entries; ``None`` when one is missing or
+    unreadable (every count is then read)."""
+    found: set[int] = set()
+    for entry in entries:
+        if not entry:
+            return None
+        parts = entry.split(",")
+        if not all(_DIGITS.fullmatch(p) for p in parts):
+            return None
+        found.update(int(p) for p in parts)
+    return found
 
 
 def _counter_ok(raw: str) -> bool:

@@ -948,6 +948,30 @@ class ProviderConformance:
             "new",
         ]
 
+    async def test_a_reader_that_stays_up_follows_every_use(self, provider: MemoryProvider) -> None:
+        """Use counts are read by the episodes a use names (a journal beside ``__uses__``),
+        and all of them when an entry is missing (a writer between its steps, an older one)."""
+        writer = EpisodicMemory(provider, namespace="usej")
+        ids = [(await writer.record(ep(f"restart pool {i}"))).id for i in range(4)]
+        reader = EpisodicMemory(provider, namespace="usej")
+        await reader.load()
+        await writer.used([ids[0], ids[1]])
+        await writer.used(ids[1])
+        assert dict((await reader.stats()).most_used) == {ids[0]: 1, ids[1]: 2}
+        await writer.used(ids[2])
+        await provider.delete(await provider.keys("episodic:usej:uj:"))  # the journal lost
+        await writer.used(ids[3])
+        assert dict((await reader.stats()).most_used) == {
+            ids[0]: 1,
+            ids[1]: 2,
+            ids[2]: 1,
+            ids[3]: 1,
+        }
+        await writer.used(ids[0])
+        assert dict((await reader.stats()).most_used)[ids[0]] == 2
+        fresh = EpisodicMemory(provider, namespace="usej")
+        assert (await fresh.stats()).most_used == (await reader.stats()).most_used
+
     # --- counters never trusted over their records -------------------------------------------
 
     @pytest.mark.parametrize(
