@@ -15,6 +15,7 @@ another's prefix; for the usual names ``N`` is ``ns`` itself)::
     episodic:N:g:<n>         one grade of an episode, given after it was recorded (JSON)
     episodic:N:u:<seq>       how many times episode <seq> was used in a run (a counter)
     episodic:N:__uses__      bumped by every use, so that readers know to read the counts
+    episodic:N:uj:<n>        use n: the seqs whose counts it raised (the newest 1,000 kept)
     episodic:N:__base__      how many deepcrew-ai episodes our numbers start after (fixed)
 
 An episode's key is written once and never again (only deleted): a grade is a record of its own,
