@@ -15,6 +15,8 @@ another's prefix; for the usual names ``N`` is ``ns`` itself)::
     episodic:N:g:<n>         one grade of an episode, given after it was recorded (JSON)
     episodic:N:u:<seq>       how many times episode <seq> was used in a run (a counter)
     episodic:N:__uses__      bumped by every use, so that readers know to read the counts
+    episodic:N:uj:<n>        use n: the seqs whose counts it raised (the newest 1,000 kept)
+    episodic:N:__base__      how many deepcrew-ai episodes our numbers start after (fixed)
 
 An episode's key is written once and never again (only deleted): a grade is a record of its own,
 applied on every read path, and a use is counted beside the episode, not in it.
@@ -37,20 +39,30 @@ A log written by deepcrew-ai is adopted without moving anything: its episodes be
 numbers ``1..count`` in its oldest-first order, and our counter starts after them.
 
 Readers keep a cache of decoded episodes and bring it up to date with one batch read of the
-three index keys plus one batch read of whatever is new, so recall costs a constant number of
-round trips however large the log is.
+index keys plus one batch read of whatever is new, so recall costs a constant number of round
+trips however large the log (or the store around it) is.
+
+No counter is trusted over the records it counts. An append reads the record its new number
+names in its own atomic step (``fresh``) and never overwrites one: a counter that is missing,
+behind, garbled or past any real count is repaired from the records, only ever upwards. A reader
+reads the record just past each counter with the counter (one that exists shows the counter
+behind), reads again for a while a number taken but not yet written (a grade between its two
+steps), and reads again the newest episode and grade it holds (one that changed shows the log
+went back under the same change token: an older snapshot, a restored backup).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote, unquote
 
 from ._embed import decode_identity
@@ -59,7 +71,7 @@ from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeErr
 from ._mutex import Mutex
 from ._unicode import escape_hidden, is_hidden
 from ._validate import integer
-from .providers._base import MemoryProvider
+from .providers._base import Fresh, MemoryProvider, Then
 
 log = logging.getLogger("deepcrew_episodic")
 
@@ -70,7 +82,10 @@ _CLAIM = re.compile(r"id:[0-9a-f]{32}")
 _VECTOR = re.compile(r"v:([0-9]+)")
 _GRADE = re.compile(r"g:([0-9]+)")
 _USE = re.compile(r"u:([0-9]+)")
-_OWN = frozenset({"__seq__", "__gen__", "__max__", "__embedder__", "__grades__", "__uses__"})
+_JOURNAL_KEY = re.compile(r"uj:([0-9]+)")
+_OWN = frozenset(
+    {"__seq__", "__gen__", "__max__", "__embedder__", "__grades__", "__uses__", "__base__"}
+)
 _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII only: int() would also take "٣" or "²"
 NAMESPACE_CHARS = 256
 MAX_RING = 10**9  # max_episodes: far past what any store here can hold
@@ -109,13 +124,29 @@ def encode_namespace(namespace: str) -> str:
 
 @dataclass(frozen=True)
 class Legacy:
-    """deepcrew-ai 0.6's ring index. Its oldest episode is at slot ``next % count``."""
+    """deepcrew-ai 0.6's ring index. Its oldest episode is at slot ``next % count``.
+
+    *base* is how many of its episodes this library numbered ``1..base`` when it adopted the
+    log (``__base__``); deepcrew-ai workers still writing it (a fleet half upgraded) add
+    episodes past that, which are read as the positions ``base+1..count`` of its ring and
+    cached under ``EXTRA + position``, never under a number of ours."""
 
     count: int
     next: int
+    base: int | None = None
+
+    @property
+    def shared(self) -> int:
+        """The positions ``1..shared`` numbered as our sequence numbers."""
+        return self.count if self.base is None else min(self.base, self.count)
 
     def slot(self, seq: int) -> int:
+        """The slot of ring position *seq* (1 = oldest)."""
         return (self.next + seq - 1) % self.count
+
+    def extras(self) -> range:
+        """The ring positions written by deepcrew-ai after the adoption."""
+        return range(self.shared + 1, self.count + 1)
 
 
 @dataclass(frozen=True)
@@ -128,6 +159,9 @@ class Head:
     embedder: str | None = None  # __embedder__ as stored
     grades: int = 0  # __grades__: the newest grade number
     uses: str | None = None  # __uses__ as stored
+    raw_seq: str | None = None  # __seq__ as stored
+    raw_grades: str | None = None  # __grades__ as stored
+    extra: tuple[str | None, ...] = ()  # the keys read_head was asked to read with the index
 
 
 @dataclass
@@ -142,6 +176,8 @@ class Counters:
     missing_records: int = 0  # a writer took a sequence number and never wrote it (it died)
     embedding_failures: int = 0  # an embedder call failed: stored without a vector / keywords
     telemetry_failures: int = 0  # a span could not be described (it went without attributes)
+    rewound_logs: int = 0  # the log went back under a reader (older snapshot, backup, flush)
+    unsafe_settings: int = 0  # the store's settings can lose records (Redis allkeys-* eviction)
 
 
 @dataclass
@@ -173,8 +209,10 @@ class EpisodeLog:
         self.embedder_key = self.prefix + "__embedder__"
         self.grades_key = self.prefix + "__grades__"
         self.uses_key = self.prefix + "__uses__"
+        self.base_key = self.prefix + "__base__"
         self._synced_grades = 0
         self._synced_uses: str | None = None
+        self._use_counts: dict[int, int] = {}  # as of the last sync that read them
         self.vectors = False  # read each episode's vector with it (a memory with an embedder)
         self.embedder: str | None = None  # __embedder__ as of the last sync
         self.conflict_key, self.conflict_with, self.conflict_needs_meta = _conflict(namespace)
@@ -195,12 +233,25 @@ class EpisodeLog:
         self._ring_hint: int | None = None
         self._seq_repair: tuple[str | None, int] | None = None
         self._checked: tuple[tuple[str | None, ...], int, int | None] | None = None
+        # A counter found behind its records: (its stored value, the newest record number),
+        # applied by read_head while the counter keeps that value (a writer repairs it).
+        self._seq_fix: tuple[str | None, int] | None = None
+        self._looks_new = False  # the last head read had no counter, change token or ring
+        self._settings_checked = False  # the provider asked once about unsafe settings
+        self._grades_fix: tuple[str | None, int] | None = None
+        # Grade numbers taken but not (yet) written: number -> (first seen missing, counts).
+        self._grade_holes: dict[int, tuple[float, bool]] = {}
+        # The newest cached episode and the newest grade read, as stored: read again with every
+        # head, so that a log that went back (an older snapshot, a restored backup, a promoted
+        # replica) under the same change token is noticed and read again from the start.
+        self._anchor: tuple[int, str] | None = None
+        self._grade_anchor: tuple[int, str] | None = None
 
     # --- keys ---------------------------------------------------------------------------
 
     def entry_key(self, seq: int, legacy: Legacy | None) -> str:
-        if legacy is not None and seq <= legacy.count:
-            return f"{self.legacy_prefix}{legacy.slot(seq)}"
+        if legacy is not None and (seq <= legacy.shared or seq > EXTRA):
+            return f"{self.legacy_prefix}{legacy.slot(seq - EXTRA if seq > EXTRA else seq)}"
         return f"{self.prefix}e:{seq}"
 
     def vector_key(self, seq: int) -> str:
@@ -211,6 +262,9 @@ class EpisodeLog:
 
     def use_key(self, seq: int) -> str:
         return f"{self.prefix}u:{seq}"
+
+    def use_journal_key(self, number: int) -> str:
+        return f"{self.prefix}uj:{number}"
 
     def claim_key(self, episode_id: str) -> str:
         """Where the claim on an explicit episode id is kept (a hash: ids may hold anything)."""
@@ -252,11 +306,15 @@ class EpisodeLog:
             return True
         if _VECTOR.fullmatch(rest) or _GRADE.fullmatch(rest) or _USE.fullmatch(rest):
             return True
+        if _JOURNAL_KEY.fullmatch(rest):
+            return True
         return self.legacy_prefix == self.prefix and _legacy_key(rest)
 
     # --- reading --------------------------------------------------------------------------
 
-    async def read_head(self) -> Head:
+    async def read_head(self, extra: Sequence[str] = ()) -> Head:
+        """The index keys as they stand, read in one batch with the keys *extra* (their values
+        in :attr:`Head.extra`), and repaired where they disagree with the records."""
         wanted = [
             self.seq_key,
             self.gen_key,
@@ -265,11 +323,15 @@ class EpisodeLog:
             self.embedder_key,
             self.grades_key,
             self.uses_key,
+            self.base_key,
         ]
         if self.conflict_key:
             wanted.append(self.conflict_key)
-        found = await self.provider.retrieve_many(wanted)
-        raw_seq, gen, raw_meta, raw_ring, embedder, raw_grades, uses, *conflict = found
+        found = await self.provider.retrieve_many([*wanted, *extra])
+        extras = tuple(found[len(wanted) :])
+        found = found[: len(wanted)]
+        raw_seq, gen, raw_meta, raw_ring, embedder, raw_grades, uses, raw_base, *conflict = found
+        self._looks_new = not (raw_seq or gen or raw_ring)
         if conflict and conflict[0] and (raw_meta or not self.conflict_needs_meta):
             raise ConfigurationError(
                 f"namespace {escape_hidden(self.namespace)!r} cannot be used in this store: its "
@@ -279,12 +341,12 @@ class EpisodeLog:
             )
         ring = parse_ring(raw_ring)
         try:
-            legacy = _parse_legacy(raw_meta)
+            legacy = _with_base(_parse_legacy(raw_meta), raw_base)
             last = _parse_seq(raw_seq, legacy)
         except CorruptDataError as exc:
             head = await self._recover_head(exc, raw_seq, gen or None)
-            legacy, last = head.legacy, head.last
-        base = legacy.count if legacy else 0
+            legacy, last = _with_base(head.legacy, raw_base), head.last
+        base = legacy.shared if legacy else 0
         # A log that exists has a counter past its start and a ring size; one of them missing,
         # emptied or garbled (while episodes remain) is rebuilt from the keys, so that neither
         # a reader hides episodes nor a writer reuses or evicts one by mistake.
@@ -292,9 +354,87 @@ class EpisodeLog:
             last, ring = await self._check_counters(
                 (raw_seq, gen, raw_meta, raw_ring), last, ring, base
             )
+        if self._seq_fix is not None and self._seq_fix[0] == (raw_seq or None):
+            last = max(last, self._seq_fix[1])  # a counter found behind its records
         self._ring_hint = ring
-        grades = int(raw_grades) if raw_grades and _DIGITS.fullmatch(raw_grades) else 0
-        return Head(last, gen or None, legacy, ring, raw_ring, embedder or None, grades, uses)
+        grades = await self._grade_counter(raw_grades or None)
+        return Head(
+            last,
+            gen or None,
+            legacy,
+            ring,
+            raw_ring,
+            embedder or None,
+            grades,
+            uses,
+            raw_seq or None,
+            raw_grades or None,
+            extras,
+        )
+
+    async def _grade_counter(self, raw: str | None) -> int:
+        """``__grades__`` as a number never below the grades stored: one that is unreadable or
+        past any real count is rebuilt from the grade keys (listed once per stored value), and
+        one found behind them (by :meth:`_sync`) is raised to the newest."""
+        if self._grades_fix is not None and self._grades_fix[0] == raw:
+            value = int(raw) if raw and _counter_ok(raw) else 0
+            return max(value, self._grades_fix[1])
+        if raw is None or _counter_ok(raw):
+            return int(raw) if raw else 0
+        newest = max(await self._numbers(_GRADE, "g:"), default=0)
+        self._grades_fix = (raw, newest)
+        self.counters.recovered_indexes += 1
+        log.warning(
+            "episodic log %r: grade counter holds %r, not a count; using %d, the newest grade "
+            "stored (the next grade repairs it)",
+            self.namespace,
+            escape_hidden(raw[:40]),
+            newest,
+        )
+        return newest
+
+    async def _numbers(self, pattern: re.Pattern[str], kind: str) -> list[int]:
+        """The numbers of this namespace's records of one *kind* (``e:``, ``g:``) that exist,
+        by listing their keys (a counter is never trusted over the records it counts)."""
+        listed = await self.provider.keys(self.prefix + kind)
+        return [
+            n
+            for k in listed
+            if (m := pattern.fullmatch(k[len(self.prefix) :]))
+            and (n := int(m.group(1))) <= _MAX_INDEX
+        ]
+
+    async def repair_counter(self, kind: str) -> int:
+        """Move the episode (``e:``) or grade (``g:``) counter past every record it numbers,
+        when it is missing, behind them, unreadable or past any real count; return its value.
+
+        Only ever raises the counter (a compare-and-set on the value seen), so that writers
+        repairing at once cannot take it back below a number one of them has just used."""
+        key, pattern = (self.seq_key, _ENTRY) if kind == "e:" else (self.grades_key, _GRADE)
+        numbers = await self._numbers(pattern, kind)
+        floor = base = 0
+        if kind == "e:":
+            legacy = (await self.read_head()).legacy
+            base = legacy.shared if legacy else 0
+        floor = max([base, *numbers])
+        while True:
+            raw = (await self.provider.retrieve_many([key]))[0] or None
+            current = int(raw) if raw and _counter_ok(raw) else None
+            if current is not None and current >= floor:
+                return current
+            if raw is None and floor <= base:
+                return base  # nothing stored past where a new counter starts
+            if await self.provider.write_if({key: raw}, {key: str(floor)}):
+                self.counters.recovered_indexes += 1
+                log.warning(
+                    "episodic log %r: counter %s held %r, behind the records it numbers; "
+                    "moved to %d",
+                    self.namespace,
+                    key.rpartition(":")[2],
+                    escape_hidden(str(raw))[:40],
+                    floor,
+                )
+                return floor
 
     async def _check_counters(
         self, seen: tuple[str | None, ...], last: int, ring: int | None, base: int
@@ -354,8 +494,8 @@ class EpisodeLog:
             count = slots[-1] + 1
             newest_slot = max(stamped)[1] if stamped else count - 1
             legacy = Legacy(count, (newest_slot + 1) % count)
-        last = int(raw_seq) if raw_seq and _DIGITS.fullmatch(raw_seq) else 0
-        last = max([last, *entries, legacy.count if legacy else 0])
+        last = int(raw_seq) if raw_seq and _counter_ok(raw_seq) else 0
+        last = max([last, *(e for e in entries if e <= _MAX_INDEX), legacy.shared if legacy else 0])
         return Head(last, gen, legacy)
 
     async def sync(self, apply: Callable[[Changes], None] | None = None) -> Changes:
@@ -367,12 +507,58 @@ class EpisodeLog:
                 apply(changes)
             return changes
 
-    async def _sync(self) -> Changes:
+    async def _sync(self, again: bool = True) -> Changes:
         # Every await happens before the cache is touched: a sync cancelled part-way (a recall
         # timeout) leaves the cache and its followers exactly as they were.
-        head = await self.read_head()
+        if not self._settings_checked:
+            self._settings_checked = True
+            for problem in await self.provider.unsafe_settings():
+                self.counters.unsafe_settings += 1
+                log.warning("episodic log %r: %s", self.namespace, problem)
+        # Read with the head: the records just past the counters as last synced (there is
+        # none unless a counter fell behind) and the newest records already read (unchanged
+        # unless the log went back).
+        probes = [
+            self.entry_key(self._synced_last + 1, self._legacy),
+            self.grade_key(self._synced_grades + 1),
+        ]
+        anchors = [a for a in (self._anchor, self._grade_anchor) if self._synced and a]
+        extra = [*probes]
+        if self._synced and self._anchor:
+            extra.append(self.entry_key(self._anchor[0], self._legacy))
+        if self._synced and self._grade_anchor:
+            extra.append(self.grade_key(self._grade_anchor[0]))
+        head = await self.read_head(extra)
+        next_entry, next_grade, *anchored = head.extra
+        same_layout = head.legacy == self._legacy
+        if again and same_layout and head.last == self._synced_last and next_entry:
+            return await self._behind("e:", head)
+        if again and self._looks_new and self._gen is not None and self._seq_fix is None:
+            # A log this reader knew has lost its whole index (a cache policy evicted it):
+            # its episodes may still be there, past where a new counter starts.
+            return await self._behind("e:", head)
+        if again and head.grades == self._synced_grades and next_grade:
+            return await self._behind("g:", head)
+        went_back = self._synced and head.gen == self._gen and same_layout
+        went_back = went_back and (
+            head.last < self._synced_last
+            or head.grades < self._synced_grades
+            or any(
+                value != anchor[1]
+                and (anchor is self._grade_anchor or anchor[0] in self.live_range(head))
+                for anchor, value in zip(anchors, anchored, strict=True)
+            )
+        )
+        if went_back:
+            self.counters.rewound_logs += 1
+            log.warning(
+                "episodic log %r went back under this reader (restored from an older snapshot "
+                "or backup, a promoted replica, a flush): reading it again from the start",
+                self.namespace,
+            )
         reset = (
             not self._synced
+            or went_back
             or head.gen != self._gen
             or head.legacy != self._legacy
             or head.last < self._synced_last  # the log was re-created under us
@@ -381,45 +567,87 @@ class EpisodeLog:
         synced_last = 0 if reset else self._synced_last
         holes = {} if reset else {s: h for s, h in self._holes.items() if s in live}
         wanted = [*range(max(live.start, synced_last + 1), live.stop), *holes]
+        if reset and head.legacy is not None:
+            # deepcrew-ai episodes appended after the adoption (a worker not yet upgraded):
+            # all of them, whatever this memory's ring (their writer keeps their number).
+            wanted += [EXTRA + p for p in head.legacy.extras()]
         keys = [self.entry_key(s, head.legacy) for s in wanted]
-        if self.vectors and wanted:
-            keys += [self.vector_key(s) for s in wanted]
-        values = await self.provider.retrieve_many(keys) if wanted else []
-        vectors = values[len(wanted) :]
-        values, keys = values[: len(wanted)], keys[: len(wanted)]
-        # Grades: the new ones (all of them after a reset); a missing one was swept.
+        vector_keys = [self.vector_key(s) for s in wanted] if self.vectors and wanted else []
+        # Grades: the new ones (all of them after a reset), and those whose number was taken
+        # but not yet written when last read (a writer between its two steps).
         first_grade = 1 if reset else self._synced_grades + 1
         if head.grades - first_grade > _MAX_GRADE_GAP:
             # A counter far past what was ever written (damaged): read the grades that exist.
-            listed = await self.provider.keys(f"{self.prefix}g:")
-            numbers = sorted(
-                n
-                for k in listed
-                if (m := _GRADE.fullmatch(k[len(self.prefix) :]))
-                and (n := int(m.group(1))) >= first_grade
-            )
+            numbers = sorted(n for n in await self._numbers(_GRADE, "g:") if n >= first_grade)
         else:
             numbers = list(range(first_grade, head.grades + 1))
-        graded = (
-            await self.provider.retrieve_many([self.grade_key(n) for n in numbers])
-            if numbers
-            else []
-        )
-        # Use counts: read again whenever a use was counted since the last sync.
+        grade_holes = {} if reset else dict(self._grade_holes)
+        numbers = sorted({*numbers, *grade_holes})
+        grade_keys = [self.grade_key(n) for n in numbers]
+        # Use counts: read again, by key, whenever a use was counted since the last sync: those
+        # the use journal names (the episodes used since), or every cached one when the
+        # journal does not reach back that far.
+        read_uses = head.uses is not None and (reset or head.uses != self._synced_uses)
+        shown = sorted({*wanted, *(() if reset else (s for s in self._cache if s in live))})
+        since = 0 if self._synced_uses is None else _use_number(self._synced_uses)
+        now_uses = _use_number(head.uses)
+        journal: list[int] = []
+        known = read_uses and not reset and since is not None and now_uses is not None
+        if (
+            known
+            and since is not None
+            and now_uses is not None
+            and 0 < now_uses - since <= _USE_JOURNAL
+        ):
+            journal = list(range(since + 1, now_uses + 1))
+        use_seqs = [] if journal or not read_uses else shown
+        journal_keys = [self.use_journal_key(n) for n in journal]
+        use_keys = [self.use_key(s) for s in use_seqs]
+        batch = [*keys, *vector_keys, *grade_keys, *use_keys, *journal_keys]
+        inconclusive = head.last != self._synced_last or head.grades != self._synced_grades
+        if batch or (again and (inconclusive or not same_layout)):
+            # The counters again, with the records just past them: read together, they show
+            # a counter behind its records without a listing.
+            batch += [
+                self.seq_key,
+                self.grades_key,
+                self.entry_key(head.last + 1, head.legacy),
+                self.grade_key(head.grades + 1),
+            ]
+        found = await self.provider.retrieve_many(batch) if batch else []
+        if found:
+            raw_seq, raw_grades, after_entry, after_grade = found[-4:]
+            if again and after_entry and (raw_seq or None) == head.raw_seq and same_layout:
+                return await self._behind("e:", head)
+            if again and after_grade and (raw_grades or None) == head.raw_grades:
+                return await self._behind("g:", head)
+        cut = iter(found)
+        values = [next(cut) for _ in keys]
+        vectors = [next(cut) for _ in vector_keys]
+        graded = [next(cut) for _ in grade_keys]
+        raw_uses = [next(cut) for _ in use_keys]
+        entries = [next(cut) for _ in journal_keys]
+        use_now = {} if reset or not journal else dict(self._use_counts)
+        if journal:
+            used = _used_seqs(entries)
+            if used is None:  # an entry missing (in flight, trimmed, an older writer)
+                use_seqs, use_now = shown, {}
+            else:
+                use_seqs = sorted(used & set(shown))
+            use_keys = [self.use_key(s) for s in use_seqs]
+            raw_uses = await self.provider.retrieve_many(use_keys) if use_keys else []
+        for seq, raw in zip(use_seqs, raw_uses, strict=True):
+            if raw and _DIGITS.fullmatch(raw):
+                use_now[seq] = int(raw)
         use_counts: dict[int, int] | None = {} if reset else None
-        if head.uses is not None and (reset or head.uses != self._synced_uses):
-            use_counts = {}
-            use_keys = await self.provider.keys(f"{self.prefix}u:")
-            raw_counts = await self.provider.retrieve_many(use_keys) if use_keys else []
-            for key, raw in zip(use_keys, raw_counts, strict=True):
-                match = _USE.fullmatch(key[len(self.prefix) :])
-                if match and raw and _DIGITS.fullmatch(raw):
-                    use_counts[int(match.group(1))] = int(raw)
+        if read_uses:
+            use_counts = dict(use_now)
 
         changes = Changes(reset=reset)
         if reset:
             self._cache.clear()
             self._live_start = 0
+            self._anchor = self._grade_anchor = None
         # Only what fell out of the ring since the last sync is looked at, not the whole cache,
         # so a sync costs the same at 100 or 100,000 episodes.
         if live.start - self._live_start <= len(self._cache):
@@ -439,32 +667,83 @@ class EpisodeLog:
                     continue
                 holes.pop(seq, None)
                 if counts:
-                    self.counters.missing_records += 1
-                    log.warning(
-                        "episodic log %r: sequence %d was taken by a writer that never wrote "
-                        "it (it probably died); that episode is lost",
-                        self.namespace,
-                        seq,
-                    )
+                    self._lost("sequence", seq)
                 continue
             holes.pop(seq, None)
             episode = self._decode(seq, key, raw)
             if episode is not None:
                 self._cache[seq] = episode
                 changes.added.append((seq, episode))
+                if seq < EXTRA and (self._anchor is None or seq >= self._anchor[0]):
+                    self._anchor = (seq, raw)
         for seq, vector in zip(wanted, vectors, strict=False):
             if vector and seq in self._cache:
                 changes.vectors[seq] = vector
-        changes.grades = [(n, raw) for n, raw in zip(numbers, graded, strict=True) if raw]
+        for number, raw in zip(numbers, graded, strict=True):
+            if raw:
+                grade_holes.pop(number, None)
+                changes.grades.append((number, raw))
+                if self._grade_anchor is None or number >= self._grade_anchor[0]:
+                    self._grade_anchor = (number, raw)
+                continue
+            # Missing: taken by a writer still between its counter and its record, swept, or
+            # left by a writer that died. Read again until the grace period is over (after a
+            # reset, only the newest numbers can still be in flight).
+            pending = grade_holes.get(number)
+            if pending is None and (not reset or number > head.grades - _GRADES_IN_FLIGHT):
+                pending = (now, not reset)
+            if pending is not None and now - pending[0] < HOLE_GRACE_SECONDS:
+                grade_holes[number] = pending
+                continue
+            grade_holes.pop(number, None)
+            if pending is not None and pending[1]:
+                self._lost("grade", number)
         changes.uses = use_counts
+        if use_counts is not None:
+            self._use_counts = use_counts
         self._synced_grades = max(self._synced_grades if not reset else 0, head.grades)
         self._synced_uses = head.uses
         self._holes = holes
+        self._grade_holes = grade_holes
         self.embedder = head.embedder
         self._synced_last = max(synced_last, head.last)
         self._live_start = live.start
         self._gen, self._legacy, self._synced = head.gen, head.legacy, True
         return changes
+
+    async def _behind(self, kind: str, head: Head) -> Changes:
+        """A record is stored past its counter: the counter fell behind (evicted, restored
+        from an older backup, edited). Read by the records instead, until a writer repairs
+        the counter (the next append does, before it writes), and sync again."""
+        pattern = _ENTRY if kind == "e:" else _GRADE
+        newest = max(await self._numbers(pattern, kind), default=0)
+        raw = head.raw_seq if kind == "e:" else head.raw_grades
+        if kind == "e:" and newest > head.last:
+            self._seq_fix = self._seq_repair = (raw, newest)
+        elif kind == "g:" and newest > head.grades:
+            self._grades_fix = (raw, newest)
+        else:
+            return await self._sync(again=False)
+        self.counters.recovered_indexes += 1
+        log.warning(
+            "episodic log %r: %s counter %r is behind the records it numbers; reading up to "
+            "%d (the next write repairs it)",
+            self.namespace,
+            "episode" if kind == "e:" else "grade",
+            escape_hidden(str(raw))[:40],
+            newest,
+        )
+        return await self._sync(again=False)
+
+    def _lost(self, what: str, number: int) -> None:
+        self.counters.missing_records += 1
+        log.warning(
+            "episodic log %r: %s %d was taken by a writer that never wrote it (it probably "
+            "died); that record is lost",
+            self.namespace,
+            what,
+            number,
+        )
 
     def _decode(self, seq: int, key: str, raw: str) -> Episode | None:
         try:
@@ -541,7 +820,7 @@ class EpisodeLog:
             # deepcrew-ai's index never changes under us, so one read serves every append.
             legacy = (await self.read_head()).legacy
             self._append_legacy = (legacy,)
-        initial = legacy.count if legacy else 0
+        initial = legacy.shared if legacy else 0
         if self._seq_repair is not None:
             # The counter fell behind the stored episodes (emptied, zeroed): move it past them
             # first, unless another writer changed it since it was read.
@@ -555,6 +834,14 @@ class EpisodeLog:
         def place(
             seq: int, values: Mapping[str, str | None], legacy: Legacy | None = legacy
         ) -> tuple[dict[str, str], list[str]]:
+            # deepcrew-ai's index is read in the same step too: a worker of it still writing the
+            # log (a fleet half upgraded) moves its slots, and what falls out is decided on them
+            # as they stand.
+            if self.meta_key in values:
+                with contextlib.suppress(CorruptDataError):  # else: on the index as last read
+                    legacy = _with_base(
+                        _parse_legacy(values[self.meta_key]), values.get(self.base_key)
+                    )
             # __max__ is read in the same atomic step: what falls out is decided on the ring as
             # it stands now, and a larger ring is raised here, never lowered.
             stored = parse_ring(values.get(self.ring_key))
@@ -579,32 +866,74 @@ class EpisodeLog:
                 # A new counter: a new log (perhaps re-created after a wipe). A new change
                 # token makes every reader that cached an older log start over.
                 items[self.gen_key] = uuid.uuid4().hex
+            if not values.get(self.base_key):
+                # How many deepcrew-ai episodes our numbers start after, fixed from now on: its
+                # workers may go on appending (their episodes are read past it, never in place
+                # of ours).
+                items[self.base_key] = str(min(seq - 1, legacy.count if legacy else 0))
             evicted = seq - ring
             if evicted < 1:
                 return items, []
             return items, [self.entry_key(evicted, legacy), self.vector_key(evicted)]
 
-        read = [self.ring_key]
+        read = [self.ring_key, self.base_key]
+        if self.legacy_prefix == self.prefix:  # one hash slot on a cluster: read it with them
+            read.append(self.meta_key)
         if vector is not None:
             read.append(self.embedder_key)
-        try:
-            seq = await self.provider.increment_and_write(
-                self.seq_key, place, initial=initial, read=read
-            )
-            return seq, stored_vector[0]
-        except CorruptDataError as exc:
-            # The counter is unreadable: rebuild its value from the keys that exist. The
-            # provider applies the repair inside its atomic step, so when several writers
-            # repair at once only the first repair counts and no sequence number is reused.
-            head = await self._recover_head(exc, None, None)
-            seq = await self.provider.increment_and_write(
-                self.seq_key,
-                lambda seq, values: place(seq, values, head.legacy),
-                initial=head.last,
-                repair=head.last,
-                read=read,
-            )
-            return seq, stored_vector[0]
+        if self._looks_new:
+            # The index reads as a new log: make sure no episode is stored past it (a counter,
+            # change token and ring size all evicted) before numbering from the start.
+            self._looks_new = False
+            await self.repair_counter("e:")
+        seq = await self._numbered(
+            self.seq_key,
+            place,
+            "e:",
+            initial=initial,
+            read=read,
+            fresh=lambda seq: [self.entry_key(seq, legacy)],
+        )
+        return seq, stored_vector[0]
+
+    async def _numbered(
+        self,
+        key: str,
+        place: Then,
+        kind: str,
+        *,
+        initial: int = 0,
+        read: Sequence[str] = (),
+        fresh: Fresh,
+    ) -> int:
+        """``increment_and_write`` of a new record numbered by the counter *key*, which never
+        overwrites a record: a counter that is unreadable, past any real count or behind the
+        records (the number it gives is taken) is repaired from the records, and the write
+        tried again."""
+
+        def guarded(number: int, values: Mapping[str, str | None]) -> tuple[Any, Any]:
+            if number > _MAX_INDEX or any(values.get(k) for k in fresh(number)):
+                raise CounterBehind(number)
+            return place(number, values)
+
+        for attempt in range(_REPAIRS):
+            try:
+                return await self.provider.increment_and_write(
+                    key, guarded, initial=initial, read=read, fresh=fresh
+                )
+            except CorruptDataError:
+                if attempt == _REPAIRS - 1:
+                    raise
+            except CounterBehind:
+                if attempt == _REPAIRS - 1:
+                    break
+            # The provider gave a number that cannot be used; repairing only ever raises the
+            # counter, so concurrent repairers never reuse a number.
+            await self.repair_counter(kind)
+        raise CorruptDataError(
+            f"episodic log {escape_hidden(self.namespace)!r}: counter {key!r} keeps naming "
+            f"records that are already stored; nothing was written"
+        )
 
     async def claim(self, episode_id: str) -> str:
         """Reserve *episode_id* for one new episode, atomically across every writer; return the
@@ -702,7 +1031,7 @@ class EpisodeLog:
 
     async def clear(self) -> None:
         """Delete every key of this namespace except the counter, and invalidate readers."""
-        keep = {self.seq_key, self.gen_key}
+        keep = {self.seq_key, self.gen_key, self.base_key}
         doomed = [k for k in await self.owned_keys() if k not in keep]
         await self.provider.write({self.gen_key: uuid.uuid4().hex}, doomed)
         self._synced = False
@@ -781,14 +1110,27 @@ class EpisodeLog:
         ) -> tuple[dict[str, str], list[str]]:
             return {self.grade_key(number): record}, []
 
-        return await self.provider.increment_and_write(self.grades_key, place)
+        return await self._numbered(
+            self.grades_key, place, "g:", fresh=lambda number: [self.grade_key(number)]
+        )
 
     async def count_use(self, seqs: Collection[int]) -> None:
-        """Count one use of each episode, and tell readers to read the counts again."""
+        """Count one use of each episode, then tell readers which counts to read again: an
+        entry of the use journal, numbered by ``__uses__`` (the newest ``_USE_JOURNAL`` are
+        kept; a reader further behind reads every count)."""
         for seq in seqs:
             await self.provider.increment(self.use_key(seq))
-        if seqs:
-            await self.provider.increment(self.uses_key)
+        if not seqs:
+            return
+        record = ",".join(str(s) for s in sorted(set(seqs)))
+
+        def place(number: int, values: Mapping[str, str | None]) -> tuple[Any, Any]:
+            trimmed = number - _USE_JOURNAL
+            return {self.use_journal_key(number): record}, (
+                [self.use_journal_key(trimmed)] if trimmed > 0 else []
+            )
+
+        await self.provider.increment_and_write(self.uses_key, place)
 
     async def grade_keys(self) -> list[str]:
         return [k for k in await self.provider.keys(f"{self.prefix}g:") if self._ours(k)]
@@ -801,7 +1143,10 @@ class EpisodeLog:
 
     def _outside(self, keys: Collection[str], head: Head, keep: range) -> list[str]:
         """The episode keys (ours and deepcrew-ai's) of *keys* outside *keep*."""
-        live_slots = {self.entry_key(s, head.legacy) for s in keep} if head.legacy else set()
+        live_slots = set()
+        if head.legacy:
+            live_slots = {self.entry_key(s, head.legacy) for s in keep}
+            live_slots |= {self.entry_key(EXTRA + p, head.legacy) for p in head.legacy.extras()}
         doomed = []
         for key in keys:
             if key.startswith(self.prefix):
@@ -875,8 +1220,50 @@ def _conflict(namespace: str) -> tuple[str | None, str, bool]:
 # Beyond this a counter or a ring index is garbage, not a log: 10**15 episodes at one a
 # microsecond is thirty years.
 _MAX_INDEX = 10**15
+# deepcrew-ai episodes written after the adoption are cached from this number on (past any
+# sequence number of ours, within the 18 digits of a key).
+EXTRA = 10**16
 # Grades read by number when at most this many are new; more, and the keys are listed instead.
 _MAX_GRADE_GAP = 100_000
+# After a reset, a missing grade among the newest this many may still be in flight (its writer
+# between its counter and its record): it is read again for the grace period. Older ones were
+# swept.
+_GRADES_IN_FLIGHT = 1024
+# Use journal entries kept: a reader that synced within this many uses reads only the counts
+# of the episodes they name.
+_USE_JOURNAL = 1000
+# An append whose counter needs repairing is tried this many times (once is the usual need).
+_REPAIRS = 8
+
+
+def _use_number(raw: str | None) -> int | None:
+    return int(raw) if raw and _counter_ok(raw) else None
+
+
+def _used_seqs(entries: Sequence[str | None]) -> set[int] | None:
+    """The sequence numbers named by use journal entries; ``None`` when one is missing or
+    unreadable (every count is then read)."""
+    found: set[int] = set()
+    for entry in entries:
+        if not entry:
+            return None
+        parts = entry.split(",")
+        if not all(_DIGITS.fullmatch(p) for p in parts):
+            return None
+        found.update(int(p) for p in parts)
+    return found
+
+
+def _counter_ok(raw: str) -> bool:
+    """Whether a stored counter is a count this library can trust: ASCII digits, not past
+    ``_MAX_INDEX`` (a counter near 10**18 is damage: one more would overflow every store)."""
+    return bool(_DIGITS.fullmatch(raw)) and int(raw) <= _MAX_INDEX
+
+
+class CounterBehind(Exception):
+    """Raised inside an append when the number the counter gave names a record that is already
+    there (or one past any real count): nothing is written, the counter is repaired, and the
+    append tried again."""
 
 
 def _parse_legacy(raw: str | None) -> Legacy | None:
@@ -896,9 +1283,16 @@ def _parse_legacy(raw: str | None) -> Legacy | None:
     return Legacy(count, nxt) if count else None
 
 
+def _with_base(legacy: Legacy | None, raw: str | None) -> Legacy | None:
+    """*legacy* with the base this library adopted it at (``__base__``), when recorded."""
+    if legacy is None or not raw or not _counter_ok(raw):
+        return legacy
+    return Legacy(legacy.count, legacy.next, int(raw))
+
+
 def _parse_seq(raw: str | None, legacy: Legacy | None) -> int:
     if not raw:
-        return legacy.count if legacy else 0
+        return legacy.shared if legacy else 0
     if not _DIGITS.fullmatch(raw) or int(raw) > _MAX_INDEX:
         raise CorruptDataError(
             f"sequence counter holds {escape_hidden(raw[:40])!r}, not an integer in range"

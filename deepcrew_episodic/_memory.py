@@ -1363,6 +1363,7 @@ class EpisodicMemory:
     def _add_grades(self, records: list[tuple[int, str]]) -> set[str]:
         """Take in new grade records; return the ids of the episodes they grade."""
         touched: set[str] = set()
+        top = max(self._graded_by, default=0)
         for position, raw in records:
             try:
                 grade = Grade.from_json(raw)
@@ -1370,8 +1371,16 @@ class EpisodicMemory:
                 self.counters.corrupt_records += 1
                 log.warning("episodic log %r: skipping grade %d: %s", self.namespace, position, exc)
                 continue
-            self._grades.setdefault(grade.episode_id, []).append(grade)
+            # Kept in grade-number order: a grade read late (its writer was between its two
+            # steps at the last sync) still takes its place among the others.
+            mine = self._grades.setdefault(grade.episode_id, [])
+            if position < top:
+                later = [n for n, i in self._graded_by.items() if i == grade.episode_id]
+                mine.insert(len(mine) - sum(1 for n in later if n > position), grade)
+            else:
+                mine.append(grade)
             self._graded_by[position] = grade.episode_id
+            top = max(top, position)
             touched.add(grade.episode_id)
         return touched
 

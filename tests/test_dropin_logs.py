@@ -179,3 +179,66 @@ async def test_our_dict_provider_reads_a_copied_deepcrew_dict() -> None:
     assert [
         e.query for e in await EpisodicMemory(ours, namespace="support", max_episodes=5).load()
     ] == view
+
+
+# --- a fleet half upgraded: deepcrew-ai workers and this library on one log ----------------------
+
+
+async def their_record(
+    legacy: Legacy, request: pytest.FixtureRequest, query: str, cap: int
+) -> None:
+    """One record by a deepcrew-ai 0.6.1 worker. On the file store each write is a worker of
+    its own: deepcrew-ai's file provider reads the file once and writes its copy back whole,
+    so a long-lived one would drop every other writer's keys (its own workers' included)."""
+    backend = legacy.theirs
+    if isinstance(backend, dc_memory.FileMemoryProvider):
+        backend = dc_memory.FileMemoryProvider(backend._path)
+    memory = deepcrew.EpisodicMemory(backend, namespace="support", max_episodes=cap)
+    await memory.record(deepcrew.Episode(query=query, response="done", outcome="success"))
+
+
+@pytest.mark.parametrize("start", ["theirs first", "ours first", "their ring full"])
+async def test_a_half_upgraded_fleet_keeps_every_episode_visible(
+    legacy: Legacy, request: pytest.FixtureRequest, start: str
+) -> None:
+    if request.node.callspec.params["legacy"] == "file-via-their-provider":
+        pytest.skip("two deepcrew-ai file providers on one file overwrite each other")
+    cap = 5 if start == "their ring full" else 50
+    theirs: list[str] = []
+    if start != "ours first":
+        for i in range(8 if start == "their ring full" else 3):
+            theirs.append(f"legacy refund ticket {i}")
+            await their_record(legacy, request, theirs[-1], cap)
+    reader = EpisodicMemory(legacy.ours, namespace="support", max_episodes=50)
+    await reader.load()
+    ours: list[str] = []
+    for round_ in range(4):
+        ours.append(
+            [
+                "rotate kafka certificates",
+                "resize postgres volume",
+                "purge cdn cache",
+                "renew vault lease",
+            ][round_]
+        )
+        await EpisodicMemory(legacy.ours, namespace="support", max_episodes=50).record(
+            Episode(query=ours[-1], response="done", outcome="success")
+        )
+        for j in range(round_ % 3 + 1):
+            theirs.append(f"old worker refund job {round_} {j}")
+            await their_record(legacy, request, theirs[-1], cap)
+        await reader.load()  # a reader that stays up through the upgrade
+    kept_theirs = theirs[-cap:]  # deepcrew-ai's own ring keeps its newest
+    expected = {*ours, *kept_theirs}
+    for memory in (reader, EpisodicMemory(legacy.ours, namespace="support", max_episodes=50)):
+        shown = [e.query for e in await memory.load()]
+        assert set(shown) == expected
+        assert len(shown) == len(expected)
+        assert (await memory.stats()).total == len(expected)
+        for query in ours:
+            assert query in [e.query for e in await memory.recall(query, top_k=3)]
+        assert memory.counters.corrupt_records == 0
+    # and deepcrew-ai's workers still read their own ring
+    mine = deepcrew.EpisodicMemory(legacy.theirs, namespace="support", max_episodes=cap)
+    if not isinstance(legacy.theirs, dc_memory.FileMemoryProvider):
+        assert [e.query for e in await mine.load()] == kept_theirs

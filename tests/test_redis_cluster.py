@@ -68,7 +68,10 @@ async def test_a_namespace_lives_in_one_slot_under_its_hash_tag(
         await memory.record(ep(f"refund order case{i}"))
     stored = [k for per_node in keys_per_node(nodes) for k in per_node]
     assert sorted(stored) == sorted(
-        [f"deepcrew:{{episodic:support}}:{index}" for index in ("__seq__", "__gen__", "__max__")]
+        [
+            f"deepcrew:{{episodic:support}}:{index}"
+            for index in ("__seq__", "__gen__", "__max__", "__base__")
+        ]
         + [f"deepcrew:{{episodic:support}}:e:{seq}" for seq in range(4, 9)]
     )
     assert len({nodes[0].cluster("keyslot", k) for k in stored}) == 1
@@ -82,7 +85,7 @@ async def test_namespaces_spread_over_the_masters_and_keys_scans_them_all(
     for name in names:
         await EpisodicMemory(cluster, namespace=name).record(ep(f"deploy {name}"))
     assert all(keys_per_node(nodes))  # every master holds some namespace
-    per_namespace = ("__gen__", "__max__", "__seq__", "e:1")
+    per_namespace = ("__base__", "__gen__", "__max__", "__seq__", "e:1")
     found = await cluster.keys("episodic:")
     assert found == sorted(f"episodic:{n}:{k}" for n in names for k in per_namespace)
     assert await cluster.keys("episodic:team1") == sorted(

@@ -8,7 +8,9 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
 
 from third_party_provider import Sqlite3Provider
 
+from deepcrew_episodic.providers import InMemoryProvider
 from deepcrew_episodic.testing import ProviderConformance, Store
 
 
@@ -47,3 +50,44 @@ def test_the_example_runs_and_keeps_the_newest_episodes() -> None:
     assert lines[3] == (
         "keys: ['episodic:support-bot:e:2', 'episodic:support-bot:e:3', 'episodic:support-bot:e:4']"
     )
+
+
+class _IgnoresFresh(InMemoryProvider):
+    """A provider written against the contract before ``fresh``: its own increment_and_write
+    reads the counter and *read*, never the record the new number names."""
+
+    async def increment_and_write(  # type: ignore[override]
+        self,
+        key: str,
+        then: Any,
+        *,
+        initial: int = 0,
+        repair: int | None = None,
+        read: Sequence[str] = (),
+        **ignored: Any,
+    ) -> int:
+        wanted = [key, *read]
+        current = dict(zip(wanted, await self.retrieve_many(wanted), strict=True))
+        value = int(current[key] or initial) + 1
+        items, delete = then(value, {k: current[k] for k in read})
+        await self.write({**items, key: str(value)}, delete)
+        return value
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_provider_that_lets_a_counter_overwrite_a_record_fails_the_kit(
+    anyio_backend: str,
+) -> None:
+    kit = ProviderConformance()
+    with pytest.raises(AssertionError):
+        await kit.test_no_episode_counter_state_overwrites_or_hides_an_episode(
+            _IgnoresFresh(), "behind"
+        )
+    with pytest.raises((AssertionError, KeyError)):
+        await kit.test_increment_and_write_reads_the_keys_the_new_value_names(_IgnoresFresh())
+    # the same tests pass on a provider that keeps the contract
+    await kit.test_no_episode_counter_state_overwrites_or_hides_an_episode(
+        InMemoryProvider(), "behind"
+    )
+    await kit.test_increment_and_write_reads_the_keys_the_new_value_names(InMemoryProvider())

@@ -31,10 +31,14 @@ from typing import Any, ClassVar, Self
 from .._exceptions import ConfigurationError, CorruptDataError
 from .._mutex import Mutex
 
-__all__ = ["MemoryProvider", "Then", "as_provider"]
+__all__ = ["Fresh", "MemoryProvider", "Then", "as_provider"]
 
 Then = Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]]
 """``then(new_counter_value, values_read) -> (items to store, keys to delete)``."""
+
+Fresh = Callable[[int], Sequence[str]]
+"""``fresh(new_counter_value) -> keys``: the keys a new counter value names (its record), read
+with the others so that ``then`` can refuse to overwrite one that is already there."""
 
 
 class MemoryProvider(ABC):
@@ -106,6 +110,13 @@ class MemoryProvider(ABC):
         write-ahead log, temp files), so that deleted text is in none of its files. Called by
         every ``forget``, ``sweep``, ``clear`` and ``shrink``; the default does nothing."""
 
+    async def unsafe_settings(self) -> list[str]:
+        """What in the store's own settings can lose or hide records, one sentence each (a
+        Redis server that may evict keys, say); ``[]`` when nothing is known to be unsafe.
+        Every memory asks once, and logs and counts each answer; the default knows of
+        nothing."""
+        return []
+
     # --- built on the contract: override to save round trips ----------------------------
 
     async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
@@ -124,29 +135,41 @@ class MemoryProvider(ABC):
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
+        fresh: Fresh | None = None,
     ) -> int:
         """Add one to the integer counter *key* (taken as *initial* when absent), then store
         and delete what ``then(new_value, values)`` returns, where *values* maps each key of
-        *read* to its current value; return the new value. A counter is ASCII digits, at most
-        18 of them.
+        *read*, and each key of ``fresh(new_value)``, to its current value; return the new
+        value. A counter is ASCII digits, at most 18 of them.
 
         The counter, the read keys and the write change together: the write is applied only
-        while the counter and the keys of *read* still hold the values ``then`` saw, so a
-        decision taken on them (which episode falls out of the ring) is never overtaken. A
-        counter that is not an integer raises :class:`CorruptDataError`, or is taken as
-        *repair* when given (inside the same atomic step, so two repairers cannot both apply
-        theirs). ``then`` may be called more than once; it must not have side effects.
+        while the counter, the keys of *read* and those of ``fresh(new_value)`` still hold the
+        values ``then`` saw, so a decision taken on them (which episode falls out of the ring;
+        whether the record the new value names is already there, because the counter fell
+        behind its records) is never overtaken. A counter that is not an integer raises
+        :class:`CorruptDataError`, or is taken as *repair* when given (inside the same atomic
+        step, so two repairers cannot both apply theirs). ``then`` may be called more than
+        once; it must not have side effects. An exception ``then`` raises propagates
+        unchanged, and nothing but (at most) the counter has changed.
 
         The portable implementation reads, then applies everything with one :meth:`write_if`
-        that expects what it read, and starts over when another writer came first. The tasks
-        of one process take turns, so only writers in other processes cause a retry.
+        that expects what it read, and starts over when another writer came first. The keys
+        of ``fresh`` are first taken as absent (the usual case), and read when the
+        compare-and-set fails. The tasks of one process take turns, so only writers in other
+        processes, or a record already at the new value, cause a retry.
         """
         wanted = [key, *(k for k in read if k != key)]
+        named: list[str] = []
         async with _process_lock(self):
             while True:
-                current = dict(zip(wanted, await self.retrieve_many(wanted), strict=True))
-                value, items, delete = next_step(key, current.get, then, initial, repair, read)
-                if await self.write_if(current, items, delete):
+                keys = [*wanted, *(k for k in named if k not in wanted)]
+                current = dict(zip(keys, await self.retrieve_many(keys), strict=True))
+                value, items, delete = next_step(
+                    key, current.get, then, initial, repair, read, fresh
+                )
+                named = [k for k in (fresh(value) if fresh else ()) if k not in wanted]
+                expect = {k: current[k] for k in wanted} | {k: current.get(k) for k in named}
+                if await self.write_if(expect, items, delete):
                     return value
 
     async def increment(self, key: str, *, initial: int = 0, repair: int | None = None) -> int:
@@ -196,12 +219,14 @@ def next_step(
     initial: int,
     repair: int | None,
     read: Sequence[str],
+    fresh: Fresh | None = None,
 ) -> tuple[int, dict[str, str], Collection[str]]:
     """One :meth:`MemoryProvider.increment_and_write` computed on the current values (*get*):
     the new counter value, the items to store (the counter among them) and the keys to delete.
     For providers that read and write inside one atomic step of their own."""
     value = _parse_counter(key, get(key), initial, repair) + 1
-    items, delete = then(value, {k: get(k) for k in read})
+    named = [*read, *(fresh(value) if fresh else ())]
+    items, delete = then(value, {k: get(k) for k in named})
     return value, {**items, key: str(value)}, delete
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
-from ._base import MemoryProvider, Then, differs, next_step, store_path
+from ._base import Fresh, MemoryProvider, Then, differs, next_step, store_path
 
 __all__ = ["FileMemoryProvider", "read_file_store"]
 
@@ -148,13 +148,14 @@ class FileMemoryProvider(MemoryProvider):
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
+        fresh: Fresh | None = None,
     ) -> int:
         # One locked replace (half the I/O of the portable read + write_if); the read keys
         # are read under the same lock, so `then` runs once on values nobody can change.
         result: list[int] = []
 
         def change(data: dict[str, str]) -> tuple[Iterable[str], dict[str, str]]:
-            value, items, delete = next_step(key, data.get, then, initial, repair, read)
+            value, items, delete = next_step(key, data.get, then, initial, repair, read, fresh)
             _check_values(items)
             result.append(value)
             return delete, items

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from .._exceptions import ConfigurationError, CorruptDataError, MissingDependencyError, StorageError
-from ._base import MemoryProvider, Then
+from ._base import Fresh, MemoryProvider, Then
 
 try:
     import redis.asyncio as redis_asyncio
@@ -41,6 +42,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = ["RedisMemoryProvider"]
+
+log = logging.getLogger("deepcrew_episodic")
 
 # Create the counter at `initial` when absent or "" (one that is not ASCII digits, at most 18 of
 # them, is set to `repair` when one is given, and refused otherwise), then INCR it: one atomic
@@ -201,6 +204,7 @@ class RedisMemoryProvider(MemoryProvider):
             self._owns_client = True
         self._ready = not self._cluster
         self._init_lock = asyncio.Lock()
+        self._settings: list[str] | None = None
         self._increment = _Script(self._client, _INCREMENT)
         self._write_if = _Script(self._client, _WRITE_IF)
 
@@ -371,16 +375,42 @@ class RedisMemoryProvider(MemoryProvider):
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
+        fresh: Fresh | None = None,
     ) -> int:
         # Two scripts: the increment reads the keys `then` depends on, the write checks they
-        # still hold those values (and is retried with fresh ones when they changed).
-        wanted = list(read)
-        value, values = await self._increment_and_read(key, wanted, initial, repair)
+        # still hold those values (and is retried with fresh ones when they changed). The keys
+        # the new value names are taken as absent, and read only when the check fails.
+        value, values = await self._increment_and_read(key, list(read), initial, repair)
+        named = [k for k in (fresh(value) if fresh else ()) if k not in values]
+        values.update(dict.fromkeys(named))
+        wanted = list(values)
         while True:
             items, delete = then(value, values)
             if await self.write_if(values, items, delete):
                 return value
             values = dict(zip(wanted, await self.retrieve_many(wanted), strict=True))
+
+    async def unsafe_settings(self) -> list[str]:
+        """A server whose ``maxmemory-policy`` may evict keys without a TTL (``allkeys-*``)
+        can drop a log's counters and episodes. Asked once (``CONFIG GET``); a server that
+        refuses the command (a managed service, an ACL) is taken as unknown."""
+        if self._settings is None:
+            try:
+                async with self._call("CONFIG GET", "maxmemory-policy"):
+                    reply = await self._client.config_get("maxmemory-policy")
+            except StorageError as exc:
+                log.debug("redis CONFIG GET maxmemory-policy refused; not checked: %s", exc)
+                self._settings = []
+                return []
+            policies = {_text(v) or "" for v in _config_values(reply, "maxmemory-policy")}
+            self._settings = [
+                f"the redis server's maxmemory-policy is {policy!r}: when it reaches maxmemory "
+                f"it evicts any key, a log's counters and episodes among them; use "
+                f"'noeviction' (or a volatile-* policy: the log's keys have no TTL)"
+                for policy in sorted(policies)
+                if policy.startswith("allkeys-")
+            ]
+        return list(self._settings)
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -408,6 +438,18 @@ class _Script:
             return await self._client.evalsha(self._sha, len(keys), *keys, *args)
         except redis_exceptions.NoScriptError:
             return await self._client.eval(self._source, len(keys), *keys, *args)
+
+
+def _config_values(reply: Any, name: str) -> list[Any]:
+    """The values of *name* in a CONFIG GET reply: a dict from one server, a dict of such
+    dicts (one per node) from a cluster client."""
+    if not isinstance(reply, dict):
+        return []
+    found = [v for k, v in reply.items() if _text(k) == name]
+    for value in reply.values():
+        if isinstance(value, dict):
+            found += _config_values(value, name)
+    return found
 
 
 def _text(value: Any) -> str | None:

@@ -46,7 +46,7 @@ from typing import TypeVar
 import anyio.to_thread
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
-from ._base import MemoryProvider, Then, differs, next_step, store_path
+from ._base import Fresh, MemoryProvider, Then, differs, next_step, store_path
 
 __all__ = ["SQLiteMemoryProvider"]
 
@@ -209,6 +209,7 @@ class SQLiteMemoryProvider(MemoryProvider):
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
+        fresh: Fresh | None = None,
     ) -> int:
         bound_key = _bind(key)
         bound_read = {k: _bind(k) for k in read}
@@ -217,12 +218,12 @@ class SQLiteMemoryProvider(MemoryProvider):
         # not at all, so `then` runs once, on values no other writer can change meanwhile.
         def run(conn: sqlite3.Connection) -> int:
             def get(name: str) -> str | None:
-                bound = bound_key if name == key else bound_read[name]
+                bound = bound_key if name == key else bound_read.get(name) or _bind(name)
                 row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
                 return row[0] if row else None
 
             with _transaction(conn):
-                value, items, delete = next_step(key, get, then, initial, repair, read)
+                value, items, delete = next_step(key, get, then, initial, repair, read, fresh)
                 _apply(conn, *_bound_change(items, delete))
                 return value
 

@@ -27,7 +27,7 @@ from .. import (
     InvalidEpisodeError,
 )
 from ..providers import MemoryProvider
-from ..providers._base import Then
+from ..providers._base import Fresh, Then
 from ._embedder import CONCEPT_EPISODES as _CONCEPT_EPISODES
 from ._embedder import ConceptEmbedder
 from ._store import StoreSpec, worker
@@ -264,8 +264,8 @@ class ProviderConformance:
         await a.clear()
         assert await a.load() == []
         remaining = await provider.keys("episodic:a:")
-        assert set(remaining) <= {"episodic:a:__seq__", "episodic:a:__gen__"}
-        for key in remaining:  # only the counter and the change token: no payload
+        assert set(remaining) <= {"episodic:a:__seq__", "episodic:a:__gen__", "episodic:a:__base__"}
+        for key in remaining:  # only the counter, the change token and the base: no payload
             assert "alpha" not in (await provider.retrieve(key) or "")
         assert await provider.retrieve("unrelated") == "keep me"
         assert await provider.retrieve("episodic:a") == "a key that only looks related"
@@ -912,6 +912,198 @@ class ProviderConformance:
             total,
         ]
 
+    async def test_increment_and_write_reads_the_keys_the_new_value_names(
+        self, provider: MemoryProvider
+    ) -> None:
+        """``fresh(value)`` names the record a new counter value would write: ``then`` sees it
+        as stored, so a counter that fell behind its records can never overwrite one."""
+        seen: list[tuple[int, dict[str, str | None]]] = []
+
+        class Taken(Exception):
+            pass
+
+        def then(seq: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+            seen.append((seq, dict(values)))
+            if values[f"episodic:fr:e:{seq}"]:
+                raise Taken(seq)
+            return {f"episodic:fr:e:{seq}": "new"}, []
+
+        def fresh(seq: int) -> list[str]:
+            return [f"episodic:fr:e:{seq}"]
+
+        await provider.write({"episodic:fr:seq": "2", "episodic:fr:e:3": "stored"})
+        with pytest.raises(Taken):
+            await provider.increment_and_write("episodic:fr:seq", then, fresh=fresh)
+        assert seen[-1] == (3, {"episodic:fr:e:3": "stored"})
+        assert await provider.retrieve_many(["episodic:fr:e:3"]) == ["stored"]
+        assert await provider.keys("episodic:fr:e:") == ["episodic:fr:e:3"]
+        await provider.write({"episodic:fr:seq": "3"})
+        read = ["episodic:fr:max"]
+        assert (
+            await provider.increment_and_write("episodic:fr:seq", then, read=read, fresh=fresh) == 4
+        )
+        assert seen[-1] == (4, {"episodic:fr:max": None, "episodic:fr:e:4": None})
+        assert await provider.retrieve_many(["episodic:fr:e:3", "episodic:fr:e:4"]) == [
+            "stored",
+            "new",
+        ]
+
+    async def test_a_reader_that_stays_up_follows_every_use(self, provider: MemoryProvider) -> None:
+        """Use counts are read by the episodes a use names (a journal beside ``__uses__``),
+        and all of them when an entry is missing (a writer between its steps, an older one)."""
+        writer = EpisodicMemory(provider, namespace="usej")
+        ids = [(await writer.record(ep(f"restart pool {i}"))).id for i in range(4)]
+        reader = EpisodicMemory(provider, namespace="usej")
+        await reader.load()
+        await writer.used([ids[0], ids[1]])
+        await writer.used(ids[1])
+        assert dict((await reader.stats()).most_used) == {ids[0]: 1, ids[1]: 2}
+        await writer.used(ids[2])
+        await provider.delete(await provider.keys("episodic:usej:uj:"))  # the journal lost
+        await writer.used(ids[3])
+        assert dict((await reader.stats()).most_used) == {
+            ids[0]: 1,
+            ids[1]: 2,
+            ids[2]: 1,
+            ids[3]: 1,
+        }
+        await writer.used(ids[0])
+        assert dict((await reader.stats()).most_used)[ids[0]] == 2
+        fresh = EpisodicMemory(provider, namespace="usej")
+        assert (await fresh.stats()).most_used == (await reader.stats()).most_used
+
+    # --- counters never trusted over their records -------------------------------------------
+
+    @pytest.mark.parametrize(
+        "state",
+        ["missing", "evicted", "zero", "behind", "garbled", "at its limit", "past any count"],
+    )
+    async def test_no_episode_counter_state_overwrites_or_hides_an_episode(
+        self, provider: MemoryProvider, state: str
+    ) -> None:
+        """Whatever the counter holds (evicted by a cache policy, restored from an older
+        backup, edited by hand, near 10**18), every stored episode stays visible and the next
+        records go after them."""
+        writer = EpisodicMemory(provider, namespace="cnt", max_episodes=10)
+        for i in range(6):
+            await writer.record(ep(f"task {i}"))
+        reader = EpisodicMemory(provider, namespace="cnt", max_episodes=10)
+        assert len(await reader.load()) == 6
+        keys = await provider.keys("episodic:cnt:e:")
+        before = dict(zip(keys, await provider.retrieve_many(keys), strict=True))
+        await _damage_counter(provider, "episodic:cnt:__seq__", state)
+        if state == "evicted":  # everything but the episodes, as allkeys-random can leave it
+            await provider.delete(["episodic:cnt:__gen__", "episodic:cnt:__max__"])
+        expected = [f"task {i}" for i in range(6)]
+        assert [e.query for e in await EpisodicMemory(provider, namespace="cnt").load()] == expected
+        assert [e.query for e in await reader.load()] == expected
+        late = EpisodicMemory(provider, namespace="cnt", max_episodes=10)
+        for i in range(3):
+            await late.record(ep(f"new {i}"))
+        expected += [f"new {i}" for i in range(3)]
+        assert await provider.retrieve_many(list(before)) == list(before.values())
+        for memory in (EpisodicMemory(provider, namespace="cnt"), reader, writer, late):
+            assert [e.query for e in await memory.load()] == expected
+            assert len(await memory.recall("task new", top_k=20)) == 9
+            assert (await memory.stats()).total == 9
+
+    @pytest.mark.parametrize(
+        "state", ["missing", "zero", "behind", "garbled", "at its limit", "past any count"]
+    )
+    async def test_no_grade_counter_state_overwrites_or_hides_a_grade(
+        self, provider: MemoryProvider, state: str
+    ) -> None:
+        writer = EpisodicMemory(provider, namespace="gcnt")
+        first = await writer.record(ep("rotate the keys", outcome="failure"))
+        second = await writer.record(ep("renew the cert", outcome="failure"))
+        await writer.grade(first.id, outcome="partial")
+        await writer.grade(first.id, outcome="success")
+        await writer.grade(second.id, outcome="success")
+        reader = EpisodicMemory(provider, namespace="gcnt")
+        assert [e.outcome for e in await reader.load()] == ["success", "success"]
+        keys = await provider.keys("episodic:gcnt:g:")
+        before = dict(zip(keys, await provider.retrieve_many(keys), strict=True))
+        await _damage_counter(provider, "episodic:gcnt:__grades__", state)
+        for memory in (EpisodicMemory(provider, namespace="gcnt"), reader):
+            assert [e.outcome for e in await memory.load()] == ["success", "success"], state
+            assert len(await memory.grades()) == 3
+        await EpisodicMemory(provider, namespace="gcnt").grade(second.id, outcome="failure")
+        assert await provider.retrieve_many(list(before)) == list(before.values())
+        for memory in (EpisodicMemory(provider, namespace="gcnt"), reader, writer):
+            assert [e.outcome for e in await memory.load()] == ["success", "failure"], state
+            assert len(await memory.grades()) == 4
+            assert (await memory.stats()).grades == 4
+
+    async def test_a_reader_that_stays_up_reads_a_grade_written_after_its_number(
+        self, provider: MemoryProvider
+    ) -> None:
+        """A grade is a number, then a record: a reader that syncs in between reads the grade
+        when it lands, and never takes it for swept."""
+        writer = EpisodicMemory(provider, namespace="late")
+        first = await writer.record(ep("flush the cache", outcome="failure"))
+        second = await writer.record(ep("drain the queue", outcome="failure"))
+        reader = EpisodicMemory(provider, namespace="late")
+        await reader.load()
+        await writer.grade(first.id, outcome="success")
+        await writer.grade(second.id, outcome="success")
+        # the first grade's record not yet written: its writer is between its two steps
+        raw = (await provider.retrieve_many(["episodic:late:g:1"]))[0]
+        assert raw
+        await provider.delete(["episodic:late:g:1"])
+        assert [e.outcome for e in await reader.load()] == ["failure", "success"]
+        await provider.write({"episodic:late:g:1": raw})
+        assert [e.outcome for e in await reader.load()] == ["success", "success"]
+        assert len(await reader.grades()) == 2
+        found = await reader.select(outcome="success")
+        assert {e.id for e in found} == {first.id, second.id}
+        # a later grade of the same episode still wins over one read late
+        await writer.grade(first.id, outcome="failure")
+        raw = (await provider.retrieve_many(["episodic:late:g:3"]))[0]
+        assert raw
+        await provider.delete(["episodic:late:g:3"])
+        await writer.grade(first.id, outcome="partial")
+        assert (await reader.load())[0].outcome == "partial"
+        await provider.write({"episodic:late:g:3": raw})
+        assert (await reader.load())[0].outcome == "partial"
+        assert [g.outcome for g in await reader.grades(first.id)] == [
+            "success",
+            "failure",
+            "partial",
+        ]
+
+    @pytest.mark.parametrize("after", ["fewer", "as many", "more"])
+    async def test_a_reader_notices_the_log_went_back_and_reads_it_again(
+        self, provider: MemoryProvider, after: str
+    ) -> None:
+        """The store restored from an older snapshot (a restart from an RDB file, a restored
+        backup, a promoted replica) under the same change token: a reader that stays up shows
+        the log as it now is, never episodes or grades that no longer exist."""
+        writer = EpisodicMemory(provider, namespace="back")
+        for i in range(5):
+            await writer.record(ep(f"kept {i}"))
+        await writer.grade((await writer.load())[0].id, outcome="success")
+        keys = await provider.keys("episodic:back:")
+        snapshot = dict(zip(keys, await provider.retrieve_many(keys), strict=True))
+        for i in range(5):
+            await writer.record(ep(f"lost {i}"))
+        lost = await writer.grade((await writer.load())[1].id, outcome="success")
+        reader = EpisodicMemory(provider, namespace="back")
+        assert len(await reader.load()) == 10
+        # the snapshot comes back
+        await provider.delete(await provider.keys("episodic:back:"))
+        await provider.write({k: v for k, v in snapshot.items() if v is not None})
+        n = {"fewer": 2, "as many": 5, "more": 8}[after]
+        again = EpisodicMemory(provider, namespace="back")
+        for i in range(n):
+            await again.record(ep(f"new {i}"))
+        expected = [f"kept {i}" for i in range(5)] + [f"new {i}" for i in range(n)]
+        for memory in (reader, writer, again):
+            assert [e.query for e in await memory.load()] == expected, after
+            assert lost.episode_id not in {g.episode_id for g in await memory.grades()}
+            assert [e.outcome for e in await memory.load()][:2] == ["success", "unknown"]
+            found = {e.query for e in (await memory.recall("new lost kept", top_k=20))}
+            assert not any(q.startswith("lost") for q in found)
+
     # --- keys(prefix) with any character -------------------------------------------------------
 
     async def test_keys_returns_exactly_the_keys_that_start_with_the_prefix(
@@ -1291,6 +1483,7 @@ class _Rewrites(MemoryProvider):
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
+        fresh: Fresh | None = None,
     ) -> int:
         written: list[Mapping[str, str]] = []
 
@@ -1300,7 +1493,7 @@ class _Rewrites(MemoryProvider):
             return items, doomed
 
         result = await self.inner.increment_and_write(
-            key, watching, initial=initial, repair=repair, read=read
+            key, watching, initial=initial, repair=repair, read=read, fresh=fresh
         )
         for items in written:
             self._note(items)
@@ -1308,6 +1501,21 @@ class _Rewrites(MemoryProvider):
 
     async def aclose(self) -> None:
         """The inner provider belongs to the test."""
+
+
+async def _damage_counter(provider: MemoryProvider, key: str, state: str) -> None:
+    """Leave the counter *key* as a cache eviction, an older backup or a hand edit can."""
+    if state in ("missing", "evicted"):
+        await provider.delete([key])
+        return
+    values = {
+        "zero": "0",
+        "behind": "1",
+        "garbled": "x7",
+        "at its limit": "9" * 18,
+        "past any count": str(10**16),
+    }
+    await provider.write({key: values[state]})
 
 
 async def _corrupt(provider: MemoryProvider, key: str, value: str) -> None:
@@ -1450,10 +1658,11 @@ class _Counting(MemoryProvider):
         initial: int = 0,
         repair: int | None = None,
         read: Sequence[str] = (),
+        fresh: Fresh | None = None,
     ) -> int:
         self.calls.append("increment_and_write")
         return await self.inner.increment_and_write(
-            key, then, initial=initial, repair=repair, read=read
+            key, then, initial=initial, repair=repair, read=read, fresh=fresh
         )
 
     async def aclose(self) -> None:

@@ -414,6 +414,8 @@ class _Viewer:
                 ("record failures", counters.record_failures),
                 ("missing records", counters.missing_records),
                 ("indexes recovered", counters.recovered_indexes),
+                ("log went back (restored, restarted)", counters.rewound_logs),
+                ("unsafe store settings", counters.unsafe_settings),
             ],
             age=_age(snapshot),
         )
