@@ -738,8 +738,24 @@ class EpisodicMemory:
                 return False  # a run that never got to the task: asked for by name only
             return wanted_tags is None or bool(wanted_tags & {t.casefold() for t in ep.tags})
 
+        scorer: Any = None
+        if query_vector is not None:
+            from ._vectors import hybrid_scorer
+
+            scorer = hybrid_scorer(
+                index,
+                self._vectors,
+                query,
+                query_vector,
+                now=now,
+                intent=intent,
+                half_life_days=self._half_life,
+                similarity_floor=self._similarity_floor,
+                min_similarity=self._min_similarity,
+            )
+
         def search(n: int) -> list[tuple[int, Scored]]:
-            if query_vector is not None:
+            if scorer is not None:
                 from ._vectors import hybrid_search
 
                 return hybrid_search(
@@ -755,6 +771,7 @@ class EpisodicMemory:
                     min_similarity=self._min_similarity,
                     since=after,
                     accept=accept,
+                    scorer=scorer,
                 )
             return index.search(
                 query,
@@ -766,7 +783,20 @@ class EpisodicMemory:
                 accept=accept,
             )
 
-        found = self._rank(search, k, now)
+        def score(seq: int) -> Scored | None:
+            # One episode as search scores it, the filters applied (a run's later iterations).
+            if seq not in index or (after is not None and index.when(seq) < after):
+                return None
+            if not accept(seq):
+                return None
+            if scorer is not None:
+                item = scorer[0](seq)
+                return None if item is None else item[3]
+            return index.score(
+                seq, query, now=now, intent=intent, half_life_days=self._half_life
+            )
+
+        found = self._rank(search, score, k, now)
         ranking = Ranking(
             dataclasses.replace(scored, episode=scored.episode.copy()) for _, scored in found
         )
@@ -1272,33 +1302,47 @@ class EpisodicMemory:
         return 1.0 + min(MAX_BOOST - 1.0, math.log1p(uses) / 10.0) if uses else 1.0
 
     def _rank(
-        self, search: Callable[[int], list[tuple[int, Scored]]], k: int, now: float
+        self,
+        search: Callable[[int], list[tuple[int, Scored]]],
+        score: Callable[[int], Scored | None],
+        k: int,
+        now: float,
     ) -> list[tuple[int, Scored]]:
-        """The top *k* of *search* with reinforcement applied and one item per run: the run's
-        latest iteration among those the query and the filters admit (so the item shown is
-        the item scored, and an expired, filtered-out or abandoned iteration is never shown),
-        with the lessons of the unexpired iterations that failed before it.
+        """The top *k* of *search* with reinforcement applied and one item per run.
+
+        A run's item is its latest iteration that the query and the filters admit (*score*
+        answers for one episode: ``None`` when it is not returned), scored as itself: so the
+        item shown is the item scored, and an expired, filtered-out or abandoned iteration is
+        never shown. Which iteration that is depends on the run alone, never on how many
+        other episodes the search had to fetch. Its lesson carries those of the unexpired
+        iterations that failed before it.
 
         Exact: more candidates are fetched until nothing left unfetched could reach the k-th
-        (an unfetched episode scores at most the last fetched score times the largest boost).
+        (an unfetched episode scores at most the last fetched score times the largest boost,
+        and a run none of whose iterations was fetched is such an episode).
         """
         boosting = self._reinforce and bool(self._uses)
         runs = any(len(seqs) > 1 for seqs in self._runs.values())
         if not boosting and not runs:
             return search(k)
         wanted = max(2 * k, 16)
+        chosen_runs: dict[str, tuple[int, Scored] | None] = {}  # run -> its item
         while True:
             found = search(wanted)
-            latest: dict[str, int] = {}  # run -> its latest seq among the candidates
-            for seq, scored in found:
-                run = scored.episode.run_id
-                if run and seq > latest.get(run, 0):
-                    latest[run] = seq
             items: list[tuple[float, float, int, Scored]] = []
+            taken: set[str] = set()
             for seq, scored in found:
                 run = scored.episode.run_id
-                if run and latest[run] != seq:
-                    continue
+                if run:
+                    if run in taken:
+                        continue
+                    taken.add(run)
+                    if run not in chosen_runs:
+                        chosen_runs[run] = self._run_item(run, seq, scored, score)
+                    item = chosen_runs[run]
+                    if item is None:
+                        continue
+                    seq, scored = item
                 factor = self._boost(seq)
                 if factor != 1.0:
                     scored = dataclasses.replace(
@@ -1311,6 +1355,19 @@ class EpisodicMemory:
                 break
             wanted *= 4
         return [(seq, self._as_run(seq, scored, now)) for _, _, seq, scored in chosen]
+
+    def _run_item(
+        self, run: str, seq: int, scored: Scored, score: Callable[[int], Scored | None]
+    ) -> tuple[int, Scored] | None:
+        """The item of *run*, of which the search found iteration *seq*: its latest iteration
+        that *score* admits (*seq* itself when no later one is)."""
+        for later in reversed(self._runs.get(run, [])):
+            if later <= seq:
+                break
+            found = score(later)
+            if found is not None:
+                return later, found
+        return seq, scored
 
     def _as_run(self, seq: int, scored: Scored, now: float) -> Scored:
         """*scored* (a run's chosen iteration) with the lessons of the iterations of its run
