@@ -792,9 +792,7 @@ class EpisodicMemory:
             if scorer is not None:
                 item = scorer[0](seq)
                 return None if item is None else item[3]
-            return index.score(
-                seq, query, now=now, intent=intent, half_life_days=self._half_life
-            )
+            return index.score(seq, query, now=now, intent=intent, half_life_days=self._half_life)
 
         found = self._rank(search, score, k, now)
         ranking = Ranking(

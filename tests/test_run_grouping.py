@@ -41,9 +41,7 @@ async def _ranked(
     def now() -> float:
         return clock[0]
 
-    memory = EpisodicMemory(
-        InMemoryProvider(), clock=now, embedder=embedder, max_episodes=10_000
-    )
+    memory = EpisodicMemory(InMemoryProvider(), clock=now, embedder=embedder, max_episodes=10_000)
     longest = max((len(r) for r in runs), default=0)
     for step in range(longest):
         for r, run in enumerate(runs):
@@ -112,7 +110,10 @@ def test_unrelated_episodes_never_change_a_runs_item_or_its_order(
 
 
 async def test_a_failed_then_successful_run_reads_as_its_success_however_large_the_log() -> None:
-    run = [(["deploy", "billing", "service", "prod"], "failure"), (["deploy", "billing"], "success")]
+    run = [
+        (["deploy", "billing", "service", "prod"], "failure"),
+        (["deploy", "billing"], "success"),
+    ]
     for filler in (0, 30, 300):
         unrelated = [["deploy", "billing", "service", "cache"]] * filler
         for top_k in (1, 3, 500):
