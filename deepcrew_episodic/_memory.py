@@ -40,6 +40,7 @@ from ._episode import (
     now_iso,
     outcome_for_score,
     parse_time,
+    score_fits,
 )
 from ._exceptions import (
     ConfigurationError,
@@ -877,6 +878,12 @@ class EpisodicMemory:
             score = number("score", score, minimum=0.0, maximum=1.0)
         if outcome is None and score is None:
             raise ConfigurationError("grade() needs an outcome, a score or both")
+        if outcome is not None and score is not None and not score_fits(outcome, score):
+            raise ConfigurationError(
+                f"the outcome {outcome!r} and the score {score:g} disagree (a score of 0.7 or "
+                f"more is a success, below 0.3 a failure, partial between; unknown and "
+                f"abandoned take no score): give the one you mean, or both agreeing"
+            )
         if not isinstance(note, str) or len(note) > NOTE_CHARS:
             raise ConfigurationError(f"note must be a string of at most {NOTE_CHARS} characters")
         verified = boolean("verified", verified)
