@@ -312,7 +312,7 @@ async def test_a_task_the_agent_gave_up_on_is_a_lesson_the_next_run_recalls(
     block = next(t for t in request.texts("system") if t.startswith("## Relevant past"))
     assert lesson in block
     assert "failure" in block
-    assert [e.id for e in await memory.recall(QUERY, intent="what_failed")][0] == episode.id
+    assert (await memory.recall(QUERY, intent="what_failed"))[0].id == episode.id
 
 
 async def test_an_outage_distilled_with_the_runners_verdict_stays_abandoned(
