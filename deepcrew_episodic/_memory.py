@@ -218,6 +218,7 @@ class EpisodicMemory:
         self._vectors: Any = None  # a VectorIndex, with an embedder
         self._queries = QueryCache()
         self._background: Any = None  # the background sentences' vectors (see _vectors.py)
+        self._reembedding = 0  # reembeds of this memory under way (see _episode_vector)
         if self._embedder is not None:
             load_numpy()  # fail here, with the install hint, not on the first recall
             from ._vectors import VectorIndex
@@ -986,6 +987,45 @@ class EpisodicMemory:
         batch_size = integer("batch_size", batch_size, minimum=1, maximum=4096)
         if progress is not None and not callable(progress):
             raise ConfigurationError(f"progress must be a callable or None, not {progress!r}")
+        self._reembedding += everything
+        try:
+            written = await self._embed_pass(batch_size, progress, everything, 0)
+            # Episodes recorded meanwhile (by this memory, another process, a keyword-only
+            # writer, or an old embedder whose vectors the reembed has just made unusable) are
+            # not in the pass's list: each further pass embeds what still has no usable
+            # vector, until one finds nothing. Only then is the log complete.
+            for _ in range(_CATCH_UP_PASSES):
+                more = await self._embed_pass(batch_size, progress, False, written)
+                if more == 0:
+                    break
+                written += more
+            else:
+                raise EmbeddingError(
+                    f"episodes kept arriving without a usable vector during "
+                    f"{'reembed' if everything else 'backfill'} of {self.namespace!r}; "
+                    f"{written} vectors were written: run backfill() again"
+                )
+        finally:
+            self._reembedding -= everything
+        log.info(
+            "%s of %r: %d vectors written",
+            "reembed" if everything else "backfill",
+            self.namespace,
+            written,
+        )
+        return written
+
+    async def _embed_pass(
+        self,
+        batch_size: int,
+        progress: Callable[[int, int], None] | None,
+        everything: bool,
+        done: int,
+    ) -> int:
+        """Embed the episodes the log keeps now (*everything*, or those without a usable
+        vector) and return how many vectors were written; *done* were written before."""
+        embedder = self._embedder
+        assert embedder is not None
         await self._sync()
         if not everything:
             self._check_embedder()
@@ -1008,8 +1048,8 @@ class EpisodicMemory:
             if everything or (seq not in cached and seq not in usable):
                 todo.append((seq, ep, embed_text(ep, self._embed_fields)))
         written = 0
-        if progress is not None:
-            progress(0, len(todo))
+        if progress is not None and (todo or not done):
+            progress(done, done + len(todo))
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
             matrix = await self._embed([text for _, _, text in batch], "backfill")
@@ -1046,16 +1086,16 @@ class EpisodicMemory:
                 )
             written += len(vectors)
             if progress is not None:
-                progress(written, len(todo))
+                progress(done + written, done + len(todo))
         if written:
             await self._log.touch()  # every reader (this one too) reloads with the vectors
-        log.info(
-            "%s of %r: %d vectors written",
-            "reembed" if everything else "backfill",
-            self.namespace,
-            written,
-        )
         return written
+
+    def _ours(self) -> bool:
+        """Whether the log's vectors are (or may become) this memory's embedder's."""
+        assert self._embedder is not None
+        found = decode_identity(self._log.embedder)
+        return found is None or found[0] == self._embedder.name
 
     def _check_embedder(self) -> None:
         """Refuse a log whose vectors another embedder wrote (as of the last sync)."""
@@ -1111,6 +1151,10 @@ class EpisodicMemory:
         assert self._embedder is not None
         if not self._log.synced:
             await self._log.read_embedder()  # not a whole sync: a record stays cheap
+        if self._reembedding and not self._ours():
+            # This memory's own reembed has not recorded its embedder yet: the episode goes
+            # in without a vector, and the reembed's last pass embeds it.
+            return None
         self._check_embedder()
         text = embed_text(episode, self._embed_fields)
         try:
@@ -1452,6 +1496,8 @@ class EpisodicMemory:
         return self._max_age is not None and recorded < now - self._max_age.total_seconds()
 
 
+# Passes of backfill/reembed after the first, for what was recorded meanwhile (see _embed_log).
+_CATCH_UP_PASSES = 8
 # The largest reinforcement factor (see _boost).
 MAX_BOOST = 1.2
 # A run's item carries the lessons of its failed iterations, cut here.
