@@ -311,6 +311,13 @@ class SyncEpisodicMemory:
         """Close the provider and stop the event-loop thread. Idempotent and thread-safe: the
         calls already running finish first, any later call raises ``ConfigurationError``, and
         a second ``close()`` (from any thread) returns once the first is done."""
+        if threading.current_thread() is self._thread and self._pid == os.getpid():
+            # From a callback of one of its own calls (a progress function): waiting for that
+            # call to finish would wait for ever.
+            raise ConfigurationError(
+                "close() was called from inside one of this SyncEpisodicMemory's own calls "
+                "(a progress callback?); close it after the call returns"
+            )
         with self._state:
             if self._closing or self._closed:
                 self._state.wait_for(lambda: self._closed)

@@ -279,3 +279,20 @@ def test_many_threads_closing_at_once_with_calls_in_flight(store: Store) -> None
     memory.close()
     with pytest.raises(ConfigurationError, match="closed"):
         memory.recall("rotate")
+
+
+def test_close_from_inside_one_of_its_calls_is_refused_not_a_hang() -> None:
+    from deepcrew_episodic.testing._embedder import ConceptEmbedder
+
+    writer = SyncEpisodicMemory(InMemoryProvider())
+    writer.record(Episode(query="customer billed double"))
+    memory = SyncEpisodicMemory(writer.backend, embedder=ConceptEmbedder())
+
+    def progress(done: int, total: int) -> None:
+        memory.close()
+
+    with pytest.raises(ConfigurationError, match="inside one of"):
+        memory.backfill(progress=progress)
+    assert memory.stats().total == 1  # still open, and usable
+    memory.close()
+    writer.close()
