@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from stores import Store
@@ -296,3 +297,48 @@ def test_close_from_inside_one_of_its_calls_is_refused_not_a_hang() -> None:
     assert memory.stats().total == 1  # still open, and usable
     memory.close()
     writer.close()
+
+
+_FORK_AND_EXIT = """
+import os, sys
+sys.path.insert(0, sys.argv[3])
+from stores import Store
+from deepcrew_episodic import Episode, SyncEpisodicMemory
+
+memory = SyncEpisodicMemory(Store(sys.argv[1], sys.argv[2]).open(), namespace="exits")
+memory.record(Episode(query="parent before the fork"))
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        memory.record(Episode(query="a worker's episode"))
+        sys.exit(0)  # a normal exit: what crossed the fork is torn down here
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    memory.record(Episode(query="parent after a worker exited"))
+print(len(memory.load()))
+memory.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_workers_that_exit_normally_leave_the_parent_working(store: Store) -> None:
+    # A worker's exit tears down the connections and the event loop it inherited; none of it
+    # may reach the parent's (asyncio's epoll instance is shared across a fork).
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-c",
+            _FORK_AND_EXIT,
+            store.kind,
+            store.target,
+            str(Path(__file__).parent),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = 7 if store.shared_across_processes else 4
+    assert done.stdout.strip() == str(expected), done.stderr

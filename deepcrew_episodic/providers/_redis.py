@@ -22,6 +22,7 @@ passed in as *client* keeps its own settings.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -224,6 +225,8 @@ class RedisMemoryProvider(MemoryProvider):
         to the parent's event loop. A client given by the caller is the caller's to renew."""
         if not self._owns_client:
             return
+        for connection in _connections(self._client):
+            _disown(connection)
         self._inherited.append(self._client)
         self._client = self._connect()
         self._fresh_state()
@@ -502,6 +505,40 @@ async def _translated(op: str, key: str) -> AsyncIterator[None]:
         raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
     except OSError as exc:
         raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
+
+
+def _connections(client: Any) -> list[Any]:
+    """Every connection *client* holds (redis-py keeps them in its pools, one per node)."""
+    pools = [getattr(client, "connection_pool", None)]
+    found: list[Any] = []
+    for pool in pools:
+        if pool is not None:
+            found += list(getattr(pool, "_available_connections", ()))
+            found += list(getattr(pool, "_in_use_connections", ()))
+    if isinstance(client, RedisCluster):
+        for node in client.get_nodes():
+            found += list(getattr(node, "_connections", ()))
+    return found
+
+
+def _disown(connection: Any) -> None:
+    """Leave an inherited connection to the parent. Closing or even dropping it here would
+    run asyncio's close, which unregisters its socket from the event loop's epoll instance,
+    shared with the parent across the fork: the parent would never hear that socket again.
+    So the transport is marked closing (its close does nothing), its socket's descriptor is
+    closed in this process only, and the connection forgets its streams."""
+    writer = getattr(connection, "_writer", None)
+    transport = getattr(writer, "transport", None)
+    if transport is not None:
+        transport._closing = True  # close() returns at once, touching no event loop
+        sock = getattr(transport, "_sock", None)
+        if sock is not None:
+            transport._sock = None
+            # This process's descriptor; the parent keeps its own. One already gone is fine.
+            with contextlib.suppress(OSError):
+                os.close(sock.detach())
+    if writer is not None:
+        connection._writer = connection._reader = None
 
 
 # Every provider of this process, given a client of its own in a forked child.
