@@ -45,7 +45,8 @@ purpose; do not guess it.
 
 TASK: what the agent was asked to do, one line
 APPROACH: what it actually did, one line
-OUTCOME: one of success / partial / failure / abandoned / unknown
+OUTCOME: one of success / partial / failure / gave_up / unknown (gave_up: the agent stopped
+without finishing the task; say why in the LESSON)
 LESSON: the one thing a future run of a similar task should know. If there is genuinely nothing
 worth carrying forward, write exactly: NONE"""
 
@@ -76,9 +77,18 @@ _MODEL_OUTCOMES: dict[str, Outcome] = {
     "failure": "failure",
     "failed": "failure",
     "fail": "failure",
-    "abandoned": "abandoned",
+    # The agent gave up on the task: the task's failure, and a lesson for the next run. Not
+    # ``abandoned``, which is kept for a run that never got to the task (the model provider
+    # was down: the runner's tag ``infrastructure``) and which recall leaves out.
+    "gave_up": "failure",
+    "giving_up": "failure",
+    "given_up": "failure",
+    "abandoned": "failure",
     "unknown": "unknown",
 }
+# The tag of a distilled episode whose model said the agent gave up.
+GAVE_UP_TAG = "gave-up"
+_GAVE_UP = frozenset({"gave_up", "giving_up", "given_up", "abandoned"})
 
 
 def message_text(content: Any) -> str:
@@ -254,10 +264,20 @@ def model_outcome(value: str, verified: Outcome | None) -> Outcome:
     (nothing checked it) and a word it should not have used read as ``unknown``."""
     if verified is not None:
         return verified
-    words = re.findall(r"[a-z]+", value.lower())
-    key = "_".join(words[:2]) if "_".join(words[:2]) in _MODEL_OUTCOMES else "_".join(words[:1])
-    said = _MODEL_OUTCOMES.get(key, "unknown")
+    said = _MODEL_OUTCOMES.get(_outcome_word(value), "unknown")
     return "claimed_success" if said == "success" else said
+
+
+def gave_up(value: str) -> bool:
+    """Whether the model's OUTCOME word says the agent gave up on the task (``gave_up``, or
+    ``abandoned`` from a prompt of its own): a failure of the task, tagged ``gave-up``."""
+    return _outcome_word(value) in _GAVE_UP
+
+
+def _outcome_word(value: str) -> str:
+    words = re.findall(r"[a-z]+", value.lower())
+    two = "_".join(words[:2])
+    return two if two in _MODEL_OUTCOMES else "_".join(words[:1])
 
 
 async def distill(
@@ -289,7 +309,10 @@ async def distill(
     - *verified* when given (any outcome: a verifier's verdict, a test result, ``abandoned``
       for an infrastructure failure); it overrides the model;
     - else the model's word: ``success`` becomes ``claimed_success``; ``partial``,
-      ``failure``, ``abandoned`` and ``unknown`` stay; anything else is ``unknown``.
+      ``failure`` and ``unknown`` stay; ``gave_up`` (or ``abandoned``: the agent gave up on
+      the task) is the task's ``failure``, tagged ``gave-up``, so that the next run of the
+      task recalls why; anything else is ``unknown``. (``abandoned`` episodes are the
+      runner's, for a run the model provider's outage stopped before it began.)
 
     Raises :class:`DistillationError` when the model fails, times out, or answers without the
     four lines or with an empty TASK (store the plain run instead, never a stub), and
@@ -345,6 +368,7 @@ async def distill(
         reflection=parse_lesson(fields["LESSON"]),
         response=_final_answer(messages),
         tools_used=_tools_called(messages),
+        tags=[GAVE_UP_TAG] if verified is None and gave_up(fields["OUTCOME"]) else [],
     )
 
 

@@ -42,6 +42,14 @@ def outcome_for_score(
     return "partial"
 
 
+def score_fits(outcome: str, score: float) -> bool:
+    """Whether a grade's *score* says what its *outcome* says, by the one rule of
+    :func:`outcome_for_score`: a (claimed) success at 0.7 or more, a partial between 0.3 and
+    0.7, a failure below 0.3. ``unknown`` and ``abandoned`` say nothing a score could match."""
+    said = "success" if outcome == "claimed_success" else outcome
+    return said in ("success", "partial", "failure") and outcome_for_score(score) == said
+
+
 # Decoding never falls back to a default for these: the text of the run, its identity, and
 # its retention deadline (a garbled deadline must hide the record, not keep it forever).
 _STRICT_FIELDS = frozenset({"query", "id", "forget_after"})

@@ -12,6 +12,10 @@ one rule (:func:`graded`):
   ``claimed_success``.
 
 A grade given as a score only takes its outcome from :func:`~deepcrew_episodic.outcome_for_score`.
+The grade that decides the outcome decides the score too: the episode reads the grade's score,
+or none when the grade gave none (the recorded score went with the recorded outcome), so the
+outcome and the score shown never contradict each other. A stored grade whose score disagrees
+with its outcome (``grade()`` refuses to write one) reads with its outcome and no score.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._episode import OUTCOMES, VERIFIED, Episode, Outcome
+from ._episode import OUTCOMES, VERIFIED, Episode, Outcome, score_fits
 
 __all__ = ["Grade"]
 
@@ -112,6 +116,6 @@ def graded(episode: Episode, grades: Sequence[Grade]) -> Episode:
         outcome = "claimed_success" if grade.outcome == "success" else grade.outcome
     copy = episode.copy()
     copy.outcome = outcome
-    if grade.score is not None:
-        copy.score = grade.score
+    score = grade.score
+    copy.score = score if score is not None and score_fits(grade.outcome, score) else None
     return copy

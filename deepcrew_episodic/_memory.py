@@ -40,6 +40,7 @@ from ._episode import (
     now_iso,
     outcome_for_score,
     parse_time,
+    score_fits,
 )
 from ._exceptions import (
     ConfigurationError,
@@ -225,6 +226,7 @@ class EpisodicMemory:
         self._vectors: Any = None  # a VectorIndex, with an embedder
         self._queries = QueryCache()
         self._background: Any = None  # the background sentences' vectors (see _vectors.py)
+        self._reembedding = 0  # reembeds of this memory under way (see _episode_vector)
         if self._embedder is not None:
             load_numpy()  # fail here, with the install hint, not on the first recall
             from ._vectors import VectorIndex
@@ -757,8 +759,24 @@ class EpisodicMemory:
                 return False  # a run that never got to the task: asked for by name only
             return wanted_tags is None or bool(wanted_tags & {t.casefold() for t in ep.tags})
 
+        scorer: Any = None
+        if query_vector is not None:
+            from ._vectors import hybrid_scorer
+
+            scorer = hybrid_scorer(
+                index,
+                self._vectors,
+                query,
+                query_vector,
+                now=now,
+                intent=intent,
+                half_life_days=self._half_life,
+                similarity_floor=self._similarity_floor,
+                min_similarity=self._min_similarity,
+            )
+
         def search(n: int) -> list[tuple[int, Scored]]:
-            if query_vector is not None:
+            if scorer is not None:
                 from ._vectors import hybrid_search
 
                 return hybrid_search(
@@ -774,6 +792,7 @@ class EpisodicMemory:
                     min_similarity=self._min_similarity,
                     since=after,
                     accept=accept,
+                    scorer=scorer,
                 )
             return index.search(
                 query,
@@ -785,7 +804,18 @@ class EpisodicMemory:
                 accept=accept,
             )
 
-        found = self._rank(search, k, now)
+        def score(seq: int) -> Scored | None:
+            # One episode as search scores it, the filters applied (a run's later iterations).
+            if seq not in index or (after is not None and index.when(seq) < after):
+                return None
+            if not accept(seq):
+                return None
+            if scorer is not None:
+                item = scorer[0](seq)
+                return None if item is None else item[3]
+            return index.score(seq, query, now=now, intent=intent, half_life_days=self._half_life)
+
+        found = self._rank(search, score, k, now)
         ranking = Ranking(
             dataclasses.replace(scored, episode=scored.episode.copy()) for _, scored in found
         )
@@ -869,6 +899,12 @@ class EpisodicMemory:
             score = number("score", score, minimum=0.0, maximum=1.0)
         if outcome is None and score is None:
             raise ConfigurationError("grade() needs an outcome, a score or both")
+        if outcome is not None and score is not None and not score_fits(outcome, score):
+            raise ConfigurationError(
+                f"the outcome {outcome!r} and the score {score:g} disagree (a score of 0.7 or "
+                f"more is a success, below 0.3 a failure, partial between; unknown and "
+                f"abandoned take no score): give the one you mean, or both agreeing"
+            )
         if not isinstance(note, str) or len(note) > NOTE_CHARS:
             raise ConfigurationError(f"note must be a string of at most {NOTE_CHARS} characters")
         verified = boolean("verified", verified)
@@ -972,6 +1008,45 @@ class EpisodicMemory:
         batch_size = integer("batch_size", batch_size, minimum=1, maximum=4096)
         if progress is not None and not callable(progress):
             raise ConfigurationError(f"progress must be a callable or None, not {progress!r}")
+        self._reembedding += everything
+        try:
+            written = await self._embed_pass(batch_size, progress, everything, 0)
+            # Episodes recorded meanwhile (by this memory, another process, a keyword-only
+            # writer, or an old embedder whose vectors the reembed has just made unusable) are
+            # not in the pass's list: each further pass embeds what still has no usable
+            # vector, until one finds nothing. Only then is the log complete.
+            for _ in range(_CATCH_UP_PASSES):
+                more = await self._embed_pass(batch_size, progress, False, written)
+                if more == 0:
+                    break
+                written += more
+            else:
+                raise EmbeddingError(
+                    f"episodes kept arriving without a usable vector during "
+                    f"{'reembed' if everything else 'backfill'} of {self.namespace!r}; "
+                    f"{written} vectors were written: run backfill() again"
+                )
+        finally:
+            self._reembedding -= everything
+        log.info(
+            "%s of %r: %d vectors written",
+            "reembed" if everything else "backfill",
+            self.namespace,
+            written,
+        )
+        return written
+
+    async def _embed_pass(
+        self,
+        batch_size: int,
+        progress: Callable[[int, int], None] | None,
+        everything: bool,
+        done: int,
+    ) -> int:
+        """Embed the episodes the log keeps now (*everything*, or those without a usable
+        vector) and return how many vectors were written; *done* were written before."""
+        embedder = self._embedder
+        assert embedder is not None
         await self._sync()
         if not everything:
             self._check_embedder()
@@ -994,8 +1069,8 @@ class EpisodicMemory:
             if everything or (seq not in cached and seq not in usable):
                 todo.append((seq, ep, embed_text(ep, self._embed_fields)))
         written = 0
-        if progress is not None:
-            progress(0, len(todo))
+        if progress is not None and (todo or not done):
+            progress(done, done + len(todo))
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
             matrix = await self._embed([text for _, _, text in batch], "backfill")
@@ -1032,16 +1107,16 @@ class EpisodicMemory:
                 )
             written += len(vectors)
             if progress is not None:
-                progress(written, len(todo))
+                progress(done + written, done + len(todo))
         if written:
             await self._log.touch()  # every reader (this one too) reloads with the vectors
-        log.info(
-            "%s of %r: %d vectors written",
-            "reembed" if everything else "backfill",
-            self.namespace,
-            written,
-        )
         return written
+
+    def _ours(self) -> bool:
+        """Whether the log's vectors are (or may become) this memory's embedder's."""
+        assert self._embedder is not None
+        found = decode_identity(self._log.embedder)
+        return found is None or found[0] == self._embedder.name
 
     def _check_embedder(self) -> None:
         """Refuse a log whose vectors another embedder wrote (as of the last sync)."""
@@ -1097,6 +1172,10 @@ class EpisodicMemory:
         assert self._embedder is not None
         if not self._log.synced:
             await self._log.read_embedder()  # not a whole sync: a record stays cheap
+        if self._reembedding and not self._ours():
+            # This memory's own reembed has not recorded its embedder yet: the episode goes
+            # in without a vector, and the reembed's last pass embeds it.
+            return None
         self._check_embedder()
         text = embed_text(episode, self._embed_fields)
         try:
@@ -1293,33 +1372,47 @@ class EpisodicMemory:
         return 1.0 + min(MAX_BOOST - 1.0, math.log1p(uses) / 10.0) if uses else 1.0
 
     def _rank(
-        self, search: Callable[[int], list[tuple[int, Scored]]], k: int, now: float
+        self,
+        search: Callable[[int], list[tuple[int, Scored]]],
+        score: Callable[[int], Scored | None],
+        k: int,
+        now: float,
     ) -> list[tuple[int, Scored]]:
-        """The top *k* of *search* with reinforcement applied and one item per run: the run's
-        latest iteration among those the query and the filters admit (so the item shown is
-        the item scored, and an expired, filtered-out or abandoned iteration is never shown),
-        with the lessons of the unexpired iterations that failed before it.
+        """The top *k* of *search* with reinforcement applied and one item per run.
+
+        A run's item is its latest iteration that the query and the filters admit (*score*
+        answers for one episode: ``None`` when it is not returned), scored as itself: so the
+        item shown is the item scored, and an expired, filtered-out or abandoned iteration is
+        never shown. Which iteration that is depends on the run alone, never on how many
+        other episodes the search had to fetch. Its lesson carries those of the unexpired
+        iterations that failed before it.
 
         Exact: more candidates are fetched until nothing left unfetched could reach the k-th
-        (an unfetched episode scores at most the last fetched score times the largest boost).
+        (an unfetched episode scores at most the last fetched score times the largest boost,
+        and a run none of whose iterations was fetched is such an episode).
         """
         boosting = self._reinforce and bool(self._uses)
         runs = any(len(seqs) > 1 for seqs in self._runs.values())
         if not boosting and not runs:
             return search(k)
         wanted = max(2 * k, 16)
+        chosen_runs: dict[str, tuple[int, Scored] | None] = {}  # run -> its item
         while True:
             found = search(wanted)
-            latest: dict[str, int] = {}  # run -> its latest seq among the candidates
-            for seq, scored in found:
-                run = scored.episode.run_id
-                if run and seq > latest.get(run, 0):
-                    latest[run] = seq
             items: list[tuple[float, float, int, Scored]] = []
+            taken: set[str] = set()
             for seq, scored in found:
                 run = scored.episode.run_id
-                if run and latest[run] != seq:
-                    continue
+                if run:
+                    if run in taken:
+                        continue
+                    taken.add(run)
+                    if run not in chosen_runs:
+                        chosen_runs[run] = self._run_item(run, seq, scored, score)
+                    item = chosen_runs[run]
+                    if item is None:
+                        continue
+                    seq, scored = item
                 factor = self._boost(seq)
                 if factor != 1.0:
                     scored = dataclasses.replace(
@@ -1332,6 +1425,19 @@ class EpisodicMemory:
                 break
             wanted *= 4
         return [(seq, self._as_run(seq, scored, now)) for _, _, seq, scored in chosen]
+
+    def _run_item(
+        self, run: str, seq: int, scored: Scored, score: Callable[[int], Scored | None]
+    ) -> tuple[int, Scored] | None:
+        """The item of *run*, of which the search found iteration *seq*: its latest iteration
+        that *score* admits (*seq* itself when no later one is)."""
+        for later in reversed(self._runs.get(run, [])):
+            if later <= seq:
+                break
+            found = score(later)
+            if found is not None:
+                return later, found
+        return seq, scored
 
     def _as_run(self, seq: int, scored: Scored, now: float) -> Scored:
         """*scored* (a run's chosen iteration) with the lessons of the iterations of its run
@@ -1420,6 +1526,8 @@ class EpisodicMemory:
         return self._max_age is not None and recorded < now - self._max_age.total_seconds()
 
 
+# Passes of backfill/reembed after the first, for what was recorded meanwhile (see _embed_log).
+_CATCH_UP_PASSES = 8
 # The largest reinforcement factor (see _boost).
 MAX_BOOST = 1.2
 # A run's item carries the lessons of its failed iterations, cut here.

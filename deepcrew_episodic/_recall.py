@@ -441,6 +441,35 @@ class RecallIndex:
             entry.outcome,
         )
 
+    def score(
+        self,
+        seq: int,
+        query: str,
+        *,
+        now: float,
+        intent: str = "any",
+        half_life_days: float = HALF_LIFE_DAYS,
+    ) -> Scored | None:
+        """One indexed episode scored for *query* as :meth:`search` scores it (``None``: it
+        shares no term with the query, or is not indexed)."""
+        entry = self._entries.get(seq)
+        if entry is None:
+            return None
+        parts = self.parts(seq, terms(query), now=now, half_life_days=half_life_days)
+        if parts.keyword <= 0.0:
+            return None
+        weight = OUTCOME_WEIGHTS[intent].get(entry.outcome, 1.0)
+        return Scored(
+            entry.episode,
+            parts.keyword * parts.factor * weight,
+            parts.keyword,
+            parts.recency,
+            weight,
+            parts.matched,
+            parts.age_days,
+            keyword=parts.keyword,
+        )
+
     def reset(self) -> None:
         self._entries.clear()
         self._postings.clear()

@@ -9,7 +9,9 @@ across threads.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from datetime import timedelta
 from types import TracebackType
@@ -55,16 +57,50 @@ class SyncEpisodicMemory:
             self.memory = backend
         else:
             self.memory = EpisodicMemory(backend, **options)
+        self._backend_name = backend_name
         self._portal, self._thread = _start_loop(backend_name)
+        self._pid = os.getpid()
+        # Guards _closed, _closing and _in_flight; close() waits on it for the calls in flight.
+        self._state = threading.Condition()
         self._closed = False
+        self._closing = False
+        self._in_flight = 0
+        _LIVE.add(self)
 
     # --- calls ------------------------------------------------------------------------------
 
     def _call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T:
-        if self._closed:
-            raise ConfigurationError("this SyncEpisodicMemory is closed")
-        result: T = self._portal.call(lambda: fn(*args, **kwargs))
+        with self._state:
+            if self._closed or self._closing:
+                raise ConfigurationError("this SyncEpisodicMemory is closed")
+            if self._pid != os.getpid():
+                self._adopt()
+            self._in_flight += 1
+            portal = self._portal
+        try:
+            result: T = portal.call(lambda: fn(*args, **kwargs))
+        finally:
+            with self._state:
+                self._in_flight -= 1
+                self._state.notify_all()
         return result
+
+    def _adopt(self) -> None:
+        """In a process forked from the one that made this facade (gunicorn ``--preload``,
+        ``multiprocessing`` with ``fork``): the parent's event-loop thread does not exist here,
+        so this process gets a loop thread of its own. The providers forget their parent's
+        connections and locks in the child themselves. Called with ``_state`` held."""
+        if self._in_flight:
+            # Those calls' threads did not cross the fork: what they held (the log's lock, a
+            # half-applied sync) is held for ever here.
+            self._closed = True
+            raise ConfigurationError(
+                f"this SyncEpisodicMemory was forked from process {self._pid} while "
+                f"{self._in_flight} of its calls were running there; create one in each "
+                f"process (gunicorn: in a post_fork hook) or fork while it is idle"
+            )
+        self._portal, self._thread = _start_loop(self._backend_name)
+        self._pid = os.getpid()
 
     @classmethod
     def open(
@@ -272,18 +308,58 @@ class SyncEpisodicMemory:
     # --- lifetime -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the provider and stop the event-loop thread. Idempotent."""
-        if self._closed:
-            return
+        """Close the provider and stop the event-loop thread. Idempotent and thread-safe: the
+        calls already running finish first, any later call raises ``ConfigurationError``, and
+        a second ``close()`` (from any thread) returns once the first is done."""
+        if threading.current_thread() is self._thread and self._pid == os.getpid():
+            # From a callback of one of its own calls (a progress function): waiting for that
+            # call to finish would wait for ever.
+            raise ConfigurationError(
+                "close() was called from inside one of this SyncEpisodicMemory's own calls "
+                "(a progress callback?); close it after the call returns"
+            )
+        with self._state:
+            if self._closing or self._closed:
+                self._state.wait_for(lambda: self._closed)
+                return
+            self._closing = True
+            if self._pid != os.getpid():
+                if self._in_flight:
+                    # Forked mid-call: the parent's calls never end here, and what the provider
+                    # held crossed the fork only to be forgotten. Nothing of this process's
+                    # own to close.
+                    self._closed = True
+                    self._state.notify_all()
+                    return
+                self._portal, self._thread = _start_loop(self._backend_name)
+                self._pid = os.getpid()
+            self._state.wait_for(lambda: self._in_flight == 0)
         try:
-            self._call(self.memory.backend.aclose)
+            self._portal.call(self.memory.backend.aclose)
         finally:
             self._stop()
 
     def _stop(self) -> None:
-        self._closed = True
-        self._portal.call(self._portal.stop)
-        self._thread.join()
+        try:
+            self._portal.call(self._portal.stop)
+            self._thread.join()
+        finally:
+            with self._state:
+                self._closing = True
+                self._closed = True
+                self._state.notify_all()
+
+    def _forked(self) -> None:
+        """In a forked child, before any other thread exists: a fresh condition (the
+        parent's may have been held by a thread that does not exist here)."""
+        self._state = threading.Condition()
+
+    def __reduce__(self) -> Any:
+        # Its loop thread cannot travel; a spawned or forkserver worker makes its own.
+        raise ConfigurationError(
+            "a SyncEpisodicMemory cannot be pickled (multiprocessing spawn or forkserver): "
+            "create it in each process from the same store"
+        )
 
     def __enter__(self) -> SyncEpisodicMemory:
         return self
@@ -299,6 +375,20 @@ class SyncEpisodicMemory:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<SyncEpisodicMemory namespace={self.namespace!r} {state}>"
+
+
+# Every facade of this process, given fresh locks in a forked child while it is still
+# single-threaded.
+_LIVE: weakref.WeakSet[SyncEpisodicMemory] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for facade in list(_LIVE):
+        facade._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _start_loop(backend_name: str) -> tuple[Any, threading.Thread]:

@@ -45,7 +45,7 @@ import numpy.typing as npt
 from ._embed import SIMILARITY_FLOOR
 from ._recall import OUTCOME_WEIGHTS, RecallIndex, Scored, terms
 
-__all__ = ["BACKGROUND", "VectorIndex", "hub_levels", "hybrid_search"]
+__all__ = ["BACKGROUND", "VectorIndex", "hub_levels", "hybrid_scorer", "hybrid_search"]
 
 Matrix = npt.NDArray[np.float32]
 
@@ -233,25 +233,21 @@ def hub_levels(rows: Matrix, background: Matrix) -> Matrix:
     return levels
 
 
-def hybrid_search(
+def hybrid_scorer(
     index: RecallIndex,
     vectors: VectorIndex,
     query: str,
     query_vector: Matrix,
-    k: int,
     *,
     now: float,
     intent: str,
     half_life_days: float,
     similarity_floor: float = SIMILARITY_FLOOR,
     min_similarity: float | None = None,
-    since: float | None = None,
-    accept: Callable[[int], bool] | None = None,
-) -> list[tuple[int, Scored]]:
-    """The *k* best episodes for *query* by the hybrid score (module doc), best first. The
-    index's background must be set (:meth:`VectorIndex.set_background`)."""
-    if k <= 0:
-        return []
+) -> tuple[Callable[[int], tuple[float, float, int, Scored] | None], list[int]]:
+    """The hybrid score of one indexed episode for *query* (``None``: it is not returned),
+    and the episodes whose meaning part is above zero. The index's background must be set
+    (:meth:`VectorIndex.set_background`)."""
     if vectors.background is None:
         raise ValueError("the vector index has no background yet")
     seqs, sims, hubs = vectors.similarities(query_vector)
@@ -273,10 +269,8 @@ def hybrid_search(
         return sim, sim - 0.5 * (vectors.hub(seq) + query_hub)
 
     q_terms = terms(query)
-    cutoff = -math.inf if since is None else since
     weights = OUTCOME_WEIGHTS[intent]
     span = MEANING_SPAN
-    scored_at: dict[int, tuple[float, float, int, Scored] | None] = {}
 
     def score(seq: int) -> tuple[float, float, int, Scored] | None:
         parts = index.parts(seq, q_terms, now=now, half_life_days=half_life_days)
@@ -317,6 +311,44 @@ def hybrid_search(
             ),
         )
 
+    return score, list(meant)
+
+
+def hybrid_search(
+    index: RecallIndex,
+    vectors: VectorIndex,
+    query: str,
+    query_vector: Matrix,
+    k: int,
+    *,
+    now: float,
+    intent: str,
+    half_life_days: float,
+    similarity_floor: float = SIMILARITY_FLOOR,
+    min_similarity: float | None = None,
+    since: float | None = None,
+    accept: Callable[[int], bool] | None = None,
+    scorer: tuple[Callable[[int], tuple[float, float, int, Scored] | None], list[int]]
+    | None = None,
+) -> list[tuple[int, Scored]]:
+    """The *k* best episodes for *query* by the hybrid score (module doc), best first. The
+    index's background must be set (:meth:`VectorIndex.set_background`); *scorer* is what
+    :func:`hybrid_scorer` returned for the same arguments, made once for several searches."""
+    if k <= 0:
+        return []
+    score, meant = scorer or hybrid_scorer(
+        index,
+        vectors,
+        query,
+        query_vector,
+        now=now,
+        intent=intent,
+        half_life_days=half_life_days,
+        similarity_floor=similarity_floor,
+        min_similarity=min_similarity,
+    )
+    cutoff = -math.inf if since is None else since
+    scored_at: dict[int, tuple[float, float, int, Scored] | None] = {}
     for seq in meant:
         if seq in index and index.when(seq) >= cutoff and (accept is None or accept(seq)):
             scored_at[seq] = score(seq)

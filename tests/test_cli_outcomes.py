@@ -489,3 +489,27 @@ def test_the_record_grammar_is_unambiguous(run: Run, argv: list[str], says: str)
     code, _out, err = run(*argv)
     assert says in one_error_line(err, code, 2)
     assert run.episodes() == []
+
+
+def test_a_grade_without_a_score_drops_the_recorded_one_everywhere(run: Run) -> None:
+    episode_id = run.record("-q", "Rotate the signing key", "-r", "Rotated", "--score", "0.1")
+    out = run.ok("grade", episode_id, "--outcome", "success")
+    assert out.splitlines()[1].startswith("now reads: success  Rotate")  # no "success 0.10"
+    assert "0.10" not in run.ok("timeline")
+    [item] = run.json("recall", "rotate signing key")
+    assert (item["outcome"], item["score"]) == ("success", None)
+    [listed] = run.json("timeline")
+    assert (listed["outcome"], listed["score"]) == ("success", None)
+    assert "0.10" not in run.ok("recall", "rotate signing key", "-v")
+
+
+@pytest.mark.parametrize(("outcome", "score"), [("success", "0.2"), ("failure", "0.9")])
+def test_grade_refuses_an_outcome_and_a_score_that_disagree(
+    run: Run, outcome: str, score: str
+) -> None:
+    episode_id = run.record("-q", "Rotate the signing key", "--score", "0.5")
+    code, _, err = run("grade", episode_id, "--outcome", outcome, "--score", score)
+    line = one_error_line(err, code)
+    assert "disagree" in line
+    assert "nothing was graded" in line
+    assert run.json("timeline")[0]["grades"] == []

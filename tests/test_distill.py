@@ -207,7 +207,10 @@ def test_the_parser_tolerates_layout_but_not_a_missing_record() -> None:
         ("partial", "partial"),
         ("failed", "failure"),
         ("failure", "failure"),
-        ("abandoned", "abandoned"),
+        ("abandoned", "failure"),  # the agent gave up: the task's failure, not an outage
+        ("gave_up", "failure"),
+        ("gave up", "failure"),
+        ("Gave up.", "failure"),
         ("unknown", "unknown"),
         ("great!", "unknown"),
         ("not a success", "unknown"),

@@ -271,3 +271,87 @@ async def test_a_grade_never_moves_to_a_new_episode_that_reuses_the_id(clock: Cl
     reused = await memory.record(Episode(query="second try", id="ticket-1", outcome="success"))
     assert [e.outcome for e in await memory.load() if e.id == reused.id] == ["success"]
     assert await memory.grades("ticket-1") == []
+
+
+# --- a grade's outcome and its score ---------------------------------------------------------
+
+
+async def test_a_grade_without_a_score_shows_no_recorded_score_on_any_read_path() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episode = await memory.record(Episode(query="rotate the signing key", score=0.1))
+    assert episode.outcome == "failure"  # what the score says
+    await memory.grade(episode.id, outcome="success")
+    (loaded,) = await memory.load()
+    assert (loaded.outcome, loaded.score) == ("success", None)
+    (recalled,) = await memory.recall("rotate the signing key")
+    assert (recalled.outcome, recalled.score) == ("success", None)
+    (explained,) = await memory.explain("rotate the signing key")
+    assert explained.episode.score is None
+    block = memory.render([recalled])
+    assert "success]" in block
+    assert "0.10" not in block
+    assert (await memory.select(outcome="success"))[0].score is None
+    stats = await memory.stats()
+    assert stats.by_outcome["success"] == 1
+
+
+@pytest.mark.parametrize(
+    ("recorded", "grade", "reads"),
+    [
+        # the grade's score and outcome together replace the recorded ones
+        ({"score": 0.1}, {"score": 0.95}, ("success", 0.95)),
+        ({"score": 0.9}, {"outcome": "failure"}, ("failure", None)),
+        ({"score": 0.9}, {"outcome": "partial", "score": 0.5}, ("partial", 0.5)),
+        ({"score": 0.5}, {"outcome": "success", "verified": False}, ("claimed_success", None)),
+        ({"score": 0.5}, {"score": 0.8, "verified": False}, ("claimed_success", 0.8)),
+        ({"score": 0.2}, {"outcome": "unknown"}, ("unknown", None)),
+        # a claim never outweighs a verified outcome: the episode reads as recorded
+        ({"outcome": "failure", "score": 0.1}, {"score": 0.9, "verified": False}, ("failure", 0.1)),
+    ],
+)
+async def test_the_outcome_and_score_an_episode_reads_always_agree(
+    recorded: dict[str, object], grade: dict[str, object], reads: tuple[str, float | None]
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episode = await memory.record(Episode(query="deploy billing", **recorded))  # type: ignore[arg-type]
+    await memory.grade(episode.id, **grade)  # type: ignore[arg-type]
+    (loaded,) = await memory.load()
+    assert (loaded.outcome, loaded.score) == reads
+
+
+@pytest.mark.parametrize(
+    ("outcome", "score"),
+    [
+        ("success", 0.2),
+        ("success", 0.5),
+        ("claimed_success", 0.69),
+        ("failure", 0.9),
+        ("failure", 0.3),
+        ("partial", 0.95),
+        ("partial", 0.1),
+        ("unknown", 0.5),
+        ("abandoned", 0.0),
+    ],
+)
+async def test_a_grade_whose_outcome_and_score_disagree_is_refused(
+    outcome: str, score: float
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episode = await memory.record(Episode(query="deploy billing", score=0.5))
+    with pytest.raises(ConfigurationError, match="disagree"):
+        await memory.grade(episode.id, outcome=outcome, score=score)  # type: ignore[arg-type]
+    assert await memory.grades(episode.id) == []  # nothing was written
+    assert (await memory.load())[0].outcome == "partial"
+
+
+def test_a_stored_grade_that_disagrees_reads_with_its_outcome_and_no_score() -> None:
+    # Written by another tool, or before grade() refused such a pair.
+    from deepcrew_episodic import Grade
+    from deepcrew_episodic._grade import graded
+
+    episode = Episode(
+        query="deploy billing", score=0.1, id="ep-1", timestamp="2026-01-02T03:04:05Z"
+    )
+    stored = Grade(episode.id, "success", 0.1, stamp=episode.timestamp)
+    shown = graded(episode, [Grade.from_json(stored.to_json())])
+    assert (shown.outcome, shown.score) == ("success", None)

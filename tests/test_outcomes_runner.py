@@ -290,6 +290,44 @@ async def test_a_distilled_run_on_every_provider(
     assert QUERY in llm.requests[1].last_user_text
 
 
+@pytest.mark.parametrize("said", ["abandoned", "gave_up", "gave up"])
+async def test_a_task_the_agent_gave_up_on_is_a_lesson_the_next_run_recalls(
+    llm: ScriptedLLM, provider: MemoryProvider, said: str
+) -> None:
+    memory = EpisodicMemory(provider, namespace="gave-up")
+    lesson = "the billing API refuses a rotation while a deploy holds the key lock"
+    llm.script(Reply.text("I could not rotate the key; giving up."), record(said, lesson))
+    agent = make_agent(llm, memory, distill_model="openai/distiller")
+    first = await run_agent(agent, ASK)
+    [episode] = await memory.load()
+    assert (episode.outcome, episode.tags) == ("failure", ["gave-up"])  # not an outage
+    assert episode.reflection == lesson
+    assert episode.run_id == first.run_id
+    # The same task next time: the lesson is in the block the model reads, the episode in the
+    # run's recalled ones.
+    llm.script(Reply.text("Waited for the deploy, then rotated."), record("success"))
+    second = await run_agent(agent, ASK)
+    assert [e.id for e in second.recalled] == [episode.id]
+    request = llm.requests[2]
+    block = next(t for t in request.texts("system") if t.startswith("## Relevant past"))
+    assert lesson in block
+    assert "failure" in block
+    assert (await memory.recall(QUERY, intent="what_failed"))[0].id == episode.id
+
+
+async def test_an_outage_distilled_with_the_runners_verdict_stays_abandoned(
+    llm: ScriptedLLM,
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.error(503, "upstream overloaded"))
+    agent = make_agent(llm, memory, distill_model="openai/distiller")
+    with pytest.raises(litellm.exceptions.ServiceUnavailableError):
+        await run_agent(agent, ASK)
+    [episode] = await memory.load()
+    assert (episode.outcome, episode.tags) == ("abandoned", ["infrastructure"])
+    assert await memory.recall(QUERY) == []
+
+
 async def test_a_verifiers_outcome_beats_the_distillers(llm: ScriptedLLM) -> None:
     memory = EpisodicMemory(InMemoryProvider())
 

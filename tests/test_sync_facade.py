@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+import os
+import pickle
+import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from stores import Store
@@ -120,3 +127,218 @@ def test_the_sync_facade_grades_counts_uses_and_refreshes() -> None:
         assert [e.outcome for e in memory.load(graded=False)] == ["unknown"]
         memory.used([episode.id])
         assert memory.stats().most_used == [(episode.id, 1)]
+
+
+# --- processes and threads ------------------------------------------------------------------
+
+
+def _in_child(work: Callable[[], object], *, timeout: float = 20.0) -> tuple[int, str]:
+    """Run *work* in a forked child; its exit status and what it printed (or its error)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        status = 0
+        try:
+            signal.alarm(int(timeout))  # a hang ends the child, not the suite
+            text = repr(work())
+        except BaseException as exc:
+            status, text = 1, f"{type(exc).__name__}: {exc}"
+        os.write(write_end, text.encode()[:60000])
+        os._exit(status)
+    os.close(write_end)
+    deadline = time.monotonic() + timeout + 5
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.02)
+    with os.fdopen(read_end, "rb") as pipe:
+        output = pipe.read().decode()
+    code = os.waitstatus_to_exitcode(status)
+    return code, output
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_facade_made_before_fork_works_in_the_child_and_the_parent(store: Store) -> None:
+    memory = SyncEpisodicMemory(store.open(), namespace="prefork")
+    try:
+        first = memory.record(Episode(query="Rotate the billing API key", outcome="success"))
+        assert [e.id for e in memory.recall("rotate the billing key")] == [first.id]
+
+        def child() -> object:
+            mine = memory.record(Episode(query="Restart the billing worker from a child"))
+            found = [e.id for e in memory.recall("billing")]
+            memory.close()
+            memory.close()
+            return (mine.id, sorted(found))
+
+        code, output = _in_child(child)
+        assert code == 0, output
+        child_id, child_found = ast.literal_eval(output)
+        assert first.id in child_found
+        assert child_id in child_found
+        # The parent's loop, connections and locks are untouched by the child's.
+        later = memory.record(Episode(query="Deploy the billing service from the parent"))
+        found = {e.id for e in memory.recall("billing")}
+        assert {first.id, later.id} <= found
+        if store.shared_across_processes:
+            assert child_id in found  # the child wrote to the same store
+        code, output = _in_child(lambda: len(memory.load()))  # a second fork, after more use
+        assert code == 0, output
+    finally:
+        memory.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_facade_forked_mid_call_raises_at_once_in_the_child() -> None:
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow_embedder(texts: list[str]) -> list[list[float]]:
+        entered.set()
+        gate.wait(10)
+        return [[1.0, float(len(t))] for t in texts]
+
+    memory = SyncEpisodicMemory(InMemoryProvider(), embedder=slow_embedder)
+    pending = threading.Thread(target=memory.record, args=(Episode(query="q"),))
+    pending.start()
+    try:
+        assert entered.wait(10)  # the record is in flight, inside the embedder
+
+        def child() -> object:
+            started = time.monotonic()
+            try:
+                memory.recall("q")
+            except ConfigurationError as exc:
+                memory.close()  # still idempotent, and does not hang
+                return (str(exc), time.monotonic() - started)
+            return "no error"
+
+        code, output = _in_child(child)
+        assert code == 0, output
+        message, took = ast.literal_eval(output)
+        assert "forked" in message
+        assert "create one in each process" in message
+        assert took < 2
+    finally:
+        gate.set()
+        pending.join()
+        memory.close()
+
+
+def test_a_facade_cannot_be_sent_to_a_spawned_process() -> None:
+    memory = SyncEpisodicMemory(InMemoryProvider())
+    try:
+        with pytest.raises(ConfigurationError, match="create it in each process"):
+            pickle.dumps(memory)
+    finally:
+        memory.close()
+
+
+def test_many_threads_closing_at_once_with_calls_in_flight(store: Store) -> None:
+    memory = SyncEpisodicMemory(store.open(), namespace="closing")
+    memory.record(Episode(query="Rotate the billing API key"))
+    errors: list[BaseException] = []
+    finished: list[str] = []
+    start = threading.Barrier(24)
+
+    def caller() -> None:
+        start.wait()
+        try:
+            while True:
+                memory.recall("rotate the key")
+                memory.record(Episode(query="Deploy the search service"))
+        except ConfigurationError as exc:
+            if "closed" not in str(exc):
+                errors.append(exc)
+            finished.append("caller")
+        except BaseException as exc:  # a RuntimeError from a stopped portal, a hang's timeout
+            errors.append(exc)
+
+    def closer() -> None:
+        start.wait()
+        time.sleep(0.05)  # let the callers get going
+        try:
+            memory.close()
+            finished.append("closer")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=caller) for _ in range(8)]
+    threads += [threading.Thread(target=closer) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads), "a thread hung"
+    assert errors == []
+    assert finished.count("closer") == 16
+    assert finished.count("caller") == 8
+    memory.close()
+    with pytest.raises(ConfigurationError, match="closed"):
+        memory.recall("rotate")
+
+
+def test_close_from_inside_one_of_its_calls_is_refused_not_a_hang() -> None:
+    from deepcrew_episodic.testing._embedder import ConceptEmbedder
+
+    writer = SyncEpisodicMemory(InMemoryProvider())
+    writer.record(Episode(query="customer billed double"))
+    memory = SyncEpisodicMemory(writer.backend, embedder=ConceptEmbedder())
+
+    def progress(done: int, total: int) -> None:
+        memory.close()
+
+    with pytest.raises(ConfigurationError, match="inside one of"):
+        memory.backfill(progress=progress)
+    assert memory.stats().total == 1  # still open, and usable
+    memory.close()
+    writer.close()
+
+
+_FORK_AND_EXIT = """
+import os, sys
+sys.path.insert(0, sys.argv[3])
+from stores import Store
+from deepcrew_episodic import Episode, SyncEpisodicMemory
+
+memory = SyncEpisodicMemory(Store(sys.argv[1], sys.argv[2]).open(), namespace="exits")
+memory.record(Episode(query="parent before the fork"))
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        memory.record(Episode(query="a worker's episode"))
+        sys.exit(0)  # a normal exit: what crossed the fork is torn down here
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    memory.record(Episode(query="parent after a worker exited"))
+print(len(memory.load()))
+memory.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_workers_that_exit_normally_leave_the_parent_working(store: Store) -> None:
+    # A worker's exit tears down the connections and the event loop it inherited; none of it
+    # may reach the parent's (asyncio's epoll instance is shared across a fork).
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-c",
+            _FORK_AND_EXIT,
+            store.kind,
+            store.target,
+            str(Path(__file__).parent),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = 7 if store.shared_across_processes else 4
+    assert done.stdout.strip() == str(expected), done.stderr

@@ -823,3 +823,17 @@ async def test_until_a_bare_date_covers_the_day_even_with_z_or_far_away(
             r = await c.get("/", params={"since": "2024-03-05", "until": until})
             assert r.status_code == 200, (until, r.text[:200])
             assert len(row_ids(r.text)) == 3, until
+
+
+async def test_a_grade_without_a_score_shows_no_recorded_score(memory: EpisodicMemory) -> None:
+    episode = await memory.record(Episode(query="rotate the signing key", score=0.1))
+    await memory.grade(episode.id, outcome="success")
+    async with client(memory) as c:
+        page = (await c.get(f"/episode/{episode.id}")).text
+        dl = re.search(r'<dl id="episode">(.*?)</dl>', page, re.S)[1]  # type: ignore[index]
+        assert "success" in dl
+        assert "0.1" not in dl
+        listing = (await c.get("/")).text
+        row = re.search(r'<tr class="episode".*?</tr>', listing, re.S)[0]  # type: ignore[index]
+        assert "success" in row
+        assert "0.10" not in row

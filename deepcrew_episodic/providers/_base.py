@@ -19,8 +19,10 @@ deepcrew-ai's own four-method providers go through :func:`as_provider`.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import sys
 import weakref
 from abc import ABC, abstractmethod
@@ -28,7 +30,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-from .._exceptions import ConfigurationError, CorruptDataError
+from .._exceptions import ConfigurationError, CorruptDataError, StorageError
 from .._mutex import Mutex
 
 __all__ = ["Fresh", "MemoryProvider", "Then", "as_provider"]
@@ -237,6 +239,72 @@ def store_path(path: object) -> str | os.PathLike[str]:
     if isinstance(path, os.PathLike):
         return path
     raise ConfigurationError(f"a store path must be a non-empty str or os.PathLike, not {path!r}")
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words (for errors)."""
+    kinds = [
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def check_regular(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse *path* (following symlinks) when it exists and is not a regular file: a FIFO
+    would block every open for ever, a device would be read or replaced, a directory is not
+    a store. Raises :class:`StorageError` naming the path and what it is."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise StorageError(f"cannot stat {what} {os.fspath(path)}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(mode):
+        # What the system says of a directory, as it would on opening it for a write.
+        cause = (
+            IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+            if stat.S_ISDIR(mode)
+            else None
+        )
+        raise StorageError(_not_regular(path, what, mode)) from cause
+
+
+def open_regular(path: str | os.PathLike[str], flags: int, mode: int, what: str) -> int:
+    """``os.open`` for a file that must be a regular one, never blocking on what is not: the
+    path is checked first, opened non-blocking (a FIFO swapped in meanwhile cannot hang it)
+    and checked again on the descriptor. Raises :class:`StorageError` naming the path."""
+    check_regular(path, what)
+    extra = os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | extra, mode)
+    except OSError as exc:
+        check_regular(path, what)  # the clearer message when something else is there now
+        raise StorageError(f"cannot open {what} {os.fspath(path)}: {exc.strerror or exc}") from exc
+    try:
+        found = os.fstat(fd).st_mode
+        if not stat.S_ISREG(found):
+            raise StorageError(_not_regular(path, what, found))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _not_regular(path: str | os.PathLike[str], what: str, mode: int) -> str:
+    name = os.fspath(path)
+    real = os.path.realpath(name)
+    if real != os.path.abspath(name):
+        name = f"{name} (a link to {real})"
+    return (
+        f"{name} is {file_kind(mode)}, not a regular file: refusing to use it as "
+        f"a {what} (nothing was read or written); give the path of a regular file"
+    )
 
 
 def differs(value: str | None, expected: str | None) -> bool:

@@ -41,7 +41,16 @@ from pathlib import Path
 from typing import TypeVar
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
-from ._base import Fresh, MemoryProvider, Then, differs, next_step, store_path
+from ._base import (
+    Fresh,
+    MemoryProvider,
+    Then,
+    check_regular,
+    differs,
+    next_step,
+    open_regular,
+    store_path,
+)
 
 __all__ = ["FileMemoryProvider", "read_file_store"]
 
@@ -242,6 +251,7 @@ class FileMemoryProvider(MemoryProvider):
     def _resolve(self) -> None:
         """Follow symlinks to the real store file, once (in a worker thread, under the mutex)."""
         if not self._resolved:
+            check_regular(self._path, "JSON store file")  # named as given, link or not
             self._path = self._path.resolve()
             self._lock_path = self._path.with_name(self._path.name + ".lock")
             self._tmp_prefix = f".{self._path.name}."
@@ -250,6 +260,9 @@ class FileMemoryProvider(MemoryProvider):
     def _flock(self, mode: int) -> _Flock:
         self._resolve()
         if self._lock_fd is None:
+            # A FIFO, a device or a directory at either path is refused before anything is
+            # opened: opening a FIFO blocks until someone opens its other end, for ever.
+            check_regular(self._path, "JSON store file")
             try:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
                 # Whoever may write the store must be able to open its lock file too.
@@ -257,9 +270,11 @@ class FileMemoryProvider(MemoryProvider):
                     lock_mode = stat.S_IMODE(os.stat(self._path).st_mode)
                 except FileNotFoundError:
                     lock_mode = 0o600
-                self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, lock_mode)
             except OSError as exc:
                 raise StorageError(f"cannot open lock file {self._lock_path}: {exc}") from exc
+            self._lock_fd = open_regular(
+                self._lock_path, os.O_RDWR | os.O_CREAT, lock_mode, "lock file"
+            )
         return _Flock(self._lock_fd, mode)
 
     def _read_token(self) -> bytes:
@@ -278,12 +293,15 @@ class FileMemoryProvider(MemoryProvider):
             return
         except OSError as exc:
             raise StorageError(f"cannot stat {self._path}: {exc}") from exc
+        if not stat.S_ISREG(st.st_mode):  # swapped for a FIFO or a device since it was opened
+            check_regular(self._path, "JSON store file")
         self._mode = stat.S_IMODE(st.st_mode)
         sig = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._loaded and sig == self._sig and token == self._token:
             return
         try:
-            with open(self._path, "rb") as fh:
+            fd = open_regular(self._path, os.O_RDONLY, 0, "JSON store file")
+            with os.fdopen(fd, "rb") as fh:
                 raw = fh.read()
                 fst = os.fstat(fh.fileno())
         except OSError as exc:

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, unquote_plus, urlsplit
 
 from .._exceptions import ConfigurationError, MissingDependencyError, StorageError
-from ._base import MemoryProvider
+from ._base import MemoryProvider, check_regular
 
 __all__ = ["ProviderFactory", "open_provider", "register_provider"]
 
@@ -210,6 +210,7 @@ def _check_file(spec: str, create: bool, kind: str) -> None:
     path = Path(spec)
     if path.is_dir():
         raise StorageError(f"{spec} is a directory, not a {kind} store")
+    check_regular(spec, f"{kind} store")  # a FIFO, a socket, a device
     if not create and not path.exists():
         raise StorageError(
             f"no store at {spec}: the file does not exist (check the path)"

@@ -22,9 +22,12 @@ passed in as *client* keeps its own settings.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
+import os
 import re
+import weakref
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
@@ -150,26 +153,33 @@ class RedisMemoryProvider(MemoryProvider):
         self._prefix = prefix
         self._pattern_prefix = _GLOB.sub(r"\\\1", prefix)
         self._cluster = cluster or isinstance(client, RedisCluster)
-        # A cluster client fails a command when a node's pool is full instead of waiting,
-        # so in-flight commands are capped here; the single-node pool blocks by itself.
-        self._gate: AbstractAsyncContextManager[Any] = (
-            asyncio.Semaphore(max_connections) if self._cluster else nullcontext()
-        )
         if self._cluster and ("{" in prefix or "}" in prefix):
             raise ConfigurationError(
                 f"prefix {prefix!r} contains a brace; in cluster mode braces would change "
                 f"the hash tag that keeps a namespace in one slot"
             )
+        self._url, self._max_connections = url, max_connections
         if client is not None:
             self._client = client
             self._owns_client = False
-        elif self._cluster:
+        else:
+            self._client = self._connect()
+            self._owns_client = True
+        self._fresh_state()
+        # Clients inherited from the parent in a forked child: kept, never used or closed
+        # (their sockets are the parent's, and closing one from here would break its stream).
+        self._inherited: list[Any] = []
+        _LIVE.add(self)
+
+    def _connect(self) -> Any:
+        url, max_connections = self._url, self._max_connections
+        if self._cluster:
             if not url.startswith(("redis://", "rediss://")):
                 raise ConfigurationError(
                     f"not a redis cluster URL: {_shown(url)!r} (expected redis://host:port of any node)"
                 )
             try:
-                self._client = RedisCluster.from_url(
+                return RedisCluster.from_url(
                     url,
                     decode_responses=True,
                     encoding_errors="surrogateescape",
@@ -180,33 +190,50 @@ class RedisMemoryProvider(MemoryProvider):
                 raise ConfigurationError(
                     f"invalid redis cluster URL {_shown(url)!r}: {_hide(str(exc), url)}"
                 ) from exc
-            self._owns_client = True
-        else:
-            if not url.startswith(("redis://", "rediss://", "unix://")):
-                raise ConfigurationError(
-                    f"not a redis URL: {_shown(url)!r} (expected redis://host:port/db or rediss://...)"
-                )
-            try:
-                # A blocking pool makes a burst of concurrent calls wait for a connection
-                # instead of failing with "Too many connections".
-                pool = redis_asyncio.BlockingConnectionPool.from_url(
-                    url,
-                    decode_responses=True,
-                    encoding_errors="surrogateescape",
-                    max_connections=max_connections,
-                    **_DRIVER,
-                )
-                self._client = redis_asyncio.Redis(connection_pool=pool)
-            except ValueError as exc:
-                raise ConfigurationError(
-                    f"invalid redis URL {_shown(url)!r}: {_hide(str(exc), url)}"
-                ) from exc
-            self._owns_client = True
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigurationError(
+                f"not a redis URL: {_shown(url)!r} (expected redis://host:port/db or rediss://...)"
+            )
+        try:
+            # A blocking pool makes a burst of concurrent calls wait for a connection
+            # instead of failing with "Too many connections".
+            pool = redis_asyncio.BlockingConnectionPool.from_url(
+                url,
+                decode_responses=True,
+                encoding_errors="surrogateescape",
+                max_connections=max_connections,
+                **_DRIVER,
+            )
+            return redis_asyncio.Redis(connection_pool=pool)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"invalid redis URL {_shown(url)!r}: {_hide(str(exc), url)}"
+            ) from exc
+
+    def _fresh_state(self) -> None:
+        """The locks and scripts bound to the client (and, once used, to an event loop)."""
+        # A cluster client fails a command when a node's pool is full instead of waiting,
+        # so in-flight commands are capped here; the single-node pool blocks by itself.
+        self._gate: AbstractAsyncContextManager[Any] = (
+            asyncio.Semaphore(self._max_connections) if self._cluster else nullcontext()
+        )
         self._ready = not self._cluster
         self._init_lock = asyncio.Lock()
         self._settings: list[str] | None = None
         self._increment = _Script(self._client, _INCREMENT)
         self._write_if = _Script(self._client, _WRITE_IF)
+
+    def _forked(self) -> None:
+        """In a forked child: a client of its own. The parent's connections are its own
+        (two processes on one socket would read each other's replies) and its locks belong
+        to the parent's event loop. A client given by the caller is the caller's to renew."""
+        if not self._owns_client:
+            return
+        for connection in _connections(self._client):
+            _disown(connection)
+        self._inherited.append(self._client)
+        self._client = self._connect()
+        self._fresh_state()
 
     @property
     def client(self) -> Any:
@@ -520,3 +547,50 @@ async def _translated(op: str, key: str) -> AsyncIterator[None]:
         raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
     except OSError as exc:
         raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
+
+
+def _connections(client: Any) -> list[Any]:
+    """Every connection *client* holds (redis-py keeps them in its pools, one per node)."""
+    pools = [getattr(client, "connection_pool", None)]
+    found: list[Any] = []
+    for pool in pools:
+        if pool is not None:
+            found += list(getattr(pool, "_available_connections", ()))
+            found += list(getattr(pool, "_in_use_connections", ()))
+    if isinstance(client, RedisCluster):
+        for node in client.get_nodes():
+            found += list(getattr(node, "_connections", ()))
+    return found
+
+
+def _disown(connection: Any) -> None:
+    """Leave an inherited connection to the parent. Closing or even dropping it here would
+    run asyncio's close, which unregisters its socket from the event loop's epoll instance,
+    shared with the parent across the fork: the parent would never hear that socket again.
+    So the transport is marked closing (its close does nothing), its socket's descriptor is
+    closed in this process only, and the connection forgets its streams."""
+    writer = getattr(connection, "_writer", None)
+    transport = getattr(writer, "transport", None)
+    if transport is not None:
+        transport._closing = True  # close() returns at once, touching no event loop
+        sock = getattr(transport, "_sock", None)
+        if sock is not None:
+            transport._sock = None
+            # This process's descriptor; the parent keeps its own. One already gone is fine.
+            with contextlib.suppress(OSError):
+                os.close(sock.detach())
+    if writer is not None:
+        connection._writer = connection._reader = None
+
+
+# Every provider of this process, given a client of its own in a forked child.
+_LIVE: weakref.WeakSet[RedisMemoryProvider] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for provider in list(_LIVE):
+        provider._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

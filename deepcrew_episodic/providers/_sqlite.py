@@ -46,7 +46,16 @@ from typing import TypeVar
 import anyio.to_thread
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
-from ._base import Fresh, MemoryProvider, Then, differs, next_step, store_path
+from ._base import (
+    Fresh,
+    MemoryProvider,
+    Then,
+    check_regular,
+    differs,
+    next_step,
+    open_regular,
+    store_path,
+)
 
 __all__ = ["SQLiteMemoryProvider"]
 
@@ -277,7 +286,13 @@ class SQLiteMemoryProvider(MemoryProvider):
             self._path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create the directory of {self._path}: {exc}") from exc
-        if not self._path.exists():
+        # SQLite opens the database and its side files itself, blocking: a FIFO at any of
+        # them would hang every command for ever, and a device would be read as a database.
+        for side in ("-wal", "-shm", "-journal"):
+            check_regular(f"{self._path}{side}", "SQLite side file")
+        if self._path.exists():
+            os.close(open_regular(self._path, os.O_RDONLY, 0, "SQLite database"))
+        else:
             # Created private, like the file store: episodes are an agent's whole history.
             # SQLite gives its -wal and -shm files the database file's mode.
             try:
