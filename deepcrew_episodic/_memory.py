@@ -559,9 +559,11 @@ class EpisodicMemory:
             selected.append((seq, ep))
         return selected
 
-    async def sweep(self) -> int:
+    async def sweep(self, *, dry_run: bool = False) -> int:
         """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
-        keys the ring no longer shows; return how many keys were deleted."""
+        keys the ring no longer shows; return how many keys were deleted. ``dry_run=True``
+        deletes nothing and returns how many keys would be deleted."""
+        dry_run = boolean("dry_run", dry_run)
         await self._sync()
         now = self._clock()
         everything = await self._everything()
@@ -574,6 +576,8 @@ class EpisodicMemory:
         # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
         kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}
         strays += [self._log.grade_key(n) for n, i in self._graded_by.items() if i not in kept]
+        if dry_run:
+            return len(expired) + len(strays)
         if expired or strays:
             claims = [self._log.claim_key(ep.id) for _, ep in expired]
             await self._log.delete_seqs([seq for seq, _ in expired], also=[*strays, *claims])

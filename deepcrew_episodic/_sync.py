@@ -195,9 +195,9 @@ class SyncEpisodicMemory:
         """See :meth:`EpisodicMemory.is_expired` (no I/O: runs here)."""
         return self.memory.is_expired(episode)
 
-    def sweep(self) -> int:
+    def sweep(self, *, dry_run: bool = False) -> int:
         """See :meth:`EpisodicMemory.sweep`."""
-        return self._call(self.memory.sweep)
+        return self._call(self.memory.sweep, dry_run=dry_run)
 
     def shrink(self, max_episodes: int) -> int:
         """See :meth:`EpisodicMemory.shrink`."""

@@ -29,7 +29,6 @@ from ._output import (
     timeline_line,
     without_traceback,
 )
-from ._parse import has_filter
 from ._store import load_litellm_quietly, stored, stored_namespaces
 
 if TYPE_CHECKING:
@@ -302,7 +301,8 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         records = _without_grades(_parse_records(text, name), "import")
         episodes = [_validated(Episode, item, where) for where, item in records]
         places = [where for where, _item in records]
-    present = {ep.id for ep in await stored(memory)}
+    held = await stored(memory)
+    present = {ep.id for ep in held}
     fresh: list[Episode] = []
     where: list[str] = []
     for episode, place in zip(episodes, places, strict=True):
@@ -313,6 +313,25 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         where.append(place)
     skipped = len(episodes) - len(fresh)
     _check_all(memory, fresh, where)
+    # The ring keeps the newest max_episodes: an import that overflows it pushes the oldest
+    # stored episodes out, for good, so it asks like every other command that deletes.
+    pushed = held[: max(0, len(held) + len(fresh) - memory.max_episodes)]
+    if args.dry_run:
+        _list_doomed(memory, pushed)
+        note(
+            f"import would add {len(fresh)} episodes from {name} ({skipped} already present) "
+            f"and push {len(pushed)} stored episodes out of the ring of {memory.max_episodes} "
+            f"(dry run: nothing was written)"
+        )
+        return 0
+    if pushed:
+        _ask(
+            args,
+            f"Importing {len(fresh)} episodes pushes the oldest {len(pushed)} stored episodes "
+            f"of namespace '{memory.namespace}' out of its ring of {memory.max_episodes}, for "
+            f"good. Go on?",
+            f"{len(pushed)} stored episodes would be pushed out; --max-episodes N keeps more",
+        )
     kept = [await memory.record(episode) for episode in fresh]
     added = len(kept)
     _report_redactions(fresh, kept)
@@ -370,7 +389,6 @@ async def _read_deepcrew_log(log: MemoryProvider, namespace: str) -> list[Episod
 async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if args.corrupt:
         return await _forget_corrupt(args, memory)
-    filtered = has_filter(args)
     ids = _resolve_ids(args.ids, await stored(memory)) if args.ids else None
     selected = await memory.select(
         ids=ids,
@@ -380,23 +398,17 @@ async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         containing=args.containing,
     )
     if args.dry_run:
-        for ep in selected:
-            # An expired episode is listed by id only: its text must not reach any output.
-            out(f"{clean(ep.id)}  (expired)" if memory.is_expired(ep) else timeline_line(ep))
+        _list_doomed(memory, selected)
         note(f"{len(selected)} episodes would be forgotten (dry run: nothing was deleted)")
         return 0
     if not selected:
         out("forgot 0 episodes (none matched)")
         return 0
-    if filtered and not args.yes:
-        asked = confirm(
-            f"Forget {len(selected)} episodes of namespace '{memory.namespace}' for good?"
-        )
-        if not asked:
-            raise CliError(
-                f"not confirmed: nothing was deleted ({len(selected)} episodes match; "
-                f"pass --yes to delete without asking, --dry-run to list them)"
-            )
+    _ask(
+        args,
+        f"Forget {len(selected)} episodes of namespace '{memory.namespace}' for good?",
+        f"{len(selected)} episodes match",
+    )
     count = await memory.forget([ep.id for ep in selected])
     out(f"forgot {count} episodes")
     return 0
@@ -412,13 +424,11 @@ async def _forget_corrupt(args: argparse.Namespace, memory: EpisodicMemory) -> i
     if not found:
         out("forgot 0 corrupt records (none found)")
         return 0
-    if not args.yes and not confirm(
-        f"Delete {found} corrupt records of namespace '{memory.namespace}' for good?"
-    ):
-        raise CliError(
-            f"not confirmed: nothing was deleted ({found} corrupt records; pass --yes to "
-            f"delete without asking)"
-        )
+    _ask(
+        args,
+        f"Delete {found} corrupt records of namespace '{memory.namespace}' for good?",
+        f"{found} corrupt records",
+    )
     count = await memory.forget(corrupt=True)
     out(f"forgot {count} corrupt records")
     return 0
@@ -442,11 +452,36 @@ def _resolve_ids(given: Sequence[str], episodes: Sequence[Episode]) -> set[str]:
     return resolved
 
 
+def _ask(args: argparse.Namespace, question: str, what: str) -> None:
+    """Go on only with ``--yes`` or a yes on the terminal (no terminal: no), the same way in
+    every command that deletes; otherwise stop with nothing deleted, saying how to go on."""
+    if args.yes or confirm(question):
+        return
+    raise CliError(
+        f"not confirmed: nothing was deleted ({what}; pass --yes to go on without asking, "
+        f"--dry-run to list what would go)"
+    )
+
+
+def _list_doomed(memory: EpisodicMemory, episodes: Sequence[Episode]) -> None:
+    """What a deletion would take, one line each. An expired episode is listed by id only:
+    its text must not reach any output."""
+    for ep in episodes:
+        out(f"{clean(ep.id)}  (expired)" if memory.is_expired(ep) else timeline_line(ep))
+
+
 async def cmd_clear(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
-    if not args.yes and not confirm(
-        f"Delete every episode of namespace '{memory.namespace}' in {label}?"
-    ):
-        raise CliError("not confirmed: nothing was deleted (pass --yes to clear without asking)")
+    held = await stored(memory)
+    corrupt = (await memory.stats()).corrupt
+    what = f"{len(held)} episodes" + (f" and {corrupt} corrupt records" if corrupt else "")
+    if args.dry_run:
+        _list_doomed(memory, held)
+        note(
+            f"clear would delete every key of namespace '{memory.namespace}': {what}, with "
+            f"their grades, uses and vectors (dry run: nothing was deleted)"
+        )
+        return 0
+    _ask(args, f"Delete every episode of namespace '{memory.namespace}' in {label}?", what)
     await memory.clear()
     out(f"cleared namespace '{memory.namespace}'")
     return 0
@@ -455,20 +490,41 @@ async def cmd_clear(args: argparse.Namespace, memory: EpisodicMemory, label: str
 async def cmd_sweep(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if memory.max_age is None:
         note("no --max-age: only episodes past their own forget_after expire")
-    deleted = await memory.sweep()
-    out(f"swept {deleted} keys (expired episodes and strays)")
+    count = await memory.sweep(dry_run=True)
+    expired = [ep for ep in await stored(memory) if memory.is_expired(ep)]
+    what = (
+        f"{count} keys: {len(expired)} expired episodes, and stray keys no read path shows"
+        if expired
+        else f"{count} stray keys no read path shows"
+    )
+    if args.dry_run:
+        _list_doomed(memory, expired)
+        note(f"sweep would delete {what} (dry run: nothing was deleted)")
+        return 0
+    if count:
+        _ask(args, f"Sweep namespace '{memory.namespace}', deleting {what} for good?", what)
+        count = await memory.sweep()
+    out(f"swept {count} keys (expired episodes and strays)")
     return 0
 
 
 async def cmd_shrink(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
     """Lower the log's ring size: the one command that deletes by ring size."""
-    held = len(await stored(memory))
-    doomed = max(0, held - args.size)
-    if not args.yes and not confirm(
+    held = await stored(memory)
+    doomed = held[: max(0, len(held) - args.size)]
+    if args.dry_run:
+        _list_doomed(memory, doomed)
+        note(
+            f"shrink {args.size} would delete {len(doomed)} episodes of namespace "
+            f"'{memory.namespace}' (dry run: nothing was deleted)"
+        )
+        return 0
+    _ask(
+        args,
         f"Shrink namespace '{memory.namespace}' in {label} to the newest {args.size} "
-        f"episodes, deleting {doomed} for good?"
-    ):
-        raise CliError("not confirmed: nothing was deleted (pass --yes to shrink without asking)")
+        f"episodes, deleting {len(doomed)} for good?",
+        f"{len(doomed)} episodes fall outside a ring of {args.size}",
+    )
     deleted = await memory.shrink(args.size)
     out(f"shrank namespace '{memory.namespace}' to {args.size} episodes: deleted {deleted}")
     return 0
@@ -535,17 +591,25 @@ async def cmd_backfill(args: argparse.Namespace, memory: EpisodicMemory) -> int:
 async def cmd_reembed(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
     """Rebuild every vector with this embedder (``EpisodicMemory.reembed``), after asking."""
     assert memory.embedder is not None
+    stats = await memory.stats()
+    made = f" (made by {clean(stats.embedder)})" if stats.embedder else ""
+    model = clean(memory.embedder_name or "")
+    if args.dry_run:
+        note(
+            f"reembed would replace {stats.vectors} vectors{made} of namespace "
+            f"'{memory.namespace}' and embed all {stats.total} episodes with '{model}' (dry "
+            f"run: nothing was replaced)"
+        )
+        return 0
+    if not args.yes and not confirm(
+        f"Replace every vector of namespace '{memory.namespace}' in {label}{made} with one "
+        f"made by '{model}'?"
+    ):
+        raise CliError(
+            "not confirmed: no vector was replaced (pass --yes to reembed without asking, "
+            "--dry-run to see what it would replace)"
+        )
     progress = Progress("reembed")
-    if not args.yes:
-        stats = await memory.stats()
-        made = f" (made by {clean(stats.embedder)})" if stats.embedder else ""
-        if not confirm(
-            f"Replace every vector of namespace '{memory.namespace}' in {label}{made} with one "
-            f"made by '{clean(memory.embedder_name or '')}'?"
-        ):
-            raise CliError(
-                "not confirmed: no vector was replaced (pass --yes to reembed without asking)"
-            )
     try:
         written = await memory.reembed(batch_size=args.batch_size, progress=progress)
     except _embedding_errors() as exc:
