@@ -361,6 +361,29 @@ _DEFAULTS: dict[str, Any] = {
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
+# The fields of a record (an Episode, a Grade) that hold a time, not text: a search for "2026"
+# must not match every episode by its timestamp.
+TIME_FIELDS = frozenset({"timestamp", "forget_after", "stamp"})
+_TEXT_TYPES = frozenset({"str", "str | None", "list[str]"})
+
+
+def stored_texts(record: Any) -> list[str]:
+    """Every text *record* (an :class:`Episode` or a ``Grade``) holds, found from its fields'
+    declared types rather than listed by hand, so a text field added later is searched (and
+    forgotten by ``forget(containing=...)``) without a change here. Validated values (the
+    outcome, the score, the times) are not text."""
+    texts: list[str] = []
+    for spec in dataclasses.fields(record):
+        if spec.name in TIME_FIELDS or str(spec.type) not in _TEXT_TYPES:
+            continue
+        value = getattr(record, spec.name)
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, list):
+            texts.extend(v for v in value if isinstance(v, str))
+    return texts
+
+
 def new_id() -> str:
     return uuid.uuid4().hex
 

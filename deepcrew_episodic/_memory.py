@@ -40,6 +40,7 @@ from ._episode import (
     now_iso,
     outcome_for_score,
     parse_time,
+    stored_texts,
 )
 from ._exceptions import (
     ConfigurationError,
@@ -404,7 +405,8 @@ class EpisodicMemory:
         Select them by ``ids`` and/or a filter; an episode must match every criterion given:
         ``outcome`` (one or several), ``tags`` (at least one of them), ``before`` (recorded
         before a time: a datetime, an ISO-8601 string, POSIX seconds, or a timedelta meaning
-        "older than this"), ``containing`` (case-insensitive text in any field). Expired
+        "older than this"), ``containing`` (case-insensitive text in any text field of the episode or of its grades'
+        notes). Expired
         episodes that have not been swept yet are deleted too. :meth:`clear` deletes all.
 
         Example::
@@ -554,7 +556,7 @@ class EpisodicMemory:
                 continue
             if cut is not None and self._recorded(seq, ep) >= cut:
                 continue
-            if needle is not None and needle not in _text_of(ep).casefold():
+            if needle is not None and needle not in self._text_of(ep).casefold():
                 continue
             selected.append((seq, ep))
         return selected
@@ -837,7 +839,7 @@ class EpisodicMemory:
         Give *outcome*, *score* (in [0, 1]; without an outcome it stands for one, see
         :func:`~deepcrew_episodic.outcome_for_score`) or both. *verified* says whether the
         grade was checked (a test, the user) or is a claim (a model's judgement). Raises
-        :class:`ConfigurationError` when no episode has *episode_id*.
+        :class:`ConfigurationError` when no episode has *episode_id*, or when it has expired.
 
         Example::
 
@@ -868,6 +870,14 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"no episode with id {escape_hidden(episode_id)[:140]!r} in namespace "
                 f"{escape_hidden(self.namespace)!r}"
+            )
+        if self._expired_episode(target, self._clock()) or (
+            episode_id in self._ids and self._expired(self._ids[episode_id], self._clock())
+        ):
+            # Expired is invisible on every path: a grade would only be swept with it.
+            raise ConfigurationError(
+                f"episode {escape_hidden(episode_id)[:140]!r} has expired (hidden from every "
+                f"read path; sweep deletes it)"
             )
         chosen: Outcome = outcome if outcome is not None else outcome_for_score(score or 0.0)
         grade = Grade(
@@ -1358,6 +1368,11 @@ class EpisodicMemory:
             touched.add(grade.episode_id)
         return touched
 
+    def _text_of(self, episode: Episode) -> str:
+        """Every text stored for *episode*: its own, and its grades' (``containing``)."""
+        grades = [g for g in self._grades.get(episode.id, ()) if g.applies_to(episode)]
+        return "\n".join([*stored_texts(episode), *(t for g in grades for t in stored_texts(g))])
+
     def _view(self, episode: Episode) -> Episode:
         """*episode* as its grades make it (see _grade.py)."""
         grades = self._grades.get(episode.id)
@@ -1477,11 +1492,6 @@ def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
         f"claimed_success, so outcome-aware recall (what_worked, what_failed) has nothing to "
         f"go on; record a verified outcome or grade runs later (see docs/recall.md#outcomes)"
     ]
-
-
-def _text_of(episode: Episode) -> str:
-    parts = [episode.query, episode.response, episode.reflection or ""]
-    return "\n".join(parts + episode.tags + episode.tools_used)
 
 
 def _time_or_none(value: str | None) -> float | None:

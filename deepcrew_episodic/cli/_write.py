@@ -73,12 +73,26 @@ async def cmd_record(
         _refuse_stored_ids(episodes, {ep.id for ep in await stored(memory)})
     recorded = [await memory.record(episode) for episode in episodes]
     _report_redactions(episodes, recorded)
-    if args.json:
-        dump([for_display(e) for e in recorded])
-    else:
-        for episode in recorded:
-            out(f"recorded {clean(episode.id)} ({episode.outcome})")
+    _show_recorded(args, memory, recorded)
     return 0
+
+
+def _show_recorded(
+    args: argparse.Namespace, memory: EpisodicMemory, recorded: Sequence[Episode]
+) -> None:
+    """What ``record`` stored; an episode recorded already expired (a past ``forget_after``,
+    or older than ``--max-age``) by its id only: no output shows an expired episode's text."""
+    if args.json:
+        dump(
+            [
+                {"id": clean(e.id), "expired": True} if memory.is_expired(e) else for_display(e)
+                for e in recorded
+            ]
+        )
+        return
+    for episode in recorded:
+        expired = ", expired at once" if memory.is_expired(episode) else ""
+        out(f"recorded {clean(episode.id)} ({episode.outcome}{expired})")
 
 
 async def _record_transcript(
@@ -128,10 +142,7 @@ async def _record_transcript(
     episode = dataclasses.replace(episode, **extra)
     recorded = await memory.record(episode)
     _report_redactions([episode], [recorded])
-    if args.json:
-        dump([for_display(recorded)])
-    else:
-        out(f"recorded {clean(recorded.id)} ({recorded.outcome})")
+    _show_recorded(args, memory, [recorded])
     return 0
 
 

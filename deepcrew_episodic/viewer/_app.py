@@ -251,7 +251,7 @@ class _Viewer:
         except BadRequest as exc:
             return await self.error(400, "Bad request", str(exc))
         snapshot = await self.source.snapshot()
-        rows = chosen.apply(snapshot)
+        rows = await chosen.apply(self.source, snapshot)
         start = (page - 1) * per
         if page > 1 and start >= len(rows):
             last_page = max(1, -(-len(rows) // per))
@@ -300,16 +300,18 @@ class _Viewer:
                     404, "No such episode", f"No episode has the id {episode_id!r}."
                 )
             found, expired = selected[0], True
-        grades = await self.memory.grades(found.id)
-        run = snapshot.run(found.run_id) if found.run_id else []
+        expired = expired or self.memory.is_expired(found)
+        # An expired episode is shown by its id only: not its text, its grades or its run.
+        grades = [] if expired else await self.memory.grades(found.id)
+        run = snapshot.run(found.run_id) if found.run_id and not expired else []
         return await self.page(
             "episode.html",
             ep=found,
-            fields=_fields(found),
+            fields=[("id", Multiline(found.id))] if expired else _fields(found),
             expired=expired,
             grades=grades,
-            run=[_row(e) for e in run],
-            run_id=found.run_id,
+            run=[_row(e) for e in run if not self.memory.is_expired(e)],
+            run_id="" if expired else found.run_id,
             forget_url=_link("/forget", [("ids", found.id)]),
             age=_age(snapshot),
         )
@@ -434,7 +436,13 @@ class _Viewer:
             raise BadRequest("give ids or a filter: the viewer does not delete everything at once")
         if fresh:
             self.source.invalidate()
-        return chosen.apply(await self.source.snapshot()), chosen.params()
+        return await chosen.apply(self.source, await self.source.snapshot()), chosen.params()
+
+    def _row(self, ep: Episode) -> dict[str, Any]:
+        """A row of the forget preview, which lists expired episodes too: those by id only."""
+        if not self.memory.is_expired(ep):
+            return _row(ep)
+        return {**_row(ep), "task": "(expired)", "lesson": "", "score": "-"}
 
     async def forget_preview(self, request: Request) -> Response:
         if not self.allow_forget:
@@ -447,7 +455,7 @@ class _Viewer:
         return await self.page(
             "forget.html",
             count=len(selected),
-            rows=[_row(ep) for ep in selected[:PREVIEW_ROWS]],
+            rows=[self._row(ep) for ep in selected[:PREVIEW_ROWS]],
             more=max(0, len(selected) - PREVIEW_ROWS),
             params=_hidden(params),
             digest=_digest(selected),
@@ -482,7 +490,7 @@ class _Viewer:
                 "forget.html",
                 409,
                 count=len(selected),
-                rows=[_row(ep) for ep in selected[:PREVIEW_ROWS]],
+                rows=[self._row(ep) for ep in selected[:PREVIEW_ROWS]],
                 more=max(0, len(selected) - PREVIEW_ROWS),
                 params=_hidden(shown),
                 digest=_digest(selected),
