@@ -7,7 +7,7 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -904,6 +904,77 @@ class EpisodicMemory:
             return [g for grades in self._grades.values() for g in grades if self._applies(g)]
         return [g for g in self._grades.get(episode_id, ()) if self._applies(g)]
 
+    async def uses(self) -> dict[str, int]:
+        """How many times each episode this memory keeps was used (see :meth:`used`), by id;
+        episodes never used are left out. For a backup: :meth:`restore` takes the count."""
+        await self._sync()
+        return {
+            self._known[seq].id: count
+            for seq, count in sorted(self._uses.items())
+            if count > 0 and seq in self._known
+        }
+
+    async def restore(
+        self,
+        episode: Episode | Any,
+        *,
+        grades: Sequence[Grade | Mapping[str, Any]] = (),
+        uses: int = 0,
+    ) -> Episode:
+        """Record *episode* from a backup with its *grades* (oldest first: :class:`Grade`
+        objects, or the mappings ``export`` writes) and its use count, so that it reads as it
+        did when it was backed up; return the stored copy. The episode is recorded like
+        :meth:`record` does (checked, redacted, its ``id`` and ``timestamp`` kept); each grade
+        keeps its outcome, score, note (redacted), verified flag and time. Everything is
+        checked before anything is written: a wrong grade or count raises
+        :class:`InvalidEpisodeError` naming it, and an id already stored raises too (a backup
+        restored twice neither duplicates nor overwrites anything).
+
+        Example::
+
+            for line in backup:                      # export's JSONL, one episode a line
+                item = json.loads(line)
+                await memory.restore({k: v for k, v in item.items() if k not in ("grades", "uses")},
+                                     grades=item.get("grades", []), uses=item.get("uses", 0))
+        """
+        self.check(episode)
+        if isinstance(uses, bool) or not isinstance(uses, int) or not 0 <= uses <= MAX_USES:
+            raise InvalidEpisodeError(
+                f"invalid episode: uses: a whole number from 0 to {MAX_USES}, not {uses!r}"
+            )
+        if isinstance(grades, str | bytes | Mapping) or not isinstance(grades, Sequence):
+            raise InvalidEpisodeError(f"grades must be a list of grades, not {grades!r:.80}")
+        kept: list[Grade] = []
+        for i, given in enumerate(grades, 1):
+            try:
+                grade = given if isinstance(given, Grade) else Grade.from_dict(given, "-")
+            except InvalidEpisodeError as exc:
+                raise InvalidEpisodeError(f"grade {i}: {exc}") from None
+            if len(grade.note) > NOTE_CHARS:
+                raise InvalidEpisodeError(f"grade {i}: a note has at most {NOTE_CHARS} characters")
+            kept.append(grade)
+        stored = await self.record(episode)
+        for grade in kept:
+            restored = dataclasses.replace(
+                grade,
+                episode_id=stored.id,
+                note=self._redact_text(grade.note) if grade.note else "",
+                timestamp=grade.timestamp or now_iso(self._clock()),
+                stamp=stored.timestamp,
+            )
+            await self._log.add_grade(restored.to_json())
+        await self._sync()
+        seq = self._ids.get(stored.id)
+        if uses and seq is not None:  # (None: a ring too small for it pushed it out at once)
+            key = self._log.use_key(seq)
+
+            def place(_: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+                return {key: str(uses)}, []
+
+            # The use counts' own counter is bumped in the same write: readers read them again.
+            await self._provider.increment_and_write(self._log.uses_key, place)
+        return stored
+
     def _applies(self, grade: Grade) -> bool:
         seq = self._ids.get(grade.episode_id)
         return seq is None or grade.applies_to(self._log.episode(seq))
@@ -1411,6 +1482,8 @@ class EpisodicMemory:
 
 # The largest reinforcement factor (see _boost).
 MAX_BOOST = 1.2
+# The largest use count restore() takes (a counter holds at most 18 digits).
+MAX_USES = 10**15
 # A run's item carries the lessons of its failed iterations, cut here.
 LESSONS_CHARS = 1200
 # A timestamp this far ahead of the clock is accepted (clocks differ); past it, it is refused on

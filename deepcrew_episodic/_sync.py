@@ -10,7 +10,7 @@ across threads.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -233,6 +233,20 @@ class SyncEpisodicMemory:
     def used(self, ids: str | Collection[str]) -> None:
         """See :meth:`EpisodicMemory.used`."""
         self._call(self.memory.used, ids)
+
+    def uses(self) -> dict[str, int]:
+        """See :meth:`EpisodicMemory.uses`."""
+        return self._call(self.memory.uses)
+
+    def restore(
+        self,
+        episode: Episode | Any,
+        *,
+        grades: Sequence[Grade | Mapping[str, Any]] = (),
+        uses: int = 0,
+    ) -> Episode:
+        """See :meth:`EpisodicMemory.restore`."""
+        return self._call(self.memory.restore, episode, grades=grades, uses=uses)
 
     def backfill(
         self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None

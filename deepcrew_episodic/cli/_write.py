@@ -32,7 +32,7 @@ from ._output import (
 from ._store import load_litellm_quietly, stored, stored_namespaces
 
 if TYPE_CHECKING:
-    from .. import Episode, EpisodicMemory
+    from .. import Episode, EpisodicMemory, Grade
     from ..providers import MemoryProvider
 
 
@@ -246,12 +246,11 @@ def _without_grades(records: list[tuple[str, Any]], command: str) -> list[tuple[
         if isinstance(item, dict) and "grades" in item:
             grades = item["grades"]
             dropped += len(grades) if isinstance(grades, list) else 1
-            item = {k: v for k, v in item.items() if k != "grades"}
-        kept.append((where, item))
+        kept.append((where, _episode_part(item)))
     if dropped:
         note(
-            f"{command}: {dropped} grades in the file were not imported (the episodes are "
-            f"stored with the outcome they were exported with; 'grade' adds new ones)"
+            f"{command}: {dropped} grades in the file were not recorded (the episodes are "
+            f"stored as recorded; 'import' restores a backup with its grades and uses)"
         )
     return kept
 
@@ -306,22 +305,26 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             f"{name}: namespace '{source}', episode {i} of {len(episodes)} (oldest first)"
             for i in range(1, len(episodes) + 1)
         ]
+        extras: list[tuple[list[Grade], int]] = [([], 0)] * len(episodes)
     else:
         if args.from_namespace:
             raise UsageError("import: --from-namespace applies to a deepcrew-ai log only")
-        records = _without_grades(_parse_records(text, name), "import")
-        episodes = [_validated(Episode, item, where) for where, item in records]
+        records = _parse_records(text, name)
+        extras = [_backup_extras(item, where) for where, item in records]
+        episodes = [_validated(Episode, _episode_part(item), where) for where, item in records]
         places = [where for where, _item in records]
     held = await stored(memory)
     present = {ep.id for ep in held}
     fresh: list[Episode] = []
     where: list[str] = []
-    for episode, place in zip(episodes, places, strict=True):
+    restored: list[tuple[list[Grade], int]] = []
+    for episode, place, extra in zip(episodes, places, extras, strict=True):
         if episode.id and episode.id in present:
             continue  # already stored, or given twice: skipped, so not checked either
         present.add(episode.id)
         fresh.append(episode)
         where.append(place)
+        restored.append(extra)
     skipped = len(episodes) - len(fresh)
     _check_all(memory, fresh, where)
     # The ring keeps the newest max_episodes: an import that overflows it pushes the oldest
@@ -343,7 +346,11 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             f"good. Go on?",
             f"{len(pushed)} stored episodes would be pushed out; --max-episodes N keeps more",
         )
-    kept = [await memory.record(episode) for episode in fresh]
+    # Each with its grades and use count: a backup reads as it did when it was exported.
+    kept = [
+        await memory.restore(episode, grades=grades, uses=uses)
+        for episode, (grades, uses) in zip(fresh, restored, strict=True)
+    ]
     added = len(kept)
     _report_redactions(fresh, kept)
     already = f", {skipped} already present" if skipped else ""
@@ -355,6 +362,40 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             f"(pass --max-episodes to keep more)"
         )
     return 0
+
+
+_BACKUP_FIELDS = ("grades", "uses")
+
+
+def _episode_part(item: Any) -> Any:
+    """A record without what ``export`` writes beside the episode (its grades, its uses)."""
+    if isinstance(item, dict):
+        return {k: v for k, v in item.items() if k not in _BACKUP_FIELDS}
+    return item
+
+
+def _backup_extras(item: Any, where: str) -> tuple[list[Grade], int]:
+    """The grades and use count ``export`` wrote beside an episode, checked: a bad one is named
+    by its line (or item) and grade, and nothing is imported."""
+    from .. import Grade, InvalidEpisodeError
+
+    if not isinstance(item, dict):
+        return [], 0
+    given = item.get("grades", [])
+    if not isinstance(given, list):
+        raise CliError(f"{where}: grades: a list of grades, not a JSON {type(given).__name__}")
+    grades: list[Grade] = []
+    for i, grade in enumerate(given, 1):
+        try:
+            grades.append(Grade.from_dict(grade, "-"))
+        except InvalidEpisodeError as exc:
+            raise CliError(f"{where}: grade {i}: {exc}; nothing was imported") from None
+    uses = item.get("uses", 0)
+    if isinstance(uses, bool) or not isinstance(uses, int):
+        raise CliError(f"{where}: uses: a whole number, not a JSON {type(uses).__name__}")
+    if not 0 <= uses <= 10**15:
+        raise CliError(f"{where}: uses: a whole number from 0 to 10**15; nothing was imported")
+    return grades, uses
 
 
 async def _as_deepcrew_log(text: str) -> MemoryProvider | None:
