@@ -366,6 +366,7 @@ class EpisodicMemory:
                 self._redact(Episode.coerce(episode)),
                 timeout_s=self._reflect_timeout,
                 params=self._reflect_params,
+                redactor=self._redactor,
             )
             # The model may echo a secret it was never shown (from its own context).
             return self._redactor.redact(lesson) if lesson and self._redactor else lesson
@@ -1414,14 +1415,20 @@ class EpisodicMemory:
             and ep.reflection
         ]
         shown = scored.episode.copy()
-        if lessons:
-            earlier = "; ".join(lessons)
-            joined = (
-                f"{shown.reflection} Earlier attempts: {earlier}"
-                if shown.reflection
-                else f"Earlier attempts: {earlier}"
-            )
-            shown.reflection = joined[:LESSONS_CHARS]
+        # Whole lessons only, as many as fit: a lesson cut in its middle could end inside a
+        # secret (stored by deepcrew-ai or with redact=False) that nothing recognises once cut.
+        head = (
+            f"{shown.reflection} Earlier attempts: " if shown.reflection else "Earlier attempts: "
+        )
+        fitting: list[str] = []
+        room = LESSONS_CHARS - len(head)
+        for lesson in lessons:
+            if len(lesson) + 2 * bool(fitting) > room:
+                break
+            room -= len(lesson) + 2 * bool(fitting)
+            fitting.append(lesson)
+        if fitting:
+            shown.reflection = head + "; ".join(fitting)
         return dataclasses.replace(scored, episode=shown, iterations=len(seqs))
 
     def _add_grades(self, records: list[tuple[int, str]]) -> set[str]:

@@ -264,7 +264,7 @@ class _Viewer:
         keep = chosen.params() + ([("per", str(per))] if per != DEFAULT_PER_PAGE else [])
         return await self.page(
             "timeline.html",
-            rows=[_row(ep) for ep in shown],
+            rows=[self._row(ep) for ep in shown],
             total=len(rows),
             stored=len(snapshot.episodes),
             first=start + 1 if shown else 0,
@@ -310,7 +310,7 @@ class _Viewer:
             fields=[("id", Multiline(found.id))] if expired else _fields(found),
             expired=expired,
             grades=grades,
-            run=[_row(e) for e in run if not self.memory.is_expired(e)],
+            run=[self._row(e) for e in run if not self.memory.is_expired(e)],
             run_id="" if expired else found.run_id,
             forget_url=_link("/forget", [("ids", found.id)]),
             age=_age(snapshot),
@@ -439,10 +439,12 @@ class _Viewer:
         return await chosen.apply(self.source, await self.source.snapshot()), chosen.params()
 
     def _row(self, ep: Episode) -> dict[str, Any]:
-        """A row of the forget preview, which lists expired episodes too: those by id only."""
-        if not self.memory.is_expired(ep):
-            return _row(ep)
-        return {**_row(ep), "task": "(expired)", "lesson": "", "score": "-"}
+        """One row of a table of episodes: its text redacted before it is cut (a secret cut
+        in its middle is no longer recognisable), and an expired episode (the forget page
+        lists them) by its id only."""
+        if self.memory.is_expired(ep):
+            return {**_row(ep, self.redact), "task": "(expired)", "lesson": "", "score": "-"}
+        return _row(ep, self.redact)
 
     async def forget_preview(self, request: Request) -> Response:
         if not self.allow_forget:
@@ -691,15 +693,15 @@ def _cut(text: str, limit: int = CELL_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
-def _row(ep: Episode) -> dict[str, Any]:
+def _row(ep: Episode, redact: Callable[[str], str]) -> dict[str, Any]:
     return {
         "id": ep.id,
         "date": _date(ep.timestamp),
         "timestamp": ep.timestamp,
         "outcome": ep.outcome,
         "score": "-" if ep.score is None else f"{ep.score:.2f}",
-        "task": _cut(ep.query),
-        "lesson": _cut(ep.reflection or ""),
+        "task": _cut(redact(ep.query)),
+        "lesson": _cut(redact(ep.reflection or "")),
     }
 
 
