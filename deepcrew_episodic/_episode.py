@@ -346,10 +346,22 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "transcript_ref": _optional_text,
     "run_id": _text,
 }
+
+
 # Decoding accepts any stored id (a hand-edited or imported record keeps its id; the CLI escapes
 # what it prints) and any finite score (deepcrew-ai took any): only new episodes are held to the
 # id rules and to scores in [0, 1].
-_DECODE_CHECKS = {**_CHECKS, "id": _text, "score": _score}
+def _stored_id(value: Any) -> str:
+    # Lenient on what record() now refuses (length, a space), strict on what would act on a
+    # terminal or forge a line when listed: such a record is corrupt, not an episode to list.
+    text = _text(value)
+    for i, c in enumerate(text):
+        if is_hidden(c) or (c.isspace() and c != " "):
+            raise _Invalid(f"holds the control or invisible character {c!r} at position {i}")
+    return text
+
+
+_DECODE_CHECKS = {**_CHECKS, "id": _stored_id, "score": _score}
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
 # Every field but the required query, with its default.
 _DEFAULTS: dict[str, Any] = {

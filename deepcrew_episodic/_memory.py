@@ -7,7 +7,7 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -471,6 +471,8 @@ class EpisodicMemory:
     def is_expired(self, episode: Episode) -> bool:
         """Whether *episode* is past its ``forget_after`` or older than ``max_age`` now: hidden
         from every read path and deleted by :meth:`sweep`."""
+        if not isinstance(episode, Episode):
+            raise ConfigurationError(f"is_expired() takes an Episode, not {type(episode).__name__}")
         now = self._clock()
         seq = self._ids.get(episode.id) if episode.id else None
         if seq is not None:
@@ -816,6 +818,13 @@ class EpisodicMemory:
     ) -> tuple[str, list[Episode]]:
         """:meth:`render`, and the episodes the block shows (redacted, in the order shown):
         for callers that report exactly what was injected."""
+        if isinstance(episodes, str | bytes | Episode | Scored | dict) or not isinstance(
+            episodes, Iterable
+        ):
+            raise ConfigurationError(
+                f"episodes must be a list of episodes (as recall returns them), not "
+                f"{type(episodes).__name__}"
+            )
         given = [Episode.coerce(e.episode if isinstance(e, Scored) else e) for e in episodes]
         shown = [self._redact(e) for e in given if not self.is_expired(e)]
         return fit_block(shown, max_chars=max_chars)
@@ -900,6 +909,10 @@ class EpisodicMemory:
     async def grades(self, episode_id: str | None = None) -> list[Grade]:
         """The grades of an episode, oldest first (``[]`` when it has none); without an id,
         every grade of the log, oldest first (one read for a listing of many episodes)."""
+        if episode_id is not None and not isinstance(episode_id, str):
+            raise ConfigurationError(
+                f"grades() takes one episode id (a string) or none, not {type(episode_id).__name__}"
+            )
         await self._sync()
         if episode_id is None:
             return [g for grades in self._grades.values() for g in grades if self._applies(g)]

@@ -158,6 +158,8 @@ def _messages(text: str, name: str) -> list[dict[str, Any]]:
             raise CliError(f"{name}: not a JSON array of messages ({exc.msg})") from None
         except RecursionError:
             raise CliError(f"{name}: nested too deeply to be a list of messages") from None
+        except ValueError:
+            raise CliError(f"{name}: {_TOO_LONG}; nothing was recorded") from None
         items = [(f"{name}: item {i}", m) for i, m in enumerate(whole, 1)]
     else:
         items = _json_lines(text, name)
@@ -267,6 +269,8 @@ def _parse_records(text: str, name: str) -> list[tuple[str, Any]]:
         whole = None
     except RecursionError:
         raise CliError(f"{name}: nested too deeply to be episodes") from None
+    except ValueError:
+        whole = None  # read line by line below: the line that holds it is named
     else:
         if isinstance(whole, dict):
             return [(name, whole)]
@@ -288,7 +292,13 @@ def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
             raise CliError(f"{name}: line {number} is not JSON ({exc.msg})") from None
         except RecursionError:
             raise CliError(f"{name}: line {number} is nested too deeply") from None
+        except ValueError:
+            raise CliError(f"{name}: line {number}: {_TOO_LONG}; nothing was written") from None
     return found
+
+
+# json.loads refuses such an integer with a bare ValueError (a guard against slow conversions).
+_TOO_LONG = "holds an integer of more than 4,300 digits"
 
 
 async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
@@ -405,7 +415,7 @@ async def _as_deepcrew_log(text: str) -> MemoryProvider | None:
 
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):
         return None  # not a log file: read as episodes, which names what is wrong
     if not isinstance(data, dict):
         return None
