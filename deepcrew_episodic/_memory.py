@@ -523,6 +523,12 @@ class EpisodicMemory:
         *max_episodes* (a memory configured larger raises the ring again when it records).
         """
         deleted = await self._log.shrink(max_episodes)
+        # The grades of what was deleted go too: their notes are the episodes' text as well.
+        await self._sync()
+        kept = {ep.id for _, ep in await self._everything()}
+        orphans = [self._log.grade_key(n) for n, i in self._graded_by.items() if i not in kept]
+        if orphans:
+            await self._log.delete_seqs([], also=orphans)
         await self._provider.purge()
         return deleted
 

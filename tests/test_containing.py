@@ -167,3 +167,20 @@ async def test_the_viewer_search_and_its_forget_page_cover_the_field(
         assert preview.status_code == 200
         assert target.id in preview.text
         assert "keep me" not in preview.text
+
+
+async def test_shrink_deletes_the_grades_of_what_it_deletes(provider: MemoryProvider) -> None:
+    memory = EpisodicMemory(provider, namespace="s", max_episodes=10)
+    old = await memory.record(Episode(query="an old task"))
+    await memory.grade(old.id, outcome="failure", note=f"{MARK} complained")
+    for i in range(4):
+        await memory.record(Episode(query=f"newer task {i}"))
+    kept = await memory.record(Episode(query="the newest task"))
+    await memory.grade(kept.id, outcome="success", note="still here")
+    assert await memory.shrink(3) == 3
+    text = await raw_text(provider)
+    assert MARK not in text
+    assert "still here" in text
+    assert [g.note for g in await EpisodicMemory(provider, namespace="s").grades()] == [
+        "still here"
+    ]
