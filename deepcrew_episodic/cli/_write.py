@@ -658,9 +658,9 @@ async def cmd_reembed(args: argparse.Namespace, memory: EpisodicMemory, label: s
     model = clean(memory.embedder_name or "")
     if args.dry_run:
         note(
-            f"reembed would replace {stats.vectors} vectors{made} of namespace "
-            f"'{memory.namespace}' and embed all {stats.total} episodes with '{model}' (dry "
-            f"run: nothing was replaced)"
+            f"reembed would replace every vector{made} of namespace '{memory.namespace}', "
+            f"embedding all {stats.total} episodes with '{model}' (dry run: nothing was "
+            f"replaced)"
         )
         return 0
     if not args.yes and not confirm(
