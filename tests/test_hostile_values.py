@@ -192,3 +192,24 @@ def test_an_import_file_with_a_huge_integer_is_named_by_line(
         assert "4,300 digits" in err
         assert err.count("\n") == 1
         assert not target.exists()
+
+
+class _FailingProvider(InMemoryProvider):
+    """A third-party provider whose reads fail with its own, untranslated error."""
+
+    async def retrieve_many(self, keys: Any) -> Any:
+        raise ValueError("invalid literal in the provider's own parser")
+
+
+async def test_any_other_failure_is_the_viewers_error_page_with_its_headers() -> None:
+    memory = EpisodicMemory(_FailingProvider())
+    app = create_app(memory, token="t" * 32, label="test")
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as c:
+        c.cookies.set(COOKIE, "t" * 32)
+        page = await c.get("/")
+    assert page.status_code == 500
+    assert page.headers["content-security-policy"] == CSP
+    assert page.headers["cache-control"] == "no-store"
+    assert "Server error" in page.text
+    assert "invalid literal" not in page.text  # the error is logged, not served

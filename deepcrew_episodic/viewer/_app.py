@@ -518,8 +518,12 @@ class _Guard:
             await self.app(scope, receive, send)  # lifespan
             return
 
+        started = False
+
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = [
                     (k, v)
                     for k, v in message.get("headers", [])
@@ -561,7 +565,23 @@ class _Guard:
         if not _same(request.cookies.get(COOKIE, ""), self.token):
             await self._refuse(scope, receive, send_with_headers)
             return
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception as exc:
+            if started:
+                raise
+            # Not a store failure (those get the 503 page): a bug, or a third-party provider's
+            # own error. Still the viewer's page, with its headers, never Starlette's bare 500.
+            log.error(
+                "viewer: %s failed: %s",
+                request.url.path,
+                # redacted, then cut: the message may quote stored text
+                " ".join(self.page.redact(f"{type(exc).__name__}: {exc}").split())[:500],
+            )
+            failed = await self.page.error(
+                500, "Server error", "This page failed; the server's log says why."
+            )
+            await failed(scope, receive, send_with_headers)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = await self.page.error(
