@@ -65,6 +65,7 @@ async def test_a_hostile_record_is_counted_corrupt_and_forget_corrupt_finds_it(
     assert await fresh.forget(corrupt=True, dry_run=True) == 1
     assert await fresh.forget(corrupt=True) == 1
     assert await provider.retrieve("episodic:h:e:2") is None
+    assert (await fresh.stats()).corrupt == 0  # the same memory no longer counts it
 
 
 async def test_a_grade_or_a_use_count_with_a_huge_integer_is_skipped(
