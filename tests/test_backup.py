@@ -183,3 +183,21 @@ def test_import_names_a_bad_grade_or_count_by_line_and_imports_nothing(
             return len(await EpisodicMemory(provider).load())
 
     assert not store.exists() or anyio.run(count) == 0
+
+
+def test_an_import_file_with_odd_unicode_line_ends_and_a_bom(tmp_path: Path) -> None:
+    """JSONL lines end at LF (CRLF too); U+2028, U+2029, U+0085 and U+001C inside a string are
+    text, not line ends; a UTF-8 byte order mark at the start is not part of the first line."""
+    odd = "a\u2028b\u2029c\u0085d\x1ce"
+    lines = [json.dumps({"query": odd}, ensure_ascii=False), json.dumps({"query": "second"})]
+    source = tmp_path / "odd.jsonl"
+    source.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
+    store = tmp_path / "s.json"
+    code, out, err = cli("--store", str(store), "import", str(source))
+    assert (code, out.strip()) == (0, f"imported 2 episodes from {source}"), err
+
+    async def queries() -> list[str]:
+        async with FileMemoryProvider(store) as provider:
+            return [e.query for e in await EpisodicMemory(provider).load()]
+
+    assert anyio.run(queries) == [odd, "second"]

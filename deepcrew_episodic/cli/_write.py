@@ -230,7 +230,7 @@ def _read_text_now(path: str) -> str:
     if path == "-":
         return sys.stdin.read()
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")  # a BOM (Windows tools) is not text
     except FileNotFoundError:
         raise CliError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -283,7 +283,10 @@ def _parse_records(text: str, name: str) -> list[tuple[str, Any]]:
 def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
     """``(where, value)`` for each non-blank line of JSONL *text*; a bad line is named."""
     found: list[tuple[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), 1):
+    # Lines end at "\n" only (JSONL's rule): str.splitlines() also splits at U+2028, U+0085
+    # and other characters a JSON string may hold raw, which would break a record in two.
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
