@@ -385,15 +385,27 @@ def stored_texts(record: Any) -> list[str]:
     forgotten by ``forget(containing=...)``) without a change here. Validated values (the
     outcome, the score, the times) are not text."""
     texts: list[str] = []
-    for spec in dataclasses.fields(record):
-        if spec.name in TIME_FIELDS or str(spec.type) not in _TEXT_TYPES:
-            continue
-        value = getattr(record, spec.name)
+    for name in _text_field_names(type(record)):
+        value = getattr(record, name)
         if isinstance(value, str):
             texts.append(value)
         elif isinstance(value, list):
             texts.extend(v for v in value if isinstance(v, str))
     return texts
+
+
+_TEXT_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _text_field_names(model: type) -> tuple[str, ...]:
+    names = _TEXT_NAMES.get(model)
+    if names is None:
+        names = _TEXT_NAMES[model] = tuple(
+            spec.name
+            for spec in dataclasses.fields(model)
+            if spec.name not in TIME_FIELDS and str(spec.type) in _TEXT_TYPES
+        )
+    return names
 
 
 def new_id() -> str:

@@ -565,7 +565,7 @@ class EpisodicMemory:
                 continue
             if cut is not None and self._recorded(seq, ep) >= cut:
                 continue
-            if needle is not None and needle not in self._text_of(ep).casefold():
+            if needle is not None and needle not in self.searched_text(ep):
                 continue
             selected.append((seq, ep))
         return selected
@@ -1464,6 +1464,16 @@ class EpisodicMemory:
             self._graded_by[position] = grade.episode_id
             touched.add(grade.episode_id)
         return touched
+
+    def searched_text(self, episode: Episode) -> str:
+        """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), case
+        folded: every text field of the episode and its grades' notes, as of the last read.
+        No I/O: for a tool that filters a listing by the same rule (the viewer's search)."""
+        if not isinstance(episode, Episode):
+            raise ConfigurationError(
+                f"searched_text() takes an Episode, not {type(episode).__name__}"
+            )
+        return self._text_of(episode).casefold()
 
     def _text_of(self, episode: Episode) -> str:
         """Every text stored for *episode*: its own, and its grades' (``containing``)."""

@@ -191,6 +191,10 @@ class SyncEpisodicMemory:
             containing=containing,
         )
 
+    def searched_text(self, episode: Episode) -> str:
+        """See :meth:`EpisodicMemory.searched_text` (no I/O: runs here)."""
+        return self.memory.searched_text(episode)
+
     def is_expired(self, episode: Episode) -> bool:
         """See :meth:`EpisodicMemory.is_expired` (no I/O: runs here)."""
         return self.memory.is_expired(episode)

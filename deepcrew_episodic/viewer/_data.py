@@ -125,15 +125,15 @@ class Source:
             )
             return self._snapshot
 
-    async def containing(self, snapshot: Snapshot, needle: str) -> frozenset[str]:
-        """The ids of the episodes holding *needle* in any of their texts or their grades'
-        notes, as ``forget(containing=...)`` selects them (the one rule), once per snapshot."""
-        key = f"containing:{needle}"
-        if key not in snapshot.derived:
-            found = await self.memory.select(containing=needle)
-            snapshot.derived[key] = frozenset(ep.id for ep in found)
-        ids: frozenset[str] = snapshot.derived[key]
-        return ids
+    def texts(self, snapshot: Snapshot) -> list[str]:
+        """What the search looks in, for each episode of *snapshot*: every text of the episode
+        and its grades' notes, case-folded, by the rule ``forget(containing=...)`` uses
+        (``EpisodicMemory.searched_text``); computed once per snapshot."""
+        texts: list[str] | None = snapshot.derived.get("texts")
+        if texts is None:
+            searched = self.memory.searched_text
+            texts = snapshot.derived["texts"] = [searched(ep) for ep in snapshot.episodes]
+        return texts
 
     async def stats(self, snapshot: Snapshot) -> MemoryStats:
         """``stats()``, once per snapshot (it reads every key of the namespace)."""
@@ -193,8 +193,9 @@ class Filter:
             high = math.inf if self.until is None else self.until
             keep = [i for i in keep if (t := times[i]) is not None and low <= t < high]
         if self.q:
-            found = await source.containing(snapshot, self.q)
-            keep = [i for i in keep if episodes[i].id in found]
+            needle = self.q.casefold()
+            texts = source.texts(snapshot)
+            keep = [i for i in keep if needle in texts[i]]
         return [episodes[i] for i in keep]
 
 
