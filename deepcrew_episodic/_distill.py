@@ -22,7 +22,7 @@ import anyio
 from ._episode import OUTCOMES, Episode, Outcome
 from ._exceptions import ConfigurationError, DistillationError
 from ._litellm import load_litellm
-from ._redact import Redactor, as_redactor, safe_message
+from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._reflect import parse_lesson
 from ._validate import integer, number
 
@@ -361,19 +361,17 @@ async def distill(
             f"distillation model {model} failed: {safe_message(named)}"
         ) from exc
     fields = parse_distilled(reply if isinstance(reply, str) else None)
+    # The model's words are redacted before they are cut: it may repeat a secret of its own
+    # context, and a cut secret is no longer recognisable by its shape.
     return Episode(
-        query=_short(fields["TASK"]),
-        approach=_short(fields["APPROACH"]),
+        query=redact_then_cut(fields["TASK"], FIELD_CHARS, rules),
+        approach=redact_then_cut(fields["APPROACH"], FIELD_CHARS, rules),
         outcome=model_outcome(fields["OUTCOME"], verified),
-        reflection=parse_lesson(fields["LESSON"]),
+        reflection=parse_lesson(fields["LESSON"], rules),
         response=_final_answer(messages),
         tools_used=_tools_called(messages),
         tags=[GAVE_UP_TAG] if verified is None and gave_up(fields["OUTCOME"]) else [],
     )
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= FIELD_CHARS else text[: FIELD_CHARS - 1].rstrip() + "…"
 
 
 def _final_answer(messages: Sequence[Mapping[str, Any]]) -> str:

@@ -354,10 +354,22 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "transcript_ref": _optional_text,
     "run_id": _text,
 }
+
+
 # Decoding accepts any stored id (a hand-edited or imported record keeps its id; the CLI escapes
 # what it prints) and any finite score (deepcrew-ai took any): only new episodes are held to the
 # id rules and to scores in [0, 1].
-_DECODE_CHECKS = {**_CHECKS, "id": _text, "score": _score}
+def _stored_id(value: Any) -> str:
+    # Lenient on what record() now refuses (length, a space), strict on what would act on a
+    # terminal or forge a line when listed: such a record is corrupt, not an episode to list.
+    text = _text(value)
+    for i, c in enumerate(text):
+        if is_hidden(c) or (c.isspace() and c != " "):
+            raise _Invalid(f"holds the control or invisible character {c!r} at position {i}")
+    return text
+
+
+_DECODE_CHECKS = {**_CHECKS, "id": _stored_id, "score": _score}
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
 # Every field but the required query, with its default.
 _DEFAULTS: dict[str, Any] = {
@@ -367,6 +379,41 @@ _DEFAULTS: dict[str, Any] = {
 }
 # One encoder for every record: json.dumps with options builds a new one on each call.
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+# The fields of a record (an Episode, a Grade) that hold a time, not text: a search for "2026"
+# must not match every episode by its timestamp.
+TIME_FIELDS = frozenset({"timestamp", "forget_after", "stamp"})
+_TEXT_TYPES = frozenset({"str", "str | None", "list[str]"})
+
+
+def stored_texts(record: Any) -> list[str]:
+    """Every text *record* (an :class:`Episode` or a ``Grade``) holds, found from its fields'
+    declared types rather than listed by hand, so a text field added later is searched (and
+    forgotten by ``forget(containing=...)``) without a change here. Validated values (the
+    outcome, the score, the times) are not text."""
+    texts: list[str] = []
+    for name in _text_field_names(type(record)):
+        value = getattr(record, name)
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, list):
+            texts.extend(v for v in value if isinstance(v, str))
+    return texts
+
+
+_TEXT_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _text_field_names(model: type) -> tuple[str, ...]:
+    names = _TEXT_NAMES.get(model)
+    if names is None:
+        names = _TEXT_NAMES[model] = tuple(
+            spec.name
+            for spec in dataclasses.fields(model)
+            if spec.name not in TIME_FIELDS and str(spec.type) in _TEXT_TYPES
+        )
+    return names
 
 
 def new_id() -> str:

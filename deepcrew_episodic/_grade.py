@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._episode import OUTCOMES, VERIFIED, Episode, Outcome, score_fits
+from ._exceptions import InvalidEpisodeError
 
 __all__ = ["Grade"]
 
@@ -63,6 +65,20 @@ class Grade:
             ensure_ascii=False,
             separators=(",", ":"),
         )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], episode_id: str) -> Grade:
+        """A grade of *episode_id* as ``export`` writes it (``outcome``, ``score``, ``note``,
+        ``verified``, ``timestamp``), checked like a stored one; raises
+        :class:`InvalidEpisodeError` naming what is wrong."""
+        if not isinstance(data, Mapping):
+            raise InvalidEpisodeError(f"a grade is a JSON object, not {type(data).__name__}")
+        fields = {"note": "", "verified": True, "timestamp": "", **data}
+        fields.update(episode=episode_id, stamp="")
+        try:
+            return cls.from_json(json.dumps(fields))
+        except (TypeError, ValueError) as exc:
+            raise InvalidEpisodeError(f"invalid grade: {exc}") from None
 
     @classmethod
     def from_json(cls, raw: str) -> Grade:

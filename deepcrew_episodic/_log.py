@@ -661,6 +661,7 @@ class EpisodeLog:
         now = time.monotonic()
         for seq, key, raw in zip(wanted, keys, values, strict=True):
             if raw is None or raw == "":
+                self._bad.discard(seq)  # a deleted record is no longer a corrupt one
                 first, counts = holes.get(seq, (now, not reset))
                 if now - first < HOLE_GRACE_SECONDS:
                     holes[seq] = (first, counts)

@@ -7,7 +7,7 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,6 +41,7 @@ from ._episode import (
     outcome_for_score,
     parse_time,
     score_fits,
+    stored_texts,
 )
 from ._exceptions import (
     ConfigurationError,
@@ -379,6 +380,7 @@ class EpisodicMemory:
                 self._redact(Episode.coerce(episode)),
                 timeout_s=self._reflect_timeout,
                 params=self._reflect_params,
+                redactor=self._redactor,
             )
             # The model may echo a secret it was never shown (from its own context).
             return self._redactor.redact(lesson) if lesson and self._redactor else lesson
@@ -420,7 +422,8 @@ class EpisodicMemory:
         Select them by ``ids`` and/or a filter; an episode must match every criterion given:
         ``outcome`` (one or several), ``tags`` (at least one of them), ``before`` (recorded
         before a time: a datetime, an ISO-8601 string, POSIX seconds, or a timedelta meaning
-        "older than this"), ``containing`` (case-insensitive text in any field). Expired
+        "older than this"), ``containing`` (case-insensitive text in any text field of the episode or of its grades'
+        notes). Expired
         episodes that have not been swept yet are deleted too. :meth:`clear` deletes all.
 
         Example::
@@ -484,6 +487,8 @@ class EpisodicMemory:
     def is_expired(self, episode: Episode) -> bool:
         """Whether *episode* is past its ``forget_after`` or older than ``max_age`` now: hidden
         from every read path and deleted by :meth:`sweep`."""
+        if not isinstance(episode, Episode):
+            raise ConfigurationError(f"is_expired() takes an Episode, not {type(episode).__name__}")
         now = self._clock()
         seq = self._ids.get(episode.id) if episode.id else None
         if seq is not None:
@@ -535,6 +540,12 @@ class EpisodicMemory:
         *max_episodes* (a memory configured larger raises the ring again when it records).
         """
         deleted = await self._log.shrink(max_episodes)
+        # The grades of what was deleted go too: their notes are the episodes' text as well.
+        await self._sync()
+        kept = {ep.id for _, ep in await self._everything()}
+        orphans = [self._log.grade_key(n) for n, i in self._graded_by.items() if i not in kept]
+        if orphans:
+            await self._log.delete_seqs([], also=orphans)
         await self._provider.purge()
         return deleted
 
@@ -571,15 +582,17 @@ class EpisodicMemory:
                 continue
             if cut is not None and self._recorded(seq, ep) >= cut:
                 continue
-            if needle is not None and needle not in _text_of(ep).casefold():
+            if needle is not None and needle not in self.searched_text(ep):
                 continue
             selected.append((seq, ep))
         return selected
 
     @traced("sweep")
-    async def sweep(self) -> int:
+    async def sweep(self, *, dry_run: bool = False) -> int:
         """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
-        keys the ring no longer shows; return how many keys were deleted."""
+        keys the ring no longer shows; return how many keys were deleted. ``dry_run=True``
+        deletes nothing and returns how many keys would be deleted."""
+        dry_run = boolean("dry_run", dry_run)
         await self._sync()
         now = self._clock()
         everything = await self._everything()
@@ -594,6 +607,8 @@ class EpisodicMemory:
         # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
         kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}
         strays += [self._log.grade_key(n) for n, i in self._graded_by.items() if i not in kept]
+        if dry_run:
+            return len(expired) + len(strays)
         if expired or strays:
             claims = [self._log.claim_key(ep.id) for _, ep in expired]
             await self._log.delete_seqs([seq for seq, _ in expired], also=[*strays, *claims])
@@ -858,6 +873,13 @@ class EpisodicMemory:
     ) -> tuple[str, list[Episode]]:
         """:meth:`render`, and the episodes the block shows (redacted, in the order shown):
         for callers that report exactly what was injected."""
+        if isinstance(episodes, str | bytes | Episode | Scored | dict) or not isinstance(
+            episodes, Iterable
+        ):
+            raise ConfigurationError(
+                f"episodes must be a list of episodes (as recall returns them), not "
+                f"{type(episodes).__name__}"
+            )
         given = [Episode.coerce(e.episode if isinstance(e, Scored) else e) for e in episodes]
         shown = [self._redact(e) for e in given if not self.is_expired(e)]
         return fit_block(shown, max_chars=max_chars)
@@ -883,7 +905,7 @@ class EpisodicMemory:
         Give *outcome*, *score* (in [0, 1]; without an outcome it stands for one, see
         :func:`~deepcrew_episodic.outcome_for_score`) or both. *verified* says whether the
         grade was checked (a test, the user) or is a claim (a model's judgement). Raises
-        :class:`ConfigurationError` when no episode has *episode_id*.
+        :class:`ConfigurationError` when no episode has *episode_id*, or when it has expired.
 
         Example::
 
@@ -921,6 +943,14 @@ class EpisodicMemory:
                 f"no episode with id {escape_hidden(episode_id)[:140]!r} in namespace "
                 f"{escape_hidden(self.namespace)!r}"
             )
+        if self._expired_episode(target, self._clock()) or (
+            episode_id in self._ids and self._expired(self._ids[episode_id], self._clock())
+        ):
+            # Expired is invisible on every path: a grade would only be swept with it.
+            raise ConfigurationError(
+                f"episode {escape_hidden(episode_id)[:140]!r} has expired (hidden from every "
+                f"read path; sweep deletes it)"
+            )
         chosen: Outcome = outcome if outcome is not None else outcome_for_score(score or 0.0)
         grade = Grade(
             episode_id,
@@ -941,10 +971,85 @@ class EpisodicMemory:
     async def grades(self, episode_id: str | None = None) -> list[Grade]:
         """The grades of an episode, oldest first (``[]`` when it has none); without an id,
         every grade of the log, oldest first (one read for a listing of many episodes)."""
+        if episode_id is not None and not isinstance(episode_id, str):
+            raise ConfigurationError(
+                f"grades() takes one episode id (a string) or none, not {type(episode_id).__name__}"
+            )
         await self._sync()
         if episode_id is None:
             return [g for grades in self._grades.values() for g in grades if self._applies(g)]
         return [g for g in self._grades.get(episode_id, ()) if self._applies(g)]
+
+    async def uses(self) -> dict[str, int]:
+        """How many times each episode this memory keeps was used (see :meth:`used`), by id;
+        episodes never used are left out. For a backup: :meth:`restore` takes the count."""
+        await self._sync()
+        return {
+            self._known[seq].id: count
+            for seq, count in sorted(self._uses.items())
+            if count > 0 and seq in self._known
+        }
+
+    async def restore(
+        self,
+        episode: Episode | Any,
+        *,
+        grades: Sequence[Grade | Mapping[str, Any]] = (),
+        uses: int = 0,
+    ) -> Episode:
+        """Record *episode* from a backup with its *grades* (oldest first: :class:`Grade`
+        objects, or the mappings ``export`` writes) and its use count, so that it reads as it
+        did when it was backed up; return the stored copy. The episode is recorded like
+        :meth:`record` does (checked, redacted, its ``id`` and ``timestamp`` kept); each grade
+        keeps its outcome, score, note (redacted), verified flag and time. Everything is
+        checked before anything is written: a wrong grade or count raises
+        :class:`InvalidEpisodeError` naming it, and an id already stored raises too (a backup
+        restored twice neither duplicates nor overwrites anything).
+
+        Example::
+
+            for line in backup:                      # export's JSONL, one episode a line
+                item = json.loads(line)
+                await memory.restore({k: v for k, v in item.items() if k not in ("grades", "uses")},
+                                     grades=item.get("grades", []), uses=item.get("uses", 0))
+        """
+        self.check(episode)
+        if isinstance(uses, bool) or not isinstance(uses, int) or not 0 <= uses <= MAX_USES:
+            raise InvalidEpisodeError(
+                f"invalid episode: uses: a whole number from 0 to {MAX_USES}, not {uses!r}"
+            )
+        if isinstance(grades, str | bytes | Mapping) or not isinstance(grades, Sequence):
+            raise InvalidEpisodeError(f"grades must be a list of grades, not {grades!r:.80}")
+        kept: list[Grade] = []
+        for i, given in enumerate(grades, 1):
+            try:
+                grade = given if isinstance(given, Grade) else Grade.from_dict(given, "-")
+            except InvalidEpisodeError as exc:
+                raise InvalidEpisodeError(f"grade {i}: {exc}") from None
+            if len(grade.note) > NOTE_CHARS:
+                raise InvalidEpisodeError(f"grade {i}: a note has at most {NOTE_CHARS} characters")
+            kept.append(grade)
+        stored = await self.record(episode)
+        for grade in kept:
+            restored = dataclasses.replace(
+                grade,
+                episode_id=stored.id,
+                note=self._redact_text(grade.note) if grade.note else "",
+                timestamp=grade.timestamp or now_iso(self._clock()),
+                stamp=stored.timestamp,
+            )
+            await self._log.add_grade(restored.to_json())
+        await self._sync()
+        seq = self._ids.get(stored.id)
+        if uses and seq is not None:  # (None: a ring too small for it pushed it out at once)
+            key = self._log.use_key(seq)
+
+            def place(_: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+                return {key: str(uses)}, []
+
+            # The use counts' own counter is bumped in the same write: readers read them again.
+            await self._provider.increment_and_write(self._log.uses_key, place)
+        return stored
 
     def _applies(self, grade: Grade) -> bool:
         seq = self._ids.get(grade.episode_id)
@@ -1456,14 +1561,20 @@ class EpisodicMemory:
             and ep.reflection
         ]
         shown = scored.episode.copy()
-        if lessons:
-            earlier = "; ".join(lessons)
-            joined = (
-                f"{shown.reflection} Earlier attempts: {earlier}"
-                if shown.reflection
-                else f"Earlier attempts: {earlier}"
-            )
-            shown.reflection = joined[:LESSONS_CHARS]
+        # Whole lessons only, as many as fit: a lesson cut in its middle could end inside a
+        # secret (stored by deepcrew-ai or with redact=False) that nothing recognises once cut.
+        head = (
+            f"{shown.reflection} Earlier attempts: " if shown.reflection else "Earlier attempts: "
+        )
+        fitting: list[str] = []
+        room = LESSONS_CHARS - len(head)
+        for lesson in lessons:
+            if len(lesson) + 2 * bool(fitting) > room:
+                break
+            room -= len(lesson) + 2 * bool(fitting)
+            fitting.append(lesson)
+        if fitting:
+            shown.reflection = head + "; ".join(fitting)
         return dataclasses.replace(scored, episode=shown, iterations=len(seqs))
 
     def _add_grades(self, records: list[tuple[int, str]]) -> set[str]:
@@ -1489,6 +1600,21 @@ class EpisodicMemory:
             top = max(top, position)
             touched.add(grade.episode_id)
         return touched
+
+    def searched_text(self, episode: Episode) -> str:
+        """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), case
+        folded: every text field of the episode and its grades' notes, as of the last read.
+        No I/O: for a tool that filters a listing by the same rule (the viewer's search)."""
+        if not isinstance(episode, Episode):
+            raise ConfigurationError(
+                f"searched_text() takes an Episode, not {type(episode).__name__}"
+            )
+        return self._text_of(episode).casefold()
+
+    def _text_of(self, episode: Episode) -> str:
+        """Every text stored for *episode*: its own, and its grades' (``containing``)."""
+        grades = [g for g in self._grades.get(episode.id, ()) if g.applies_to(episode)]
+        return "\n".join([*stored_texts(episode), *(t for g in grades for t in stored_texts(g))])
 
     def _view(self, episode: Episode) -> Episode:
         """*episode* as its grades make it (see _grade.py)."""
@@ -1530,6 +1656,8 @@ class EpisodicMemory:
 _CATCH_UP_PASSES = 8
 # The largest reinforcement factor (see _boost).
 MAX_BOOST = 1.2
+# The largest use count restore() takes (a counter holds at most 18 digits).
+MAX_USES = 10**15
 # A run's item carries the lessons of its failed iterations, cut here.
 LESSONS_CHARS = 1200
 # A timestamp this far ahead of the clock is accepted (clocks differ); past it, it is refused on
@@ -1611,11 +1739,6 @@ def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
         f"claimed_success, so outcome-aware recall (what_worked, what_failed) has nothing to "
         f"go on; record a verified outcome or grade runs later (see docs/recall.md#outcomes)"
     ]
-
-
-def _text_of(episode: Episode) -> str:
-    parts = [episode.query, episode.response, episode.reflection or ""]
-    return "\n".join(parts + episode.tags + episode.tools_used)
 
 
 def _time_or_none(value: str | None) -> float | None:

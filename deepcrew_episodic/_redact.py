@@ -748,3 +748,23 @@ def safe_message(text: str, limit: int = 500) -> str:
 
     cleaned = escape_hidden(_default().redact(" ".join(text.split())))
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+
+
+_MARKER = re.compile(r"\[REDACTED:[a-z0-9-]*\]")
+
+
+def redact_then_cut(
+    text: str, limit: int, redactor: Redactor | None, *, ellipsis: str = "…"
+) -> str:
+    """*text* redacted with *redactor* (``None``: as it is), then cut to at most *limit*
+    characters ending with *ellipsis*: the one order that never leaves the head of a secret
+    the cut made unrecognisable. A cut never splits a marker either (it goes before it)."""
+    if redactor is not None:
+        text = redactor.redact(text)
+    if len(text) <= limit:
+        return text
+    end = max(0, limit - len(ellipsis))
+    for marker in _MARKER.finditer(text, max(0, end - 64), end + 64):
+        if marker.start() < end < marker.end():
+            end = marker.start()
+    return text[:end].rstrip() + ellipsis

@@ -10,6 +10,7 @@ import anyio
 
 from ._episode import Episode
 from ._litellm import load_litellm
+from ._redact import Redactor
 
 SYSTEM_PROMPT = (
     "You distil one reusable lesson from one run of an AI agent: a single sentence that would "
@@ -35,7 +36,7 @@ def reflection_prompt(episode: Episode) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def parse_lesson(text: str | None) -> str | None:
+def parse_lesson(text: str | None, redactor: Redactor | None = None) -> str | None:
     """The lesson in a model's answer, or ``None`` when it declined or said nothing.
 
     Declining is ``NONE`` alone (any case, with or without a full stop or quotes) or an answer
@@ -51,6 +52,9 @@ def parse_lesson(text: str | None) -> str | None:
         return None
     if _NONE_FIRST.match(lesson):
         return None
+    # Redacted before it is cut: a cut secret is no longer recognisable by its shape.
+    if redactor is not None:
+        lesson = redactor.redact(lesson)
     if len(lesson) > LESSON_CHARS:
         lesson = lesson[: LESSON_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
     return lesson
@@ -62,6 +66,7 @@ async def ask_for_lesson(
     *,
     timeout_s: float,
     params: dict[str, Any],
+    redactor: Redactor | None = None,
 ) -> str | None:
     """Call *model* once, for at most *timeout_s* seconds in all (litellm's own retries
     included); raises on any failure (the caller decides what to tolerate)."""
@@ -73,4 +78,4 @@ async def ask_for_lesson(
         response = await litellm.acompletion(
             model=model, messages=reflection_prompt(episode), **kwargs
         )
-    return parse_lesson(response.choices[0].message.content)
+    return parse_lesson(response.choices[0].message.content, redactor)

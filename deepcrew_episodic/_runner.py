@@ -28,6 +28,7 @@ from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
 from ._hook import EpisodicHook, Recorded, describe, user_query
 from ._litellm import load_litellm
 from ._loop import Recording, Refinement, Task, record_answer, recorded_attempt
+from ._redact import safe_message
 from ._result import AgentResult
 
 __all__ = ["AgentStream", "run_agent", "stream_agent"]
@@ -426,7 +427,9 @@ def _parse_args(raw: str) -> tuple[dict[str, Any] | None, str | None]:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return None, f"arguments are not valid JSON ({exc.msg}): {raw[:200]!r}"
+        return None, f"arguments are not valid JSON ({exc.msg}): {safe_message(raw, 200)!r}"
+    except (ValueError, RecursionError):
+        return None, "arguments are not usable JSON (an integer too long, or nested too deeply)"
     if not isinstance(value, dict):
         return None, f"arguments must be a JSON object, not {type(value).__name__}"
     return value, None

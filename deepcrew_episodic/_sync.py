@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -227,13 +227,17 @@ class SyncEpisodicMemory:
             containing=containing,
         )
 
+    def searched_text(self, episode: Episode) -> str:
+        """See :meth:`EpisodicMemory.searched_text` (no I/O: runs here)."""
+        return self.memory.searched_text(episode)
+
     def is_expired(self, episode: Episode) -> bool:
         """See :meth:`EpisodicMemory.is_expired` (no I/O: runs here)."""
         return self.memory.is_expired(episode)
 
-    def sweep(self) -> int:
+    def sweep(self, *, dry_run: bool = False) -> int:
         """See :meth:`EpisodicMemory.sweep`."""
-        return self._call(self.memory.sweep)
+        return self._call(self.memory.sweep, dry_run=dry_run)
 
     def shrink(self, max_episodes: int) -> int:
         """See :meth:`EpisodicMemory.shrink`."""
@@ -269,6 +273,20 @@ class SyncEpisodicMemory:
     def used(self, ids: str | Collection[str]) -> None:
         """See :meth:`EpisodicMemory.used`."""
         self._call(self.memory.used, ids)
+
+    def uses(self) -> dict[str, int]:
+        """See :meth:`EpisodicMemory.uses`."""
+        return self._call(self.memory.uses)
+
+    def restore(
+        self,
+        episode: Episode | Any,
+        *,
+        grades: Sequence[Grade | Mapping[str, Any]] = (),
+        uses: int = 0,
+    ) -> Episode:
+        """See :meth:`EpisodicMemory.restore`."""
+        return self._call(self.memory.restore, episode, grades=grades, uses=uses)
 
     def backfill(
         self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None

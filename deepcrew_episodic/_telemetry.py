@@ -412,7 +412,7 @@ def traced(method: str) -> Callable[[F], F]:
             inspect.signature(fn),
             before,
             after,
-            _dry_run if method == "forget" else None,
+            _dry_run if method in ("forget", "sweep") else None,
         )
 
         @functools.wraps(fn)

@@ -20,6 +20,7 @@ from ._episode import Outcome, outcome_for_score
 from ._exceptions import ConfigurationError, VerifierError
 from ._hook import describe
 from ._litellm import load_litellm
+from ._redact import safe_message
 from ._validate import integer, number
 
 if TYPE_CHECKING:
@@ -192,7 +193,9 @@ def parse_verdict(raw: str) -> Verdict:
     tolerated); raises ``VerifierError`` quoting the answer when there is no usable score."""
     data = _json_object(raw)
     if data is None:
-        raise VerifierError(f"the verifier's answer is not a JSON object: {raw[:RAW_CHARS]!r}")
+        raise VerifierError(
+            f"the verifier's answer is not a JSON object: {safe_message(raw, RAW_CHARS)!r}"
+        )
     score = data.get("score")
     if isinstance(score, str):
         with contextlib.suppress(ValueError):
@@ -204,7 +207,8 @@ def parse_verdict(raw: str) -> Verdict:
         or not 0 <= score <= 1
     ):
         raise VerifierError(
-            f"the verifier gave no score in [0, 1] (score={data.get('score')!r}): {raw[:RAW_CHARS]!r}"
+            f"the verifier gave no score in [0, 1] (score={_shown(data.get('score'))}): "
+            f"{safe_message(raw, RAW_CHARS)!r}"
         )
     issues = data.get("issues") or []
     if isinstance(issues, str):
@@ -221,6 +225,15 @@ def parse_verdict(raw: str) -> Verdict:
     return Verdict(float(score), "\n".join(parts))
 
 
+def _shown(value: Any) -> str:
+    """A value of the verifier's answer, quoted in an error: redacted, then cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return "a very large integer"  # repr of one of over 4,300 digits raises
+    return (
+        repr(safe_message(value, 40)) if isinstance(value, str) else safe_message(repr(value), 40)
+    )
+
+
 def _json_object(raw: str) -> dict[str, Any] | None:
     text = raw.strip()
     if text.startswith("```"):
@@ -229,7 +242,7 @@ def _json_object(raw: str) -> dict[str, Any] | None:
     for candidate in (text, *(m.group() for m in [_OBJECT.search(text)] if m)):
         try:
             value = json.loads(candidate)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, an integer of over 4,300 digits, ...
             continue
         if isinstance(value, dict):
             return value

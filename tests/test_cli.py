@@ -175,7 +175,7 @@ def test_full_round_trip_in_subprocesses(tmp_path: Path) -> None:
         "success",
         "failure",
     ]
-    forgot = cli("--store", store, "forget", "--id", episode_id)
+    forgot = cli("--store", store, "forget", "--id", episode_id, "--yes")
     assert (forgot.returncode, forgot.stdout.strip()) == (0, "forgot 1 episodes")
     assert "rotate" not in Path(store).read_text()
 
@@ -284,7 +284,10 @@ def test_redis_store(clean_redis: str) -> None:
         assert any(b"Escalate" in (client.get(k) or b"") for k in client.keys("*"))
         episode_id = recorded.stdout.split()[1]
         assert (
-            cli("--store", clean_redis, "-n", "bot", "forget", "--id", episode_id).returncode == 0
+            cli(
+                "--store", clean_redis, "-n", "bot", "forget", "--id", episode_id, "--yes"
+            ).returncode
+            == 0
         )
         assert not any(b"Escalate" in (client.get(k) or b"") for k in client.keys("*"))
     finally:
@@ -608,12 +611,12 @@ def test_forget_by_filter_asks_and_dry_run_lists(run: Run, store: str) -> None:
 def test_forget_by_id_prefix_and_unknown_id(run: Run, store: str) -> None:
     ids = seed(run, store)
     code, _, err = run(
-        "--store", store, "forget", "--id", "0123456789abcdef", "--id", ids["deploy"]
+        "--store", store, "forget", "--id", "0123456789abcdef", "--id", ids["deploy"], "--yes"
     )
     assert code == 1
     assert "no episode with id '0123456789abcdef'" in err
     assert len(json.loads(run("--store", store, "timeline", "--json")[1])) == 4  # all or nothing
-    code, out, _ = run("--store", store, "forget", "--id", ids["deploy"][:12])
+    code, out, _ = run("--store", store, "forget", "--id", ids["deploy"][:12], "--yes")
     assert (code, out.strip()) == (0, "forgot 1 episodes")
     remaining = {e["id"] for e in json.loads(run("--store", store, "timeline", "--json")[1])}
     assert ids["deploy"] not in remaining
@@ -666,7 +669,7 @@ def test_sweep_command(run: Run, store: str) -> None:
         run("--store", store, "record", "-q", "expired one", "--forget-after", "2020-01-01")[0] == 0
     )
     assert "expired one" in Path(store).read_text()
-    code, out, err = run("--store", store, "sweep")
+    code, out, err = run("--store", store, "sweep", "--yes")
     assert (code, out.strip()) == (0, "swept 1 keys (expired episodes and strays)")
     assert "no --max-age" in err
     assert "expired one" not in Path(store).read_text()
@@ -679,7 +682,7 @@ def test_sweep_command(run: Run, store: str) -> None:
 
     anyio.run(record_two_hours_ago)
     assert json.loads(run("--store", store, "stats", "--json")[1])["total"] == 6
-    code, out, _ = run("--store", store, "--max-age", "1h", "sweep")
+    code, out, _ = run("--store", store, "--max-age", "1h", "sweep", "--yes")
     assert (code, out.strip()) == (0, "swept 2 keys (expired episodes and strays)")
     assert json.loads(run("--store", store, "stats", "--json")[1])["total"] == 4
 
@@ -1368,9 +1371,9 @@ def test_a_smaller_max_episodes_never_shrinks_and_shrink_does(
     assert "smaller than the log's ring (300)" in err
     assert run("--store", store, "--max-episodes", "10", "record", "-q", "ticket 300")[0] == 0
     first = json.loads(run("--store", store, "timeline", "--json")[1])[1]["id"]
-    assert run("--store", store, "--max-episodes", "10", "forget", "--id", first)[0] == 0
+    assert run("--store", store, "--max-episodes", "10", "forget", "--id", first, "--yes")[0] == 0
     assert total() == 299  # 300 kept in a 300 ring (+1 recorded, -1 evicted), -1 forgotten
-    code, _, err = run("--store", store, "--max-episodes", "10", "import", str(batch))
+    code, _, err = run("--store", store, "--max-episodes", "10", "import", str(batch), "--yes")
     assert code == 0
     assert run("--store", store, "--max-episodes", "10", "clear")[0] == 1  # not confirmed
     assert total() == 300

@@ -221,6 +221,12 @@ def test_reembed_with_another_model_after_a_mismatch(cli: Cli) -> None:
     assert code == 1
     assert "not confirmed" in one_error_line(err)
     assert len(cli.llm.embedded) == calls
+    # --dry-run says what it would replace, and calls no model.
+    code, out, err = cli("reembed", "--dry-run", *cli.embedder(WORDLLAMA))
+    assert (code, out) == (0, "")
+    assert "embedding all 4 episodes" in err
+    assert "dry run" in err
+    assert len(cli.llm.embedded) == calls
     assert stats_rows(cli("stats", *cli.embedder(HASH))[1])["vectors"] == "4 of 4 episodes"
 
     code, out, err = cli("reembed", "--yes", "--batch-size", "3", *cli.embedder(WORDLLAMA))

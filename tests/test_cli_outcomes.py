@@ -317,7 +317,7 @@ def test_abandoned_runs_are_recalled_only_when_asked_for(run: Run) -> None:
 # --- export and import --------------------------------------------------------------------
 
 
-def test_an_export_carries_the_grades_and_imports_without_them(
+def test_an_export_carries_the_grades_and_import_restores_them(
     run: Run, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     graded = run.record("-q", "Rotate the signing key")
@@ -335,10 +335,14 @@ def test_an_export_carries_the_grades_and_imports_without_them(
     code, out, err = other("import", str(backup))
     assert code == 0, err
     assert out == f"imported 2 episodes from {backup}\n"
-    assert "1 grades in the file were not imported" in err
     restored = other.episodes()
-    assert [e["outcome"] for e in restored] == ["unknown", "failure"]  # grades not imported
-    assert [e["grades"] for e in restored] == [[], []]
+    assert [e["outcome"] for e in restored] == ["success", "failure"]  # the grade applies
+    assert [len(e["grades"]) for e in restored] == [1, 0]
+    assert restored[0]["grades"][0] == {**lines[0]["grades"][0]}
+    # A second import of the same backup adds nothing, and rewrites nothing.
+    code, out, err = other("import", str(backup))
+    assert (code, out) == (0, f"imported 0 episodes from {backup}, 2 already present\n")
+    assert other.episodes() == restored
 
 
 # --- record a transcript ----------------------------------------------------------------------

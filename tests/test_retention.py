@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import json
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -370,3 +370,84 @@ async def test_the_hook_records_through_redaction(llm: ScriptedLLM) -> None:
     raw = await raw_text(provider)
     assert key not in raw
     assert "[REDACTED:github-token]" in raw
+
+
+# --- no output path shows an expired episode, not for a second ------------------------------
+
+
+async def test_grade_refuses_an_expired_episode(provider: MemoryProvider, clock: Clock) -> None:
+    memory = EpisodicMemory(provider, namespace="g", clock=clock, max_age=timedelta(days=30))
+    soon = await memory.record(
+        Episode(
+            query=f"{SECRET_WORD} refund",
+            forget_after=iso(datetime.fromtimestamp(clock.now + 5, UTC)),
+        )
+    )
+    old = await memory.record(Episode(query=f"old {SECRET_WORD}", timestamp=ago(days=45)))
+    clock.now += 10
+    for episode in (soon, old):
+        with pytest.raises(ConfigurationError, match="has expired") as caught:
+            await memory.grade(episode.id, outcome="success", note="late")
+        assert SECRET_WORD not in str(caught.value)
+    assert await memory.grades() == []
+
+
+def test_cli_grade_and_record_never_print_an_expired_episode(expired_file: Path) -> None:
+    store = str(expired_file)
+
+    async def ids() -> list[str]:
+        async with FileMemoryProvider(store) as provider:
+            memory = EpisodicMemory(provider, namespace="ret")
+            return [e.id for e in await memory.load(include_expired=True)]
+
+    for episode_id in anyio.run(ids)[1:]:  # the forgotten one and the 45-day-old one
+        for extra in ([], ["--json"]):
+            argv = ["--store", store, "-n", "ret", "--max-age", "30d", "grade", episode_id]
+            buffer, errors = io.StringIO(), io.StringIO()
+            with redirect_stdout(buffer), redirect_stderr(errors):
+                code = main([*argv, "--outcome", "success", *extra])
+            assert code == 1
+            assert "has expired" in errors.getvalue()
+            assert SECRET_WORD not in buffer.getvalue() + errors.getvalue()
+    for extra in ([], ["--json"]):
+        code, output = run_cli(
+            "--store", store, "record", "-q", f"{SECRET_WORD} again", "--forget-after",
+            "2020-01-01", *extra,
+        )  # fmt: skip
+        assert code == 0
+        assert SECRET_WORD not in output
+        assert "expired" in output
+
+
+async def test_the_viewer_hides_an_episode_the_moment_it_expires(clock: Clock) -> None:
+    """On a log large enough that the viewer keeps its snapshot between pages, an episode that
+    expires is gone from the very next page: the timeline, its search, the episode page."""
+    import httpx
+
+    from deepcrew_episodic.viewer import COOKIE, create_app
+
+    memory = EpisodicMemory(InMemoryProvider(), max_episodes=20_000, clock=clock)
+    for i in range(12_000):
+        await memory.record(Episode(query=f"filler {i}", timestamp=ago(hours=1)))
+    soon = await memory.record(
+        Episode(
+            query=f"{SECRET_WORD} task",
+            forget_after=iso(datetime.fromtimestamp(clock.now + 30, UTC)),
+        )
+    )
+    app = create_app(memory, token="t" * 32, allow_forget=True, label="test")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as c:
+        c.cookies.set(COOKIE, "t" * 32)
+        assert SECRET_WORD in (await c.get("/", params={"q": SECRET_WORD})).text
+        assert SECRET_WORD in (await c.get("/")).text
+        clock.now += 31  # no write: only the clock says it expired
+        for path, params in (("/", {}), ("/", {"q": SECRET_WORD}), (f"/episode/{soon.id}", {})):
+            page = await c.get(path, params=params)
+            shown = page.text.replace(f'value="{SECRET_WORD}"', "")  # the search box's echo
+            assert SECRET_WORD not in shown, path
+        episode_page = await c.get(f"/episode/{soon.id}")
+        assert 'id="expired"' in episode_page.text
+        preview = await c.get("/forget", params={"ids": soon.id})
+        assert preview.status_code == 200
+        assert SECRET_WORD not in preview.text

@@ -38,7 +38,8 @@ async def cmd_grade(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         raise CliError(f"{' '.join(clean(str(exc)).split())}: nothing was graded") from None
     # The episode as every read path now shows it (the grade applied, or outweighed).
     found = await memory.select(ids=[episode_id])
-    episode = found[0] if found else None
+    # An episode that expired meanwhile is shown by nothing, not even here.
+    episode = found[0] if found and not memory.is_expired(found[0]) else None
     grades = await memory.grades(episode_id)
     if args.json:
         dump(

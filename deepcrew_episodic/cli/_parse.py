@@ -365,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     im = command("import", "add episodes from JSONL, or from a log written by deepcrew-ai")
     im.add_argument("path", metavar="PATH", help="the file ('-': stdin)")
+    deleting(im, "pushed out of the ring")
     im.add_argument(
         "--from-namespace",
         metavar="NS",
@@ -382,13 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="delete the stored records that cannot be decoded ('stats' counts them); alone",
     )
-    fg.add_argument("--dry-run", action="store_true", help="list what would be deleted")
-    fg.add_argument("-y", "--yes", action="store_true", help="do not ask (filter deletions)")
+    deleting(fg)
 
-    cl = command("clear", "delete every episode of the namespace")
-    cl.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    deleting(command("clear", "delete every episode of the namespace"))
 
-    command("sweep", "delete expired episodes and stray keys for real")
+    deleting(command("sweep", "delete expired episodes and stray keys for real"))
 
     def embedding(name: str, help: str) -> argparse.ArgumentParser:
         sub = command(name, help)
@@ -406,15 +405,29 @@ def build_parser() -> argparse.ArgumentParser:
     re_ = embedding(
         "reembed", "rebuild every vector with --embedder, after a change of model (replaces them)"
     )
-    re_.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    deleting(re_, "replaced")
 
     sh = command("shrink", "lower the log's ring size to N, deleting the older episodes for good")
     sh.add_argument("size", type=positive_int, metavar="N", help="the new ring size")
-    sh.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    deleting(sh)
 
     add_serve_arguments(command("serve", SERVE_HELP))
     add_mcp_arguments(command("mcp", MCP_HELP))
     return parser
+
+
+def deleting(sub: argparse.ArgumentParser, what: str = "deleted") -> None:
+    """The two options every command that deletes takes, with the same meaning everywhere:
+    it asks on a terminal, and without one it deletes nothing unless given ``--yes``."""
+    sub.add_argument(
+        "--dry-run", action="store_true", help=f"list what would be {what}; change nothing"
+    )
+    sub.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="do not ask (without a terminal, nothing is deleted unless this is given)",
+    )
 
 
 def _version() -> str:

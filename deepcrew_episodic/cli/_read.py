@@ -248,13 +248,15 @@ def shown_value(value: str | None) -> str:
 
 
 async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory, settings: Settings) -> int:
-    """Every visible episode as JSONL, as stored: a backup, protected like the store (see
+    """Every visible episode as JSONL, as stored, with its grades and use count: a backup that
+    ``import`` restores as it reads, protected like the store (see
     :func:`write_export`); ``-o -`` is stdout. Says on stderr how many episodes hold text the
     default redactor would replace (stored by deepcrew-ai or with ``redact=False``)."""
     episodes = await memory.load(graded=False)  # as recorded: the grades travel beside them
     graded = await grades_of(memory, episodes)
+    uses = await memory.uses()
     lines = "".join(
-        to_json(_with_grades(e.to_dict(), g, as_stored=True)) + "\n"
+        to_json(_with_grades(e.to_dict(), g, as_stored=True) | _uses(uses.get(e.id, 0))) + "\n"
         for e, g in zip(episodes, graded, strict=True)
     )
     if args.output and args.output != "-":
@@ -273,6 +275,11 @@ async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory, settings:
     if not episodes:
         await hint_if_empty(memory)
     return 0
+
+
+def _uses(count: int) -> dict[str, int]:
+    # How often the episode was injected into a run: it ranks higher for it (reinforcement).
+    return {"uses": count} if count else {}
 
 
 def export_mode(store_file: Path | None) -> int:

@@ -29,11 +29,10 @@ from ._output import (
     timeline_line,
     without_traceback,
 )
-from ._parse import has_filter
 from ._store import load_litellm_quietly, stored, stored_namespaces
 
 if TYPE_CHECKING:
-    from .. import Episode, EpisodicMemory
+    from .. import Episode, EpisodicMemory, Grade
     from ..providers import MemoryProvider
 
 
@@ -74,12 +73,26 @@ async def cmd_record(
         _refuse_stored_ids(episodes, {ep.id for ep in await stored(memory)})
     recorded = [await memory.record(episode) for episode in episodes]
     _report_redactions(episodes, recorded)
-    if args.json:
-        dump([for_display(e) for e in recorded])
-    else:
-        for episode in recorded:
-            out(f"recorded {clean(episode.id)} ({episode.outcome})")
+    _show_recorded(args, memory, recorded)
     return 0
+
+
+def _show_recorded(
+    args: argparse.Namespace, memory: EpisodicMemory, recorded: Sequence[Episode]
+) -> None:
+    """What ``record`` stored; an episode recorded already expired (a past ``forget_after``,
+    or older than ``--max-age``) by its id only: no output shows an expired episode's text."""
+    if args.json:
+        dump(
+            [
+                {"id": clean(e.id), "expired": True} if memory.is_expired(e) else for_display(e)
+                for e in recorded
+            ]
+        )
+        return
+    for episode in recorded:
+        expired = ", expired at once" if memory.is_expired(episode) else ""
+        out(f"recorded {clean(episode.id)} ({episode.outcome}{expired})")
 
 
 async def _record_transcript(
@@ -129,10 +142,7 @@ async def _record_transcript(
     episode = dataclasses.replace(episode, **extra)
     recorded = await memory.record(episode)
     _report_redactions([episode], [recorded])
-    if args.json:
-        dump([for_display(recorded)])
-    else:
-        out(f"recorded {clean(recorded.id)} ({recorded.outcome})")
+    _show_recorded(args, memory, [recorded])
     return 0
 
 
@@ -148,6 +158,8 @@ def _messages(text: str, name: str) -> list[dict[str, Any]]:
             raise CliError(f"{name}: not a JSON array of messages ({exc.msg})") from None
         except RecursionError:
             raise CliError(f"{name}: nested too deeply to be a list of messages") from None
+        except ValueError:
+            raise CliError(f"{name}: {_TOO_LONG}; nothing was recorded") from None
         items = [(f"{name}: item {i}", m) for i, m in enumerate(whole, 1)]
     else:
         items = _json_lines(text, name)
@@ -218,7 +230,7 @@ def _read_text_now(path: str) -> str:
     if path == "-":
         return sys.stdin.read()
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")  # a BOM (Windows tools) is not text
     except FileNotFoundError:
         raise CliError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -236,12 +248,11 @@ def _without_grades(records: list[tuple[str, Any]], command: str) -> list[tuple[
         if isinstance(item, dict) and "grades" in item:
             grades = item["grades"]
             dropped += len(grades) if isinstance(grades, list) else 1
-            item = {k: v for k, v in item.items() if k != "grades"}
-        kept.append((where, item))
+        kept.append((where, _episode_part(item)))
     if dropped:
         note(
-            f"{command}: {dropped} grades in the file were not imported (the episodes are "
-            f"stored with the outcome they were exported with; 'grade' adds new ones)"
+            f"{command}: {dropped} grades in the file were not recorded (the episodes are "
+            f"stored as recorded; 'import' restores a backup with its grades and uses)"
         )
     return kept
 
@@ -258,6 +269,8 @@ def _parse_records(text: str, name: str) -> list[tuple[str, Any]]:
         whole = None
     except RecursionError:
         raise CliError(f"{name}: nested too deeply to be episodes") from None
+    except ValueError:
+        whole = None  # read line by line below: the line that holds it is named
     else:
         if isinstance(whole, dict):
             return [(name, whole)]
@@ -270,7 +283,10 @@ def _parse_records(text: str, name: str) -> list[tuple[str, Any]]:
 def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
     """``(where, value)`` for each non-blank line of JSONL *text*; a bad line is named."""
     found: list[tuple[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), 1):
+    # Lines end at "\n" only (JSONL's rule): str.splitlines() also splits at U+2028, U+0085
+    # and other characters a JSON string may hold raw, which would break a record in two.
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
@@ -279,7 +295,13 @@ def _json_lines(text: str, name: str) -> list[tuple[str, Any]]:
             raise CliError(f"{name}: line {number} is not JSON ({exc.msg})") from None
         except RecursionError:
             raise CliError(f"{name}: line {number} is nested too deeply") from None
+        except ValueError:
+            raise CliError(f"{name}: line {number}: {_TOO_LONG}; nothing was written") from None
     return found
+
+
+# json.loads refuses such an integer with a bare ValueError (a guard against slow conversions).
+_TOO_LONG = "holds an integer of more than 4,300 digits"
 
 
 async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
@@ -296,24 +318,52 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             f"{name}: namespace '{source}', episode {i} of {len(episodes)} (oldest first)"
             for i in range(1, len(episodes) + 1)
         ]
+        extras: list[tuple[list[Grade], int]] = [([], 0)] * len(episodes)
     else:
         if args.from_namespace:
             raise UsageError("import: --from-namespace applies to a deepcrew-ai log only")
-        records = _without_grades(_parse_records(text, name), "import")
-        episodes = [_validated(Episode, item, where) for where, item in records]
+        records = _parse_records(text, name)
+        extras = [_backup_extras(item, where) for where, item in records]
+        episodes = [_validated(Episode, _episode_part(item), where) for where, item in records]
         places = [where for where, _item in records]
-    present = {ep.id for ep in await stored(memory)}
+    held = await stored(memory)
+    present = {ep.id for ep in held}
     fresh: list[Episode] = []
     where: list[str] = []
-    for episode, place in zip(episodes, places, strict=True):
+    restored: list[tuple[list[Grade], int]] = []
+    for episode, place, extra in zip(episodes, places, extras, strict=True):
         if episode.id and episode.id in present:
             continue  # already stored, or given twice: skipped, so not checked either
         present.add(episode.id)
         fresh.append(episode)
         where.append(place)
+        restored.append(extra)
     skipped = len(episodes) - len(fresh)
     _check_all(memory, fresh, where)
-    kept = [await memory.record(episode) for episode in fresh]
+    # The ring keeps the newest max_episodes: an import that overflows it pushes the oldest
+    # stored episodes out, for good, so it asks like every other command that deletes.
+    pushed = held[: max(0, len(held) + len(fresh) - memory.max_episodes)]
+    if args.dry_run:
+        _list_doomed(memory, pushed)
+        note(
+            f"import would add {len(fresh)} episodes from {name} ({skipped} already present) "
+            f"and push {len(pushed)} stored episodes out of the ring of {memory.max_episodes} "
+            f"(dry run: nothing was written)"
+        )
+        return 0
+    if pushed:
+        _ask(
+            args,
+            f"Importing {len(fresh)} episodes pushes the oldest {len(pushed)} stored episodes "
+            f"of namespace '{memory.namespace}' out of its ring of {memory.max_episodes}, for "
+            f"good. Go on?",
+            f"{len(pushed)} stored episodes would be pushed out; --max-episodes N keeps more",
+        )
+    # Each with its grades and use count: a backup reads as it did when it was exported.
+    kept = [
+        await memory.restore(episode, grades=grades, uses=uses)
+        for episode, (grades, uses) in zip(fresh, restored, strict=True)
+    ]
     added = len(kept)
     _report_redactions(fresh, kept)
     already = f", {skipped} already present" if skipped else ""
@@ -327,6 +377,40 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     return 0
 
 
+_BACKUP_FIELDS = ("grades", "uses")
+
+
+def _episode_part(item: Any) -> Any:
+    """A record without what ``export`` writes beside the episode (its grades, its uses)."""
+    if isinstance(item, dict):
+        return {k: v for k, v in item.items() if k not in _BACKUP_FIELDS}
+    return item
+
+
+def _backup_extras(item: Any, where: str) -> tuple[list[Grade], int]:
+    """The grades and use count ``export`` wrote beside an episode, checked: a bad one is named
+    by its line (or item) and grade, and nothing is imported."""
+    from .. import Grade, InvalidEpisodeError
+
+    if not isinstance(item, dict):
+        return [], 0
+    given = item.get("grades", [])
+    if not isinstance(given, list):
+        raise CliError(f"{where}: grades: a list of grades, not a JSON {type(given).__name__}")
+    grades: list[Grade] = []
+    for i, grade in enumerate(given, 1):
+        try:
+            grades.append(Grade.from_dict(grade, "-"))
+        except InvalidEpisodeError as exc:
+            raise CliError(f"{where}: grade {i}: {exc}; nothing was imported") from None
+    uses = item.get("uses", 0)
+    if isinstance(uses, bool) or not isinstance(uses, int):
+        raise CliError(f"{where}: uses: a whole number, not a JSON {type(uses).__name__}")
+    if not 0 <= uses <= 10**15:
+        raise CliError(f"{where}: uses: a whole number from 0 to 10**15; nothing was imported")
+    return grades, uses
+
+
 async def _as_deepcrew_log(text: str) -> MemoryProvider | None:
     """The keys and values of a file written by deepcrew-ai's FileMemoryProvider (or ours), in
     an in-memory store, or ``None`` when *text* is not one (it holds no namespace)."""
@@ -334,7 +418,7 @@ async def _as_deepcrew_log(text: str) -> MemoryProvider | None:
 
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):
         return None  # not a log file: read as episodes, which names what is wrong
     if not isinstance(data, dict):
         return None
@@ -370,7 +454,6 @@ async def _read_deepcrew_log(log: MemoryProvider, namespace: str) -> list[Episod
 async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if args.corrupt:
         return await _forget_corrupt(args, memory)
-    filtered = has_filter(args)
     ids = _resolve_ids(args.ids, await stored(memory)) if args.ids else None
     selected = await memory.select(
         ids=ids,
@@ -380,23 +463,17 @@ async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         containing=args.containing,
     )
     if args.dry_run:
-        for ep in selected:
-            # An expired episode is listed by id only: its text must not reach any output.
-            out(f"{clean(ep.id)}  (expired)" if memory.is_expired(ep) else timeline_line(ep))
+        _list_doomed(memory, selected)
         note(f"{len(selected)} episodes would be forgotten (dry run: nothing was deleted)")
         return 0
     if not selected:
         out("forgot 0 episodes (none matched)")
         return 0
-    if filtered and not args.yes:
-        asked = confirm(
-            f"Forget {len(selected)} episodes of namespace '{memory.namespace}' for good?"
-        )
-        if not asked:
-            raise CliError(
-                f"not confirmed: nothing was deleted ({len(selected)} episodes match; "
-                f"pass --yes to delete without asking, --dry-run to list them)"
-            )
+    _ask(
+        args,
+        f"Forget {len(selected)} episodes of namespace '{memory.namespace}' for good?",
+        f"{len(selected)} episodes match",
+    )
     count = await memory.forget([ep.id for ep in selected])
     out(f"forgot {count} episodes")
     return 0
@@ -412,13 +489,11 @@ async def _forget_corrupt(args: argparse.Namespace, memory: EpisodicMemory) -> i
     if not found:
         out("forgot 0 corrupt records (none found)")
         return 0
-    if not args.yes and not confirm(
-        f"Delete {found} corrupt records of namespace '{memory.namespace}' for good?"
-    ):
-        raise CliError(
-            f"not confirmed: nothing was deleted ({found} corrupt records; pass --yes to "
-            f"delete without asking)"
-        )
+    _ask(
+        args,
+        f"Delete {found} corrupt records of namespace '{memory.namespace}' for good?",
+        f"{found} corrupt records",
+    )
     count = await memory.forget(corrupt=True)
     out(f"forgot {count} corrupt records")
     return 0
@@ -442,11 +517,36 @@ def _resolve_ids(given: Sequence[str], episodes: Sequence[Episode]) -> set[str]:
     return resolved
 
 
+def _ask(args: argparse.Namespace, question: str, what: str) -> None:
+    """Go on only with ``--yes`` or a yes on the terminal (no terminal: no), the same way in
+    every command that deletes; otherwise stop with nothing deleted, saying how to go on."""
+    if args.yes or confirm(question):
+        return
+    raise CliError(
+        f"not confirmed: nothing was deleted ({what}; pass --yes to go on without asking, "
+        f"--dry-run to list what would go)"
+    )
+
+
+def _list_doomed(memory: EpisodicMemory, episodes: Sequence[Episode]) -> None:
+    """What a deletion would take, one line each. An expired episode is listed by id only:
+    its text must not reach any output."""
+    for ep in episodes:
+        out(f"{clean(ep.id)}  (expired)" if memory.is_expired(ep) else timeline_line(ep))
+
+
 async def cmd_clear(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
-    if not args.yes and not confirm(
-        f"Delete every episode of namespace '{memory.namespace}' in {label}?"
-    ):
-        raise CliError("not confirmed: nothing was deleted (pass --yes to clear without asking)")
+    held = await stored(memory)
+    corrupt = (await memory.stats()).corrupt
+    what = f"{len(held)} episodes" + (f" and {corrupt} corrupt records" if corrupt else "")
+    if args.dry_run:
+        _list_doomed(memory, held)
+        note(
+            f"clear would delete every key of namespace '{memory.namespace}': {what}, with "
+            f"their grades, uses and vectors (dry run: nothing was deleted)"
+        )
+        return 0
+    _ask(args, f"Delete every episode of namespace '{memory.namespace}' in {label}?", what)
     await memory.clear()
     out(f"cleared namespace '{memory.namespace}'")
     return 0
@@ -455,20 +555,41 @@ async def cmd_clear(args: argparse.Namespace, memory: EpisodicMemory, label: str
 async def cmd_sweep(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if memory.max_age is None:
         note("no --max-age: only episodes past their own forget_after expire")
-    deleted = await memory.sweep()
-    out(f"swept {deleted} keys (expired episodes and strays)")
+    count = await memory.sweep(dry_run=True)
+    expired = [ep for ep in await stored(memory) if memory.is_expired(ep)]
+    what = (
+        f"{count} keys: {len(expired)} expired episodes, and stray keys no read path shows"
+        if expired
+        else f"{count} stray keys no read path shows"
+    )
+    if args.dry_run:
+        _list_doomed(memory, expired)
+        note(f"sweep would delete {what} (dry run: nothing was deleted)")
+        return 0
+    if count:
+        _ask(args, f"Sweep namespace '{memory.namespace}', deleting {what} for good?", what)
+        count = await memory.sweep()
+    out(f"swept {count} keys (expired episodes and strays)")
     return 0
 
 
 async def cmd_shrink(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
     """Lower the log's ring size: the one command that deletes by ring size."""
-    held = len(await stored(memory))
-    doomed = max(0, held - args.size)
-    if not args.yes and not confirm(
+    held = await stored(memory)
+    doomed = held[: max(0, len(held) - args.size)]
+    if args.dry_run:
+        _list_doomed(memory, doomed)
+        note(
+            f"shrink {args.size} would delete {len(doomed)} episodes of namespace "
+            f"'{memory.namespace}' (dry run: nothing was deleted)"
+        )
+        return 0
+    _ask(
+        args,
         f"Shrink namespace '{memory.namespace}' in {label} to the newest {args.size} "
-        f"episodes, deleting {doomed} for good?"
-    ):
-        raise CliError("not confirmed: nothing was deleted (pass --yes to shrink without asking)")
+        f"episodes, deleting {len(doomed)} for good?",
+        f"{len(doomed)} episodes fall outside a ring of {args.size}",
+    )
     deleted = await memory.shrink(args.size)
     out(f"shrank namespace '{memory.namespace}' to {args.size} episodes: deleted {deleted}")
     return 0
@@ -535,17 +656,25 @@ async def cmd_backfill(args: argparse.Namespace, memory: EpisodicMemory) -> int:
 async def cmd_reembed(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
     """Rebuild every vector with this embedder (``EpisodicMemory.reembed``), after asking."""
     assert memory.embedder is not None
+    stats = await memory.stats()
+    made = f" (made by {clean(stats.embedder)})" if stats.embedder else ""
+    model = clean(memory.embedder_name or "")
+    if args.dry_run:
+        note(
+            f"reembed would replace every vector{made} of namespace '{memory.namespace}', "
+            f"embedding all {stats.total} episodes with '{model}' (dry run: nothing was "
+            f"replaced)"
+        )
+        return 0
+    if not args.yes and not confirm(
+        f"Replace every vector of namespace '{memory.namespace}' in {label}{made} with one "
+        f"made by '{model}'?"
+    ):
+        raise CliError(
+            "not confirmed: no vector was replaced (pass --yes to reembed without asking, "
+            "--dry-run to see what it would replace)"
+        )
     progress = Progress("reembed")
-    if not args.yes:
-        stats = await memory.stats()
-        made = f" (made by {clean(stats.embedder)})" if stats.embedder else ""
-        if not confirm(
-            f"Replace every vector of namespace '{memory.namespace}' in {label}{made} with one "
-            f"made by '{clean(memory.embedder_name or '')}'?"
-        ):
-            raise CliError(
-                "not confirmed: no vector was replaced (pass --yes to reembed without asking)"
-            )
     try:
         written = await memory.reembed(batch_size=args.batch_size, progress=progress)
     except _embedding_errors() as exc:

@@ -484,6 +484,14 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _json_problem(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        return str(exc)
+    return "it holds an integer of more than 4,300 digits"
+
+
 def _decode(path: Path, raw: bytes) -> dict[str, str]:
     try:
         try:
@@ -493,8 +501,10 @@ def _decode(path: Path, raw: bytes) -> dict[str, str]:
             # come back as lone surrogates, which the core reports as a corrupt record, instead
             # of making the whole file unreadable.
             data = json.loads(raw.decode("utf-8", "surrogateescape"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+    except (ValueError, RecursionError) as exc:
+        # ValueError beyond JSONDecodeError: an integer of more than 4,300 digits, which
+        # Python refuses to convert (a hand edit, or a hostile file).
+        reason = _json_problem(exc)
         raise CorruptDataError(
             f"{path} is not valid JSON ({reason}); it was left untouched. "
             f"Restore it from a backup or move it aside."

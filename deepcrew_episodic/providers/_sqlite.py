@@ -46,6 +46,7 @@ from typing import TypeVar
 import anyio.to_thread
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
+from .._redact import safe_message
 from ._base import (
     Fresh,
     MemoryProvider,
@@ -391,7 +392,7 @@ def _bind(text: str) -> _Bound:
             return text.encode("utf-8", "surrogateescape")
         except UnicodeEncodeError as exc:  # a surrogate no byte decodes to
             raise ConfigurationError(
-                f"SQLiteMemoryProvider stores text only: {text[:60]!r} is not valid Unicode "
+                f"SQLiteMemoryProvider stores text only: {safe_message(text, 60)!r} is not valid Unicode "
                 f"text ({exc.reason} at {exc.start})"
             ) from None
     return text

@@ -251,7 +251,7 @@ class _Viewer:
         except BadRequest as exc:
             return await self.error(400, "Bad request", str(exc))
         snapshot = await self.source.snapshot()
-        rows = chosen.apply(snapshot)
+        rows = await chosen.apply(self.source, snapshot)
         start = (page - 1) * per
         if page > 1 and start >= len(rows):
             last_page = max(1, -(-len(rows) // per))
@@ -264,7 +264,7 @@ class _Viewer:
         keep = chosen.params() + ([("per", str(per))] if per != DEFAULT_PER_PAGE else [])
         return await self.page(
             "timeline.html",
-            rows=[_row(ep) for ep in shown],
+            rows=[self._row(ep) for ep in shown],
             total=len(rows),
             stored=len(snapshot.episodes),
             first=start + 1 if shown else 0,
@@ -300,16 +300,18 @@ class _Viewer:
                     404, "No such episode", f"No episode has the id {episode_id!r}."
                 )
             found, expired = selected[0], True
-        grades = await self.memory.grades(found.id)
-        run = snapshot.run(found.run_id) if found.run_id else []
+        expired = expired or self.memory.is_expired(found)
+        # An expired episode is shown by its id only: not its text, its grades or its run.
+        grades = [] if expired else await self.memory.grades(found.id)
+        run = snapshot.run(found.run_id) if found.run_id and not expired else []
         return await self.page(
             "episode.html",
             ep=found,
-            fields=_fields(found),
+            fields=[("id", Multiline(found.id))] if expired else _fields(found),
             expired=expired,
             grades=grades,
-            run=[_row(e) for e in run],
-            run_id=found.run_id,
+            run=[self._row(e) for e in run if not self.memory.is_expired(e)],
+            run_id="" if expired else found.run_id,
             forget_url=_link("/forget", [("ids", found.id)]),
             age=_age(snapshot),
         )
@@ -436,7 +438,15 @@ class _Viewer:
             raise BadRequest("give ids or a filter: the viewer does not delete everything at once")
         if fresh:
             self.source.invalidate()
-        return chosen.apply(await self.source.snapshot()), chosen.params()
+        return await chosen.apply(self.source, await self.source.snapshot()), chosen.params()
+
+    def _row(self, ep: Episode) -> dict[str, Any]:
+        """One row of a table of episodes: its text redacted before it is cut (a secret cut
+        in its middle is no longer recognisable), and an expired episode (the forget page
+        lists them) by its id only."""
+        if self.memory.is_expired(ep):
+            return {**_row(ep, self.redact), "task": "(expired)", "lesson": "", "score": "-"}
+        return _row(ep, self.redact)
 
     async def forget_preview(self, request: Request) -> Response:
         if not self.allow_forget:
@@ -449,7 +459,7 @@ class _Viewer:
         return await self.page(
             "forget.html",
             count=len(selected),
-            rows=[_row(ep) for ep in selected[:PREVIEW_ROWS]],
+            rows=[self._row(ep) for ep in selected[:PREVIEW_ROWS]],
             more=max(0, len(selected) - PREVIEW_ROWS),
             params=_hidden(params),
             digest=_digest(selected),
@@ -484,7 +494,7 @@ class _Viewer:
                 "forget.html",
                 409,
                 count=len(selected),
-                rows=[_row(ep) for ep in selected[:PREVIEW_ROWS]],
+                rows=[self._row(ep) for ep in selected[:PREVIEW_ROWS]],
                 more=max(0, len(selected) - PREVIEW_ROWS),
                 params=_hidden(shown),
                 digest=_digest(selected),
@@ -510,8 +520,12 @@ class _Guard:
             await self.app(scope, receive, send)  # lifespan
             return
 
+        started = False
+
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = [
                     (k, v)
                     for k, v in message.get("headers", [])
@@ -553,7 +567,23 @@ class _Guard:
         if not same_secret(request.cookies.get(COOKIE, ""), self.token):
             await self._refuse(scope, receive, send_with_headers)
             return
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception as exc:
+            if started:
+                raise
+            # Not a store failure (those get the 503 page): a bug, or a third-party provider's
+            # own error. Still the viewer's page, with its headers, never Starlette's bare 500.
+            log.error(
+                "viewer: %s failed: %s",
+                request.url.path,
+                # redacted, then cut: the message may quote stored text
+                " ".join(self.page.redact(f"{type(exc).__name__}: {exc}").split())[:500],
+            )
+            failed = await self.page.error(
+                500, "Server error", "This page failed; the server's log says why."
+            )
+            await failed(scope, receive, send_with_headers)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = await self.page.error(
@@ -657,15 +687,15 @@ def _cut(text: str, limit: int = CELL_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
-def _row(ep: Episode) -> dict[str, Any]:
+def _row(ep: Episode, redact: Callable[[str], str]) -> dict[str, Any]:
     return {
         "id": ep.id,
         "date": _date(ep.timestamp),
         "timestamp": ep.timestamp,
         "outcome": ep.outcome,
         "score": "-" if ep.score is None else f"{ep.score:.2f}",
-        "task": _cut(ep.query),
-        "lesson": _cut(ep.reflection or ""),
+        "task": _cut(redact(ep.query)),
+        "lesson": _cut(redact(ep.reflection or "")),
     }
 
 

@@ -1,0 +1,186 @@
+"""``forget(containing=...)``, ``forget --containing`` and the viewer's search look in every text
+stored for an episode: each of its text fields (found from the model, so a field added later is
+covered) and its grades' notes. What they find is deleted for real, grades included, on every
+provider."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from deepcrew_episodic import Episode, EpisodicMemory, Grade
+from deepcrew_episodic._episode import TIME_FIELDS, stored_texts
+from deepcrew_episodic.cli import main
+from deepcrew_episodic.providers import FileMemoryProvider, MemoryProvider
+from deepcrew_episodic.viewer import COOKIE, create_app
+
+pytestmark = pytest.mark.anyio
+
+MARK = "AcmeQqzx"  # the customer every test forgets (no secret shape: stored as written)
+TEXT_TYPES = {"str", "str | None", "list[str]"}
+
+
+def text_fields(model: type[Any]) -> list[str]:
+    return [
+        f.name
+        for f in dataclasses.fields(model)
+        if str(f.type) in TEXT_TYPES and f.name not in TIME_FIELDS
+    ]
+
+
+EPISODE_FIELDS = text_fields(Episode)
+
+
+def holding(name: str, mark: str = MARK) -> dict[str, Any]:
+    """An episode's fields with *mark* in field *name* only."""
+    value: Any = f"run-{mark}-7" if name == "id" else f"about {mark} here"
+    if name in {"tags", "tools_used"}:
+        value = [f"x-{mark}"]
+    fields: dict[str, Any] = {"query": "an unrelated task"}
+    fields[name] = value
+    return fields
+
+
+async def raw_text(provider: MemoryProvider) -> str:
+    keys = await provider.keys("")
+    values = await provider.retrieve_many(keys)
+    return "\n".join(keys + [v or "" for v in values])
+
+
+def test_the_searched_fields_are_every_text_field_of_both_models() -> None:
+    # The enumeration is what the library uses; this names the fields it finds today, so a
+    # change to it is seen.
+    assert set(EPISODE_FIELDS) == {
+        "query",
+        "response",
+        "tools_used",
+        "reflection",
+        "tags",
+        "agent_id",
+        "id",
+        "approach",
+        "transcript_ref",
+        "run_id",
+    }
+    assert set(text_fields(Grade)) == {"episode_id", "note"}
+    every = Episode(**{**holding("query"), **{n: holding(n)[n] for n in EPISODE_FIELDS}})
+    assert sum(MARK in t for t in stored_texts(every)) == len(EPISODE_FIELDS)
+
+
+@pytest.mark.parametrize("field", [*EPISODE_FIELDS, "grade note"])
+async def test_forget_containing_finds_the_text_in_every_field(
+    provider: MemoryProvider, field: str
+) -> None:
+    memory = EpisodicMemory(provider, namespace="c")
+    keep = await memory.record(Episode(query="keep this one", response="about someone else"))
+    if field == "grade note":
+        target = await memory.record(Episode(query="an unrelated task"))
+        await memory.grade(target.id, outcome="success", note=f"the {MARK} team confirmed")
+    else:
+        target = await memory.record(Episode(**holding(field)))
+    needle = MARK.upper()  # case-insensitive
+    assert [e.id for e in await memory.select(containing=needle)] == [target.id]
+    assert await memory.forget(containing=needle, dry_run=True) == 1
+    assert await memory.forget(containing=needle) == 1
+    assert MARK not in await raw_text(provider)  # the grade's note is gone with its episode
+    fresh = EpisodicMemory(provider, namespace="c")
+    assert [e.id for e in await fresh.load(include_expired=True)] == [keep.id]
+    assert await fresh.grades() == []
+
+
+async def test_a_grade_of_another_episode_reusing_the_id_is_not_matched(
+    provider: MemoryProvider,
+) -> None:
+    """A grade applies to the episode it graded (its stamp): an episode that reuses the id of a
+    forgotten one is not matched by the old grade's note (that grade was deleted anyway)."""
+    memory = EpisodicMemory(provider, namespace="c")
+    first = await memory.record(Episode(query="first", id="same-id"))
+    await memory.grade(first.id, outcome="failure", note=f"{MARK} said no")
+    assert await memory.forget(containing=MARK) == 1
+    await memory.record(Episode(query="second", id="same-id"))
+    assert await memory.select(containing=MARK) == []
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("field", ["approach", "agent_id", "transcript_ref", "run_id", "note"])
+def test_cli_forget_containing_covers_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, field: str
+) -> None:
+    store = str(tmp_path / "episodes.json")
+
+    async def fill() -> str:
+        async with FileMemoryProvider(store) as provider:
+            memory = EpisodicMemory(provider)
+            await memory.record(Episode(query="keep me"))
+            if field == "note":
+                ep = await memory.record(Episode(query="task"))
+                await memory.grade(ep.id, outcome="success", note=f"{MARK} is happy")
+            else:
+                ep = await memory.record(Episode(**holding(field)))
+            return ep.id
+
+    target = anyio.run(fill)
+    code, out, err = run(
+        capsys, "--store", store, "forget", "--containing", "acmeqqzx", "--dry-run"
+    )
+    assert code == 0, err
+    assert len(out.splitlines()) == 1
+    assert target[:12] in out
+    code, out, _ = run(capsys, "--store", store, "forget", "--containing", "acmeqqzx", "--yes")
+    assert (code, out.strip()) == (0, "forgot 1 episodes")
+    assert MARK not in Path(store).read_text()
+    left = json.loads(run(capsys, "--store", store, "timeline", "--json")[1])
+    assert [e["query"] for e in left] == ["keep me"]
+
+
+@pytest.mark.parametrize("field", ["approach", "run_id", "transcript_ref", "note", "id"])
+async def test_the_viewer_search_and_its_forget_page_cover_the_field(
+    provider: MemoryProvider, field: str
+) -> None:
+    memory = EpisodicMemory(provider, max_episodes=50)
+    await memory.record(Episode(query="keep me"))
+    if field == "note":
+        target = await memory.record(Episode(query="task"))
+        await memory.grade(target.id, outcome="success", note=f"{MARK} is happy")
+    else:
+        target = await memory.record(Episode(**holding(field)))
+    app = create_app(memory, token="t" * 32, allow_forget=True, label="test")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as c:
+        c.cookies.set(COOKIE, "t" * 32)
+        page = await c.get("/", params={"q": "ACMEqqzx"})
+        assert page.status_code == 200
+        assert f'data-id="{target.id}"' in page.text
+        assert page.text.count('<tr class="episode"') == 1
+        preview = await c.get("/forget", params={"q": "acmeqqzx"})
+        assert preview.status_code == 200
+        assert target.id in preview.text
+        assert "keep me" not in preview.text
+
+
+async def test_shrink_deletes_the_grades_of_what_it_deletes(provider: MemoryProvider) -> None:
+    memory = EpisodicMemory(provider, namespace="s", max_episodes=10)
+    old = await memory.record(Episode(query="an old task"))
+    await memory.grade(old.id, outcome="failure", note=f"{MARK} complained")
+    for i in range(4):
+        await memory.record(Episode(query=f"newer task {i}"))
+    kept = await memory.record(Episode(query="the newest task"))
+    await memory.grade(kept.id, outcome="success", note="still here")
+    assert await memory.shrink(3) == 3
+    text = await raw_text(provider)
+    assert MARK not in text
+    assert "still here" in text
+    assert [g.note for g in await EpisodicMemory(provider, namespace="s").grades()] == [
+        "still here"
+    ]
