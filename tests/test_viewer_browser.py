@@ -37,6 +37,7 @@ from browser import (
 from playwright.sync_api import Browser, BrowserContext, Page, Response
 
 from deepcrew_episodic import Episode, EpisodicMemory
+from deepcrew_episodic._episode import stored_texts
 
 # One worker runs the whole module: one browser to start, and the forget tests run in order on
 # the store they share.
@@ -310,7 +311,8 @@ def _expected(episodes: list[Episode], **wanted: Any) -> list[str]:
         if "until" in wanted and when >= _day(wanted["until"]) + timedelta(days=1).total_seconds():
             return False
         if "q" in wanted:
-            text = " ".join([ep.query, ep.response, ep.reflection or "", *ep.tags])
+            # The search looks in every text the episode stores (the id, the run, the tools...).
+            text = " ".join(stored_texts(ep))
             if wanted["q"].casefold() not in text.casefold():
                 return False
         return True
