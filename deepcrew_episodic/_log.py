@@ -141,7 +141,9 @@ class Counters:
     record_failures: int = 0  # a run's episode could not be stored (the run went on)
     missing_records: int = 0  # a writer took a sequence number and never wrote it (it died)
     embedding_failures: int = 0  # an embedder call failed: stored without a vector / keywords
-    telemetry_failures: int = 0  # a span could not be described (it went without attributes)
+    telemetry_failures: int = (
+        0  # a span could not be described, started or ended (tracing's own fault)
+    )
 
 
 @dataclass
