@@ -32,7 +32,7 @@ from redis_server import redis_server, stop, wait_for
 from test_examples import run_example
 
 from deepcrew_episodic import Episode, EpisodicMemory
-from deepcrew_episodic.providers import open_provider
+from deepcrew_episodic.providers import InMemoryProvider, open_provider
 
 pytestmark = pytest.mark.anyio
 
@@ -655,6 +655,26 @@ def test_mcp_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
         assert message in done.stderr
         assert done.stdout == ""
         assert "short" not in done.stderr.replace("at least", "")
+
+
+@pytest.mark.parametrize("token", ["pässwörd-ünïcode-123456", "tab\tinside-the-token-1234"])
+def test_a_token_no_http_client_could_send_is_refused_at_start(tmp_path: Path, token: str) -> None:
+    # Headers travel as ASCII: such a server would answer every request with a bare 401.
+    done = subprocess.run(
+        [*COMMAND, "--store", str(tmp_path / "m.json"), "--transport", "http"],
+        capture_output=True, text=True, env={**env(), "DEEPCREW_EPISODIC_MCP_TOKEN": token},
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "printable ASCII" in done.stderr
+    assert token not in done.stderr + done.stdout
+    from deepcrew_episodic import ConfigurationError
+    from deepcrew_episodic.mcp_server import create_http_app, create_server
+
+    server = create_server(EpisodicMemory(InMemoryProvider()))
+    for bad in (token, f" padded-token-of-{len(token)}-chars "):
+        with pytest.raises(ConfigurationError, match="printable ASCII"):
+            create_http_app(server, token=bad)
 
 
 def test_without_the_extra_the_command_says_what_to_install(tmp_path: Path) -> None:

@@ -46,6 +46,15 @@ def create_http_app(
         from .. import ConfigurationError
 
         raise ConfigurationError(f"token must be a string of at least {MIN_TOKEN_CHARS} characters")
+    if not (token.isascii() and token.isprintable()) or token != token.strip():
+        from .. import ConfigurationError
+
+        # An HTTP client sends a header as ASCII (or Latin-1, never UTF-8): no request could
+        # ever match such a token, and every one would get a 401 without saying why.
+        raise ConfigurationError(
+            "token must be printable ASCII without leading or trailing spaces (an HTTP header "
+            "carries nothing else)"
+        )
     security = (
         None  # the SDK's default: localhost names only
         if host_allowed is None
