@@ -464,6 +464,32 @@ async def test_a_store_outage_is_a_tool_error_without_the_password(anyio_backend
                 stop(revived)
 
 
+@pytest.mark.redis
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the server runs on asyncio either way
+async def test_the_block_shows_no_piece_of_the_stores_password_where_a_text_is_cut(
+    anyio_backend: str,
+) -> None:
+    password = "S3cretPassw0rd-of-redis"
+    with redis_with_a_password() as (url, _port, _extra):
+        # Stored as given (redact=False; a deepcrew-ai log): the password where the block's
+        # item cuts the question (160 characters) and the lesson (240).
+        async with await opened(url) as provider:
+            await EpisodicMemory(provider, redact=False).record(
+                Episode(
+                    query="Deploy the search service " + "a" * 125 + f" {password} end",
+                    reflection="Rotate " + "b" * 223 + f" {password}",
+                    outcome="failure",
+                )
+            )
+        async with stdio(url) as client:
+            found = await client.call_tool("recall", {"task": "deploy the search service"})
+    assert not found.is_error, text_of(found)
+    block = found.structured_content["block"]  # type: ignore[index]
+    for shown in (block, text_of(found)):
+        assert password[:4] not in shown, shown
+    assert block.count("***") == 2, block  # redacted whole, then (shorter) not cut at all
+
+
 def _redis_processes(port: int) -> list[subprocess.Popen[bytes]]:
     """The fixture's redis-server on *port*, found through the garbage collector (the fixture
     yields its process; stopping it is the outage)."""

@@ -8,6 +8,7 @@ and what was wrong, redacted; the server itself never fails on a call.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
@@ -312,7 +313,10 @@ class _Tools:
             ranking = await self.memory.explain(
                 task, top_k, intent=intent, tags=tags, outcome=outcome
             )
-            block = self.safe.block(self.memory.render(ranking, max_chars=max_chars))
+            # Redacted with this server's redactor before render cuts each text: a cut would
+            # leave a piece of a secret (the store's password) that no rule recognises.
+            shown = [self._redacted(s.episode) for s in ranking]
+            block = self.safe.block(self.memory.render(shown, max_chars=max_chars))
             counts = await self._grade_counts()
             items = [self._recalled(s, counts.get(s.episode.id, 0)) for s in ranking]
             result = RecallResult(block=block, items=items, ranking=ranking.by)
@@ -326,6 +330,24 @@ class _Tools:
                 ],
                 structured_content=data,
             )
+
+    def _redacted(self, ep: Episode) -> Episode:
+        """*ep* with every text the block shows redacted by this server's redactor."""
+        from .. import InvalidEpisodeError
+
+        redact = self.safe.redact
+        try:
+            return dataclasses.replace(
+                ep,
+                query=redact(ep.query),
+                response=redact(ep.response),
+                reflection=redact(ep.reflection) if ep.reflection else ep.reflection,
+                tools_used=[redact(t) for t in ep.tools_used],
+                tags=[redact(t) for t in ep.tags],
+            )
+        except InvalidEpisodeError as exc:  # a redacted text over a limit: render's rules then
+            log.warning("recall: episode %s shown as stored (%s)", self.safe.ident(ep.id), exc)
+            return ep
 
     def _recalled(self, found: Scored, grades: int) -> RecalledItem:
         return RecalledItem(
