@@ -401,6 +401,35 @@ async def test_a_stored_chat_template_tag_closes_no_tag_in_any_tools_output(tmp_
     assert (await stored(store))[0].id == raw.id  # nothing was deleted by the dry run
 
 
+@ONCE
+async def test_an_id_shown_alike_for_two_runs_grades_and_deletes_neither(tmp_path: Path) -> None:
+    store = str(tmp_path / "m.json")
+    async with await opened(store, create=True) as provider:
+        memory = EpisodicMemory(provider, redact=False)
+        # Shown alike: "<" made inert, and two secrets redacted to the same mark.
+        for i, id in enumerate(
+            ["run-<1>", "run-\u20391\u203a", SECRET, SECRET.replace("Zq9", "Xy8")]
+        ):
+            await memory.record(Episode(query=f"task {i}", outcome="failure", id=id))
+    async with stdio(store, "--allow-forget") as client:
+        shown = [e["id"] for e in (await call(client, "timeline"))["episodes"]]
+        assert sorted(set(shown)) == ["[REDACTED:openai-key]", "run-\u20391\u203a"]
+        for ambiguous in sorted(set(shown)):
+            refused = await failing(client, "forget", ids=[ambiguous])
+            assert "names 2 runs as shown; nothing was changed" in refused
+            assert SECRET not in refused
+            refused = await failing(client, "grade", id=ambiguous, outcome="success",
+                                    verified=True)  # fmt: skip
+            assert "names 2 runs as shown" in refused
+        # The stored spelling is not ambiguous: it names that run alone.
+        graded = await call(client, "grade", id="run-<1>", outcome="success", verified=True)
+        assert graded["id"] == "run-\u20391\u203a"
+    assert len(await stored(store)) == 4  # nothing deleted
+    async with await opened(store) as provider:
+        grades = await (await EpisodicMemory.open(provider)).grades()
+    assert [g.episode_id for g in grades] == ["run-<1>"]  # and only that run graded
+
+
 # --- errors are tool errors, never a crash ---------------------------------------------------
 
 

@@ -263,15 +263,23 @@ class _Tools:
         """The stored ids *given* names (as stored, or as a tool showed them) and those no
         stored episode has."""
         stored = [ep.id for ep in await self.memory.load(include_expired=True)]
-        exact = set(stored)
-        shown = {self.safe.ident(i): i for i in stored}
+        named: dict[str, set[str]] = {i: {i} for i in stored}
+        for i in stored:
+            named.setdefault(self.safe.ident(i), set()).add(i)
         found: list[str] = []
         missing: list[str] = []
         for wanted in given:
-            if wanted in exact:
-                found.append(wanted)
-            elif wanted in shown:
-                found.append(shown[wanted])
+            candidates = named.get(wanted, set())
+            if len(candidates) > 1:
+                # Two runs shown alike (their secrets redacted, a "<" made inert, or one id
+                # spelled as the other is shown): acting on either could grade or delete the
+                # wrong one.
+                raise McpToolError(
+                    f"the id {self.safe.message(repr(wanted))} names {len(candidates)} runs as "
+                    "shown; nothing was changed (give the stored id, from the store itself)"
+                )
+            if candidates:
+                found.append(next(iter(candidates)))
             else:
                 missing.append(wanted)
         return found, missing
