@@ -173,6 +173,21 @@ async def test_nothing_relevant_is_an_empty_block_not_an_error(tmp_path: Path) -
 
 
 @ONCE
+async def test_an_empty_filter_list_filters_nothing_out(tmp_path: Path) -> None:
+    # Models fill optional arrays with [] (strict function calling requires every field).
+    async with stdio(str(tmp_path / "m.json")) as client:
+        await call(client, "record", task="Rotate the billing key", outcome="failure",
+                   verified=True, tags=["ops"])  # fmt: skip
+        for empty in ({}, {"tags": []}, {"outcome": []}, {"tags": [], "outcome": []}):
+            found = await call(client, "recall", task="rotate the billing key", **empty)
+            assert len(found["items"]) == 1, empty
+            assert (await call(client, "timeline", **empty))["matching"] == 1, empty
+        # A filter that is given still filters, in both.
+        assert (await call(client, "recall", task="rotate the key", tags=["web"]))["items"] == []
+        assert (await call(client, "timeline", outcome=["success"]))["matching"] == 0
+
+
+@ONCE
 async def test_the_tools_tell_a_model_when_to_call_them(tmp_path: Path) -> None:
     async with stdio(str(tmp_path / "m.json")) as client:
         listed = {t.name: t for t in (await client.list_tools()).tools}

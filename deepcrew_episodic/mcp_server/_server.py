@@ -318,8 +318,10 @@ class _Tools:
         ] = 2000,
     ) -> Annotated[CallToolResult, RecallResult]:
         async with _as_tool_error(self.safe, ""):
+            # An empty list is no filter, as in `timeline`: a model fills an optional array
+            # with [] (strict function calling must), and explain([]) would keep nothing.
             ranking = await self.memory.explain(
-                task, top_k, intent=intent, tags=tags, outcome=outcome
+                task, top_k, intent=intent, tags=tags or None, outcome=outcome or None
             )
             # Redacted with this server's redactor before render cuts each text: a cut would
             # leave a piece of a secret (the store's password) that no rule recognises.
