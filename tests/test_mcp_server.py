@@ -188,6 +188,30 @@ async def test_an_empty_filter_list_filters_nothing_out(tmp_path: Path) -> None:
 
 
 @ONCE
+async def test_a_block_too_small_for_any_run_says_so_and_still_lists_the_runs(
+    tmp_path: Path,
+) -> None:
+    async with stdio(str(tmp_path / "m.json")) as client:
+        recorded = await call(
+            client, "record", task="Rotate the billing key for the payments service",
+            outcome="failure", verified=True,
+            lesson="Keep two live keys during a rotation so that clients never see a gap.",
+        )  # fmt: skip
+        found = await client.call_tool("recall", {"task": "rotate the billing key",
+                                                  "max_chars": 150})  # fmt: skip
+    assert not found.is_error
+    data = found.structured_content
+    assert data is not None
+    assert data["block"] == ""  # the one item does not fit: never a header alone
+    assert [i["id"] for i in data["items"]] == [recorded["id"]]
+    first = found.content[0]
+    assert isinstance(first, TextContent)
+    assert "No relevant past experience" not in first.text
+    assert "max_chars=150" in first.text
+    assert "the 1 recalled run is below" in first.text
+
+
+@ONCE
 async def test_the_tools_tell_a_model_when_to_call_them(tmp_path: Path) -> None:
     async with stdio(str(tmp_path / "m.json")) as client:
         listed = {t.name: t for t in (await client.list_tools()).tools}

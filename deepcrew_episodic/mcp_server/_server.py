@@ -56,6 +56,10 @@ FORGET_REFUSED = (
     "with --allow-forget (create_server(allow_forget=True)); nothing was deleted"
 )
 NOTHING_RELEVANT = "No relevant past experience is stored for this task."
+NONE_FITS = (
+    "No past run fits in the block's size limit (max_chars={max_chars}); the {n} recalled "
+    "{runs} below, with their lessons."
+)
 
 Outcome = Literal["success", "failure", "partial", "abandoned", "unknown"]
 GradeOutcome = Literal["success", "failure", "partial", "abandoned"]
@@ -335,7 +339,7 @@ class _Tools:
             listed = {"items": data["items"], "ranking": data["ranking"]}
             return CallToolResult(
                 content=[
-                    TextContent(type="text", text=block or NOTHING_RELEVANT),
+                    TextContent(type="text", text=block or self._no_block(max_chars, len(items))),
                     TextContent(type="text", text=json.dumps(listed, indent=2)),
                 ],
                 structured_content=data,
@@ -358,6 +362,14 @@ class _Tools:
         except InvalidEpisodeError as exc:  # a redacted text over a limit: render's rules then
             log.warning("recall: episode %s shown as stored (%s)", self.safe.ident(ep.id), exc)
             return ep
+
+    @staticmethod
+    def _no_block(max_chars: int, n: int) -> str:
+        # Not "nothing relevant" when runs were recalled but none fits: the model would read
+        # that first and skip the items.
+        if not n:
+            return NOTHING_RELEVANT
+        return NONE_FITS.format(max_chars=max_chars, n=n, runs="run is" if n == 1 else "runs are")
 
     def _recalled(self, found: Scored, grades: int) -> RecalledItem:
         return RecalledItem(
