@@ -175,7 +175,8 @@ class Counters:
     record_failures: int = 0  # a run's episode could not be stored (the run went on)
     missing_records: int = 0  # a writer took a sequence number and never wrote it (it died)
     embedding_failures: int = 0  # an embedder call failed: stored without a vector / keywords
-    telemetry_failures: int = 0  # a span could not be described (it went without attributes)
+    # a span could not be described, started or ended (tracing's own fault)
+    telemetry_failures: int = 0
     rewound_logs: int = 0  # the log went back under a reader (older snapshot, backup, flush)
     unsafe_settings: int = 0  # the store's settings can lose records (Redis allkeys-* eviction)
 

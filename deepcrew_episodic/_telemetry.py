@@ -152,7 +152,7 @@ class Tracing:
         counters: Counters,
     ) -> None:
         try:
-            from opentelemetry import trace
+            from opentelemetry import context, trace
         except ImportError:
             raise MissingDependencyError(
                 "telemetry needs the OpenTelemetry API: pip install 'deepcrew-episodic[otel]'"
@@ -166,7 +166,16 @@ class Tracing:
                 f"{type(provider).__name__}"
             )
         self._trace = trace
-        self._tracer = trace.get_tracer("deepcrew_episodic", __version__, tracer_provider=provider)
+        self._context = context
+        self._counters = counters
+        try:
+            self._tracer = trace.get_tracer(
+                "deepcrew_episodic", __version__, tracer_provider=provider
+            )
+        except Exception as exc:
+            # A broken provider must not stop the memory from being built: no spans, said once.
+            self._failed("create the tracer", exc)
+            self._tracer = trace.NoOpTracer()
         content = config.capture_content
         if content is None:
             content = os.environ.get(CONTENT_ENV, "").strip().lower() in _CONTENT_ON
@@ -175,7 +184,6 @@ class Tracing:
         # Content leaves the process: redacted even when the memory stores text as given.
         self._redactor = redactor or Redactor()
         self._store = namespace
-        self._counters = counters
 
     # --- the span around one call ---------------------------------------------------------------
 
@@ -191,27 +199,63 @@ class Tracing:
             FUNCTION: f"deepcrew_episodic.EpisodicMemory.{op.method}",
         }
         attributes.update(self._describe(op, op.before, arguments))
-        with self._tracer.start_as_current_span(
-            op.name,
-            kind=self._trace.SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                result = await fn(*args, **kwargs)
-            except BaseException as exc:  # a cancellation ends the operation unfinished too
-                span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
-                message = safe_message(self._redactor.redact(str(exc))) if str(exc) else None
-                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
-                raise
-            if span.is_recording():  # a sampled-out span: no content built for nothing
-                span.set_attributes(self._describe(op, op.after, result))
+        # The tracing machinery is the application's (its provider, processors, exporters):
+        # whatever it raises is logged and counted, and the operation runs, and returns or
+        # raises, exactly as without telemetry (a processor failing on a span's end must not
+        # turn a stored record into an error the caller would retry).
+        try:
+            span = self._tracer.start_span(
+                op.name, kind=self._trace.SpanKind.INTERNAL, attributes=attributes
+            )
+            token = self._context.attach(self._trace.set_span_in_context(span))
+        except Exception as exc:
+            self._failed(f"start a {op.name} span", exc)
+            return await fn(*args, **kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:  # a cancellation ends the operation unfinished too
+            self._safely(op, "mark the error on", functools.partial(self._mark, span, exc))
+            raise
+        else:
+            if self._safely(op, "describe", span.is_recording):  # sampled out: nothing built
+                described = self._describe(op, op.after, result)
+                self._safely(op, "describe", lambda: span.set_attributes(described))
             return result
+        finally:
+            self._safely(op, "end", lambda: self._end(span, token))
+
+    def _mark(self, span: Any, exc: BaseException) -> None:
+        span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
+        message = safe_message(self._redactor.redact(str(exc))) if str(exc) else None
+        span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
+
+    def _end(self, span: Any, token: Any) -> None:
+        try:
+            self._context.detach(token)
+        finally:
+            span.end()
+
+    def _safely(self, op: _Operation, what: str, step: Callable[[], Any]) -> Any:
+        try:
+            return step()
+        except Exception as exc:
+            self._failed(f"{what} a {op.name} span", exc)
+            return None
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        self._counters.telemetry_failures += 1
+        log.warning(
+            "telemetry: could not %s (%s); the operation goes on without it",
+            what,
+            safe_message(f"{type(exc).__name__}: {exc}"),
+        )
 
     def count(self, records: int) -> None:
         """Set the record count on the current span (for a count only the method knows)."""
-        self._trace.get_current_span().set_attribute(RECORD_COUNT, records)
+        try:
+            self._trace.get_current_span().set_attribute(RECORD_COUNT, records)
+        except Exception as exc:
+            self._failed("count the records on a span", exc)
 
     def _describe(self, op: _Operation, build: _Build, value: Any) -> dict[str, Any]:
         # Describing an operation must never change it: a failure here is logged and counted.

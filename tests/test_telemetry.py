@@ -16,7 +16,7 @@ import anyio
 import anyio.to_thread
 import pytest
 from llm_server import Reply, ScriptedLLM
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
@@ -550,6 +550,55 @@ async def test_a_span_that_cannot_be_described_is_logged_and_counted(
     assert span.status.status_code == StatusCode.UNSET
     assert memory.counters.telemetry_failures == 1
     assert "telemetry: could not describe search_memory" in caplog.text
+
+
+class BrokenProcessor(SpanProcessor):
+    """An application's span processor that raises when a span starts or ends."""
+
+    def __init__(self, when: str) -> None:
+        self.when = when
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if self.when == "start":
+            raise RuntimeError("the processor failed on start")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.when == "end":
+            raise RuntimeError("the processor failed on end")
+
+
+class BrokenTracerProvider(TracerProvider):
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("this provider cannot make a tracer")
+
+
+@pytest.mark.parametrize("broken", ["start", "end", "provider"])
+async def test_a_tracing_pipeline_that_raises_never_changes_what_the_memory_does(
+    broken: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider: TracerProvider
+    if broken == "provider":
+        provider = BrokenTracerProvider()
+    else:
+        provider = TracerProvider()
+        provider.add_span_processor(BrokenProcessor(broken))
+    backend = InMemoryProvider()
+    memory = EpisodicMemory(backend, telemetry=Telemetry(tracer_provider=provider))
+    stored = await memory.record(Episode(query="rotate the billing key", outcome="success"))
+    # Stored once and returned: a failure after the write would make the caller retry it.
+    assert [e.id for e in await memory.load()] == [stored.id]
+    assert [e.id for e in await memory.recall("rotate the billing key")] == [stored.id]
+    graded = await memory.grade(stored.id, outcome="failure", note="it broke")
+    assert graded.outcome == "failure"
+    # The memory's own errors still reach the caller as they are, not the processor's.
+    with pytest.raises(ConfigurationError, match="no episode with id"):
+        await memory.grade("no-such-id", outcome="success")
+    assert await memory.forget([stored.id]) == 1
+    assert await memory.load() == []
+    assert memory.counters.telemetry_failures >= 1
+    assert "telemetry: could not" in caplog.text
+    assert "Traceback" not in caplog.text
+    provider.shutdown()
 
 
 # --- nesting under the caller: the hook, the runner, the sync facade -----------------------------

@@ -71,6 +71,9 @@ def check_mcp_usage(args: argparse.Namespace) -> None:
         token = os.environ.get(TOKEN_ENV)
         if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
             raise UsageError(f"${TOKEN_ENV}: give a token of at least {MIN_TOKEN_CHARS} characters")
+        if token is not None and not (token.isascii() and token.strip().isprintable()):
+            # A client sends headers as ASCII: a server no request could ever authenticate to.
+            raise UsageError(f"${TOKEN_ENV}: give a token of printable ASCII characters only")
 
 
 async def cmd_mcp(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:

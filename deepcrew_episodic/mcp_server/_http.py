@@ -4,6 +4,9 @@ Every request must carry ``Authorization: Bearer <token>`` (compared in constant
 without it, or with another token, gets a 401 that shows nothing. The Host rule is the
 caller's (the CLI gives the viewer's: on a loopback address only 127.0.0.1, localhost or [::1]
 with the port, against DNS rebinding); without one, the SDK's own localhost-only check applies.
+A request a browser sends from a page of another site (its ``Origin`` is not this server's own,
+or its ``Sec-Fetch-Site`` says cross-site) gets a 403 either way, as the MCP specification asks
+(an MCP client that is not a browser sends neither header).
 """
 
 from __future__ import annotations
@@ -43,6 +46,15 @@ def create_http_app(
         from .. import ConfigurationError
 
         raise ConfigurationError(f"token must be a string of at least {MIN_TOKEN_CHARS} characters")
+    if not (token.isascii() and token.isprintable()) or token != token.strip():
+        from .. import ConfigurationError
+
+        # An HTTP client sends a header as ASCII (or Latin-1, never UTF-8): no request could
+        # ever match such a token, and every one would get a 401 without saying why.
+        raise ConfigurationError(
+            "token must be printable ASCII without leading or trailing spaces (an HTTP header "
+            "carries nothing else)"
+        )
     security = (
         None  # the SDK's default: localhost names only
         if host_allowed is None
@@ -76,6 +88,10 @@ class _Guard:
             refusal = PlainTextResponse("The Host header does not name this server.", 421)
             await refusal(scope, receive, send)
             return
+        if _cross_site(headers):
+            refusal = PlainTextResponse("This MCP server does not answer other sites' pages.", 403)
+            await refusal(scope, receive, send)
+            return
         given = headers.get("authorization", "").encode("utf-8", "surrogateescape")
         if not hmac.compare_digest(given, self.expected):
             refusal = PlainTextResponse(
@@ -87,3 +103,15 @@ class _Guard:
             await refusal(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def _cross_site(headers: Headers) -> bool:
+    """Whether a browser sent the request from a page of another origin (the viewer's rule):
+    ``Sec-Fetch-Site`` other than same-origin or none, or an ``Origin`` that is not
+    ``http://`` and the request's own Host. Beside the token, not instead of it: a page of
+    another site can reach a loopback server by its own address, Host check passed."""
+    site = headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return True
+    origin = headers.get("origin")
+    return origin is not None and origin.lower() != f"http://{headers.get('host', '')}".lower()
