@@ -20,6 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.warnings import LangGraphDeprecatedSinceV10
 from llm_server import Reply, ScriptedLLM
 from test_examples import run_example
+from test_runner import HangingProvider
 
 from deepcrew_episodic import (
     ConfigurationError,
@@ -257,6 +258,22 @@ class TestPrebuiltAgent:
         assert "episodic recall failed" in caplog.text
         assert "recording the claimed_success episode failed" in caplog.text
         assert all(blocks_in(r) == 0 for r in llm.requests)
+
+    async def test_a_store_that_hangs_cannot_hold_the_answer_back(self, llm: ScriptedLLM) -> None:
+        provider = HangingProvider()
+        provider.hang_writes = True
+        memory = EpisodicMemory(provider, namespace="support")
+        nodes = EpisodicNodes(memory, record_timeout=0.5)
+        agent = react_agent(llm, nodes)
+        llm.script(Reply.text("Create a second key first."))
+        with anyio.fail_after(10):
+            state = await nodes.ainvoke(agent, ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Create a second key first."
+        assert state["episodic"]["recorded_id"] is None
+        assert state["episodic"]["record_error"] == (
+            "TimeoutError: the record took longer than 0.5 s"
+        )
+        assert memory.counters.record_failures == 1
 
     async def test_a_thread_recalls_on_each_new_turn(
         self, llm: ScriptedLLM, memory: EpisodicMemory
@@ -818,6 +835,20 @@ class TestCreateAgent:
         assert state["messages"][-1].content == "Create a second key first."
         assert state["episodic"]["recorded_id"] is None
         assert (memory.counters.recall_failures, memory.counters.record_failures) == (1, 1)
+
+    async def test_a_store_that_hangs_cannot_hold_the_answer_back(
+        self, llm: ScriptedLLM, create_agent: Any
+    ) -> None:
+        provider = HangingProvider()
+        provider.hang_writes = True
+        memory = EpisodicMemory(provider, namespace="support")
+        agent = create_agent(chat(llm), [], middleware=[middleware(memory, record_timeout=0.5)])
+        llm.script(Reply.text("Create a second key first."))
+        with anyio.fail_after(10):
+            state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Create a second key first."
+        assert state["episodic"]["recorded_id"] is None
+        assert "took longer than 0.5 s" in (state["episodic"]["record_error"] or "")
 
     async def test_provider_outage_is_abandoned_and_recorded_once(
         self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any

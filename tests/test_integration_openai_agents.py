@@ -37,7 +37,7 @@ from llm_server import Reply, ScriptedLLM
 from pydantic import BaseModel
 from test_docs_run import RUNNER, fenced_blocks
 from test_examples import run_example
-from test_runner import FlakyProvider
+from test_runner import FlakyProvider, HangingProvider
 
 from deepcrew_episodic import (
     ConfigurationError,
@@ -834,6 +834,26 @@ async def test_a_memory_outage_leaves_the_answer_intact(
     assert "episodic recall failed" in caplog.text
     assert "recording the claimed_success episode failed" in caplog.text
     assert "## Relevant past experience" not in llm.requests[0].system_text
+
+
+async def test_a_store_that_hangs_cannot_hold_the_answer_back(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    provider = HangingProvider()
+    provider.hang_writes = True
+    memory = EpisodicMemory(provider)
+    hook = EpisodicHook(memory, record_timeout=0.5)
+    llm.script(Reply.text("Order 7 shipped."), Reply.text("Order 7 shipped."))
+    with anyio.fail_after(10):
+        done = await run(make_agent(model), ASK, memory=hook)
+        streamed = run_streamed(make_agent(model), ASK, memory=hook)
+        async for _ in streamed.stream_events():
+            pass
+    for outcome in (done, streamed):
+        assert outcome.final_output == "Order 7 shipped."
+        assert outcome.recorded_id is None
+        assert outcome.record_error == "TimeoutError: the record took longer than 0.5 s"
+    assert memory.counters.record_failures == 2
 
 
 async def test_a_failed_run_whose_record_fails_raises_the_runs_own_error(

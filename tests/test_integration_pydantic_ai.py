@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from llm_server import RecordedRequest, Reply, ScriptedLLM
 from pydantic import BaseModel
@@ -43,7 +44,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from test_examples import run_example
-from test_runner import FlakyProvider
+from test_runner import FlakyProvider, HangingProvider
 
 from deepcrew_episodic import ConfigurationError, EpisodicMemory, EventType, StreamEvent
 from deepcrew_episodic._reflect import SYSTEM_PROMPT as REFLECTION_PROMPT
@@ -480,6 +481,24 @@ async def test_a_memory_outage_leaves_the_runs_answer_intact(
     assert memory.counters.record_failures == 1
     assert "episodic recall failed" in caplog.text
     assert BLOCK not in agent_requests(llm)[-1].system_text
+
+
+async def test_a_store_that_hangs_cannot_hold_the_answer_back(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    provider = HangingProvider()
+    provider.hang_writes = True
+    memory = EpisodicMemory(provider)
+    episodic = EpisodicMemoryCapability(memory, record_timeout=0.5)
+    agent = Agent(model, capabilities=[episodic])
+    llm.script(Reply.text("Create key-2 first."))
+    with anyio.fail_after(10):
+        result = await agent.run(ROTATE)
+    assert result.output == "Create key-2 first."
+    run = episodic.episodes_of(result)
+    assert run.recorded is None
+    assert run.record_error == "TimeoutError: the record took longer than 0.5 s"
+    assert memory.counters.record_failures == 1
 
 
 async def test_a_failed_run_with_a_memory_outage_raises_its_own_error(

@@ -72,6 +72,7 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
         top_k: int | None = None,
         max_block_chars: int | None = None,
         recall_timeout: float | None = 10.0,
+        record_timeout: float | None = 60.0,
         tags: Sequence[str] = (),
         on_event: Callable[[StreamEvent], Any] | None = None,
     ) -> None:
@@ -83,6 +84,7 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
             top_k=top_k,
             max_block_chars=max_block_chars,
             recall_timeout=recall_timeout,
+            record_timeout=record_timeout,
             tags=tags,
             on_event=on_event,
         )

@@ -140,7 +140,7 @@ class EpisodicNodes:
     ----------
     memory:
         The :class:`~deepcrew_episodic.EpisodicMemory` to recall from and record into.
-    agent_id, top_k, max_block_chars, recall_timeout, tags, on_event:
+    agent_id, top_k, max_block_chars, recall_timeout, record_timeout, tags, on_event:
         As for :class:`~deepcrew_episodic.EpisodicHook` (the hook is :attr:`hook`).
     verifier:
         Grades each finished turn that no check node graded: ``(query, answer) -> Verdict``
@@ -166,6 +166,7 @@ class EpisodicNodes:
         top_k: int | None = None,
         max_block_chars: int | None = None,
         recall_timeout: float | None = 10.0,
+        record_timeout: float | None = 60.0,
         tags: Sequence[str] = (),
         on_event: Callable[[StreamEvent], Any] | None = None,
     ) -> None:
@@ -180,6 +181,7 @@ class EpisodicNodes:
             top_k=top_k,
             max_block_chars=max_block_chars,
             recall_timeout=recall_timeout,
+            record_timeout=record_timeout,
             tags=tags,
         )
         self.memory = memory

@@ -137,7 +137,7 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         has output validators (``@agent.output_validator``), or when a check rejected an
         earlier output of the same run and then accepted one; otherwise the answer is
         ``claimed_success``. ``True`` or ``False`` decides it for every run.
-    top_k, max_block_chars, recall_timeout, tags, on_event:
+    top_k, max_block_chars, recall_timeout, record_timeout, tags, on_event:
         As for :class:`~deepcrew_episodic.EpisodicHook`.
 
     Example::
@@ -158,6 +158,7 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         top_k: int | None = None,
         max_block_chars: int | None = None,
         recall_timeout: float | None = 10.0,
+        record_timeout: float | None = 60.0,
         tags: Sequence[str] = (),
         on_event: Callable[[StreamEvent], Any] | None = None,
     ) -> None:
@@ -179,6 +180,7 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
             "top_k": top_k,
             "max_block_chars": max_block_chars,
             "recall_timeout": recall_timeout,
+            "record_timeout": record_timeout,
             "tags": list(tags),
             "on_event": on_event,
         }
