@@ -241,6 +241,47 @@ async def test_answers_the_validator_kept_rejecting_are_a_verified_failure(
     assert found.id == run.recorded_id
 
 
+async def test_a_validator_that_crashes_leaves_the_answer_ungraded_not_failed(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    agent = Agent(model, capabilities=[episodic])
+
+    @agent.output_validator
+    def grade_with_a_service(output: str) -> str:
+        raise ConnectionError("grading service down")
+
+    llm.script(Reply.text("Make key-2, then revoke key-1."))
+    with pytest.raises(ConnectionError, match="grading service down") as raised:
+        await agent.run(ROTATE)
+
+    run = episodic.episodes_of(raised.value)
+    assert run.recorded is not None
+    assert run.outcome == "unknown"  # nobody graded the answer: not the agent's failure
+    assert run.recorded.tags == ["unverified"]
+    assert run.recorded.response == (
+        "Make key-2, then revoke key-1.\n"
+        "Not graded: the verifier failed with ConnectionError: grading service down"
+    )
+    assert f"unknown episode {run.recorded_id} recorded" in raised.value.__notes__
+
+
+async def test_an_output_function_that_crashes_is_the_runs_failure(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    def send_reply(text: str) -> str:
+        raise RuntimeError("mail server refused")
+
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    agent = Agent(model, output_type=send_reply, capabilities=[episodic])
+    llm.script(Reply.tool_call("final_result", {"text": "Make key-2."}))
+    with pytest.raises(RuntimeError, match="mail server refused") as raised:
+        await agent.run(ROTATE)
+    assert episodic.episodes_of(raised.value).outcome == "failure"
+
+
 async def test_an_answer_nothing_checked_is_a_claim(
     llm: ScriptedLLM, model: OpenAIChatModel
 ) -> None:

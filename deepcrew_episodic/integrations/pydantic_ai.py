@@ -9,8 +9,9 @@
   its own, sent after the agent's, the same on every request of the run);
 - after the run, it records one episode with the outcome pydantic-ai knows: an output accepted
   by the agent's output validators is ``success``, output that the validators kept rejecting
-  until the run gave up is ``failure``, an answer nothing checked is ``claimed_success``, a run
-  that raised is a ``failure`` naming the error (``abandoned``, tag ``infrastructure``, when the
+  until the run gave up is ``failure``, an answer nothing checked is ``claimed_success``, an
+  answer whose check crashed is ``unknown`` (tag ``unverified``), a run that raised is a
+  ``failure`` naming the error (``abandoned``, tag ``infrastructure``, when the
   model provider could not be used), with the tools the run called;
 - :meth:`EpisodicMemoryCapability.episodes_of` gives the recalled and recorded episodes of a
   result (or of the error a run raised), so the application can grade the run later.
@@ -121,6 +122,9 @@ class _RunState:
     rejections: int = 0
     last_rejection: str = ""
     last_rejected: str = ""
+    # An output check that crashed (not a rejection): the error and the answer it was judging.
+    check_error: Exception | None = None
+    unchecked: str = ""
 
 
 class EpisodicMemoryCapability(AbstractCapability[Any]):
@@ -275,6 +279,14 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
                 state.last_rejection = _rejection_text(exc)
                 state.last_rejected = _answer_text(output)
             raise
+        except Exception as exc:
+            # A check that crashed judged nothing: the answer is there, ungraded (the runner's
+            # rule for a verifier that fails). An output function's own error is the run's.
+            state = self._state
+            if state is not None and not ctx.partial_output and not output_context.has_function:
+                state.check_error = exc
+                state.unchecked = _answer_text(output)
+            raise
 
     # --- internals -------------------------------------------------------------------------
 
@@ -307,6 +319,10 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         done = None
         if not state.query.strip():
             pass  # no task, nothing to remember
+        elif state.check_error is not None and exc is state.check_error:
+            done = await state.hook.unverified(
+                state.query, state.unchecked, exc, tools_used=state.tools, run_id=ctx.run_id
+            )
         elif state.rejections and isinstance(exc, pai_exceptions.UnexpectedModelBehavior):
             # The checks rejected every answer until the run gave up: their verdict, a
             # verified failure, with the reason and the last answer.
