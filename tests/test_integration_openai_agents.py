@@ -472,6 +472,43 @@ async def test_a_verifier_that_fails_records_the_answer_unverified(
         await run(make_agent(model), ASK, memory=memory, verifier=lambda t, r: "fine")
 
 
+@output_guardrail
+async def asks_a_grading_service(
+    ctx: RunContextWrapper[Any], agent: Agent[Any], output: str
+) -> GuardrailFunctionOutput:
+    raise ConnectionError("grading service down")
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_an_output_guardrail_that_crashes_leaves_the_answer_ungraded(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel, streamed: bool
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Order 7 shipped with DHL."))
+    agent = make_agent(model, output_guardrails=[asks_a_grading_service])
+
+    async def drive() -> None:
+        if streamed:
+            async for _ in run_streamed(agent, ASK, memory=memory).stream_events():
+                pass
+        else:
+            await run(agent, ASK, memory=memory)
+
+    with pytest.raises(ConnectionError, match="grading service down") as raised:
+        await drive()
+    [episode] = await memory.load()
+    # Nobody judged the answer: not the agent's failure, and not a verified anything.
+    assert episode.outcome == "unknown"
+    assert episode.tags == ["unverified"]
+    assert episode.response == (
+        "Order 7 shipped with DHL.\n"
+        "Not graded: the verifier failed with ConnectionError: grading service down"
+    )
+    assert f"deepcrew-episodic recorded this run as episode {episode.id}" in (
+        raised.value.__notes__
+    )
+
+
 class Shipment(BaseModel):
     order_id: int
     carrier: str
