@@ -310,6 +310,42 @@ class TestPrebuiltAgent:
 
 
 class TestHandMadeGraph:
+    async def test_a_second_memorys_nodes_in_one_graph_are_refused_before_anything_is_lost(
+        self, llm: ScriptedLLM
+    ) -> None:
+        support = EpisodicMemory(InMemoryProvider(), namespace="support")
+        billing = EpisodicMemory(InMemoryProvider(), namespace="billing")
+        first, second = EpisodicNodes(support), EpisodicNodes(billing)
+        model = chat(llm)
+
+        async def call_model(state: EpisodicState) -> dict[str, Any]:
+            return {"messages": [await model.ainvoke(second.model_input(state))]}
+
+        builder = StateGraph(EpisodicState)
+        for name, node in [
+            ("recall_support", first.recall),
+            ("recall_billing", second.recall),
+            ("model", call_model),
+            ("record_support", first.record),
+            ("record_billing", second.record),
+        ]:
+            builder.add_node(name, node)
+        builder.add_edge(START, "recall_support")
+        builder.add_edge("recall_support", "recall_billing")
+        builder.add_edge("recall_billing", "model")
+        builder.add_edge("model", "record_support")
+        builder.add_edge("record_support", "record_billing")
+        builder.add_edge("record_billing", END)
+        graph = builder.compile()
+        llm.fallback = Reply.text("Create a second key.")
+
+        # Both would share state["episodic"]: billing's recall would hide support's block, and
+        # billing's record would be skipped as done. Refused at the second recall instead.
+        with pytest.raises(ConfigurationError, match="namespace 'support'"):
+            await graph.ainvoke(ask("How do I rotate the billing API key?"))
+        assert llm.requests == []
+        assert (await support.load(), await billing.load()) == ([], [])
+
     async def test_check_node_verdict_and_lesson_reach_the_next_run(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:

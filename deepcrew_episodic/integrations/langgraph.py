@@ -88,8 +88,8 @@ class EpisodicRun(TypedDict, total=False):
     """What memory did in the current turn, under ``state["episodic"]``.
 
     Written by the recall step: ``query`` (the user's message recalled for), ``block`` (the
-    text shown to the model, ``""`` when nothing was recalled), ``recalled_ids`` and
-    ``recall_error``. Written by the record step: ``recorded_id`` (the episode to grade later;
+    text shown to the model, ``""`` when nothing was recalled), ``recalled_ids``,
+    ``recall_error`` and ``namespace`` (the memory's). Written by the record step: ``recorded_id`` (the episode to grade later;
     ``None`` when nothing was stored) and ``record_error``. Yours to write from a check node
     before the record step: ``outcome`` (a verified outcome), ``score`` (in [0, 1]; alone, it
     stands for an outcome: ``success`` from 0.7, ``failure`` below 0.3) and ``lesson`` (one
@@ -97,6 +97,7 @@ class EpisodicRun(TypedDict, total=False):
     """
 
     turn: str
+    namespace: str
     query: str
     block: str
     recalled_ids: list[str]
@@ -196,6 +197,17 @@ class EpisodicNodes:
         thread kept by a checkpointer starts each turn afresh."""
         messages = _messages(state)
         turn, query = _last_user(messages)
+        run = _run(state)
+        theirs = run.get("namespace")
+        if run.get("turn") == turn and theirs is not None and theirs != self.memory.namespace:
+            # A second memory's nodes in one graph: both would keep their turn in the one
+            # "episodic" key, the second recall hiding the first's block and the second record
+            # skipped as already done. Said now, before anything is lost.
+            raise ConfigurationError(
+                f"this turn was already recalled from the memory of namespace {theirs!r}: "
+                "a graph takes the nodes of one EpisodicMemory (its state has one "
+                "'episodic' key)"
+            )
         return {"episodic": await self._recall(turn, query)}
 
     def model_input(self, state: Any) -> list[BaseMessage]:
@@ -345,6 +357,7 @@ class EpisodicNodes:
         recalled = await self.hook.before_run([], query=query)
         return {
             "turn": turn,
+            "namespace": self.memory.namespace,
             "query": query,
             "block": recalled.block,
             "recalled_ids": [e.id for e in recalled.episodes if e.id],
