@@ -399,17 +399,27 @@ class TestHandMadeGraph:
         [graded] = await memory.load()
         assert graded.outcome == "success"
 
-    async def test_a_bad_verdict_in_the_state_is_a_clear_error(
+    async def test_a_bad_verdict_in_the_state_is_a_clear_error_and_the_answer_ungraded(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:
         async def check(state: EpisodicState) -> dict[str, Any]:
             return {"episodic": {"outcome": "great"}}
 
-        graph = hand_made(llm, EpisodicNodes(memory), check)
-        llm.script(Reply.text("Create a second key."))
+        nodes = EpisodicNodes(memory)
+        graph = hand_made(llm, nodes, check)
+        llm.script(Reply.text("Create a second key."), Reply.text("Create a second key."))
         with pytest.raises(ConfigurationError, match=r"outcome.*not 'great'"):
             await graph.ainvoke(ask("How do I rotate the billing API key?"))
-        assert await memory.load() == []
+        # The check graded nothing: the answer is kept ungraded, never the agent's failure,
+        # also when the nodes' own runner sees the error leave the graph (recorded once).
+        with pytest.raises(ConfigurationError, match=r"outcome.*not 'great'") as raised:
+            await nodes.ainvoke(graph, ask("How do I rotate the billing API key?"))
+        episodes = await memory.load()
+        assert [(e.outcome, e.tags) for e in episodes] == [("unknown", ["unverified"])] * 2
+        assert episodes[-1].response.startswith(
+            "Create a second key.\nNot graded: the verifier failed with ConfigurationError: "
+        )
+        assert f"unknown episode {episodes[-1].id} recorded, ungraded" in raised.value.__notes__
 
     async def test_memory_outage_leaves_the_answer_intact(self, llm: ScriptedLLM) -> None:
         provider = FlakyProvider()

@@ -381,7 +381,18 @@ class EpisodicNodes:
                 outcome="failure",
                 tools_used=tools,
             )
-        outcome, score, lesson = _verdict(run)
+        try:
+            outcome, score, lesson = _verdict(run)
+        except ConfigurationError as exc:
+            # A check that wrote no valid verdict graded nothing: the answer is kept ungraded
+            # (the runner's rule for a verifier that returns no Verdict), never recorded as the
+            # agent's failure, and the mistake is raised (marked, so ainvoke does not record
+            # it again as a failed run).
+            ungraded = await self.hook.unverified(query, answer, exc, tools_used=tools)
+            setattr(exc, _RECORDED, True)
+            if ungraded.id is not None:
+                exc.add_note(f"unknown episode {ungraded.id} recorded, ungraded")
+            raise
         if outcome is None and score is None and self.verifier is not None:
             try:
                 verdict = self.verifier(query, answer)
