@@ -5,8 +5,13 @@ hand-made StateGraph."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import sysconfig
 import warnings
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import anyio
@@ -951,3 +956,38 @@ def test_offline_example_runs() -> None:
     assert "checked run: outcome=failure score=0.1" in out
     assert 'lesson: "Revoke the old key only after every client uses the new one."' in out
     assert "from the user's follow-up" in out
+
+
+@pytest.mark.parametrize(
+    ("hidden", "module", "hint"),
+    [
+        ("langgraph", "langgraph", "pip install 'deepcrew-episodic[langgraph]'"),
+        ("langchain_core", "langgraph", "pip install 'deepcrew-episodic[langgraph]'"),
+        ("langchain", "langchain", "pip install 'deepcrew-episodic[langgraph]'"),
+        ("langgraph", "langchain", "pip install 'deepcrew-episodic[langgraph]'"),
+    ],
+)
+def test_without_the_framework_the_import_names_the_install_command(
+    hidden: str, module: str, hint: str, tmp_path: Path
+) -> None:
+    # An environment without the package: site-packages seen through a folder that lacks it
+    # (nothing of ours is patched; the import fails as it would on a user's machine).
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():
+        if entry.name != hidden and entry.suffix != ".pth":
+            os.symlink(entry, tmp_path / entry.name)
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        f"import sys\nsys.path[:] = [p for p in sys.path if 'site-packages' not in p]"
+        f" + [{str(tmp_path)!r}, {str(root)!r}]\n"
+        "try:\n"
+        f"    import deepcrew_episodic.integrations.{module}\n"
+        "except ImportError as exc:\n"
+        "    from deepcrew_episodic import MissingDependencyError\n"
+        "    print(isinstance(exc, MissingDependencyError), exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.startswith("True "), done.stdout + done.stderr
+    assert hint in done.stdout
