@@ -901,6 +901,46 @@ class TestCreateAgent:
         assert state["episodic"]["recorded_id"] is None
         assert "took longer than 0.5 s" in (state["episodic"]["record_error"] or "")
 
+    @pytest.mark.parametrize("recovery", ["retry", "fallback"])
+    async def test_a_model_error_a_middleware_around_it_recovers_from_is_not_recorded(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any, recovery: str
+    ) -> None:
+        from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
+
+        around = (
+            ModelRetryMiddleware(max_retries=1, initial_delay=0.01, jitter=False)
+            if recovery == "retry"
+            else ModelFallbackMiddleware(chat(llm))
+        )
+        agent = create_agent(chat(llm), [], middleware=[around, middleware(memory)])
+        llm.script(Reply.error(503, "overloaded"), Reply.text("Create a second key first."))
+        state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Create a second key first."
+        # The outage was recovered from: the run is its answer, not an abandoned run too.
+        [episode] = await memory.load()
+        assert episode.id == state["episodic"]["recorded_id"]
+        assert (episode.outcome, episode.response) == (
+            "claimed_success",
+            "Create a second key first.",
+        )
+
+    async def test_a_tool_error_a_middleware_around_it_recovers_from_is_not_recorded(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
+    ) -> None:
+        from langchain.agents.middleware import ToolRetryMiddleware
+
+        retry = ToolRetryMiddleware(max_retries=1, initial_delay=0.01, jitter=False)
+        agent = create_agent(chat(llm), [broken_lookup], middleware=[retry, middleware(memory)])
+        llm.script(
+            Reply.tool_call("broken_lookup", {"topic": "keys"}),
+            Reply.text("The runbook is down; create a second key first."),
+        )
+        state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert episode.id == state["episodic"]["recorded_id"]
+        assert episode.outcome == "claimed_success"
+        assert episode.tools_used == ["broken_lookup"]
+
     async def test_provider_outage_is_abandoned_and_recorded_once(
         self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
     ) -> None:
