@@ -509,6 +509,28 @@ async def test_an_output_guardrail_that_crashes_leaves_the_answer_ungraded(
     )
 
 
+@input_guardrail
+def screens_with_a_service(
+    ctx: RunContextWrapper[Any], agent: Agent[Any], input: Any
+) -> GuardrailFunctionOutput:
+    raise ConnectionError("screening service down")
+
+
+async def test_an_input_guardrail_that_crashes_is_not_the_tasks_failure(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.fallback = Reply.text("Order 7 shipped.")  # the model may run alongside the guardrail
+    agent = make_agent(model, input_guardrails=[screens_with_a_service])
+    with pytest.raises(ConnectionError, match="screening service down"):
+        await run(agent, ASK, memory=memory)
+    [episode] = await memory.load()
+    assert (episode.outcome, episode.tags) == ("unknown", ["unverified"])
+    assert episode.response == (
+        "Not graded: the verifier failed with ConnectionError: screening service down"
+    )
+
+
 class Shipment(BaseModel):
     order_id: int
     carrier: str

@@ -44,6 +44,7 @@ from deepcrew_episodic import (
 try:
     from agents import (
         Agent,
+        InputGuardrail,
         InputGuardrailTripwireTriggered,
         ItemHelpers,
         OutputGuardrail,
@@ -145,8 +146,8 @@ async def run(
     - a guardrail tripped (``InputGuardrailTripwireTriggered``,
       ``OutputGuardrailTripwireTriggered``): ``failure``, naming the guardrail and what it
       reported; the exception is re-raised.
-    - an output guardrail raised (its own exception, not a tripwire): the answer it was
-      checking, ungraded (``unknown``, tag ``unverified``); the exception is re-raised.
+    - a guardrail raised (its own exception, not a tripwire): the answer an output guardrail
+      was checking, ungraded (``unknown``, tag ``unverified``); the exception is re-raised.
     - any other exception: ``failure`` naming the error, or ``abandoned`` (tag
       ``infrastructure``) when the model provider could not be used (unreachable, timed out,
       rate-limited, overloaded, refusing the key); the exception is re-raised with a note
@@ -465,10 +466,11 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
         return await hook.after_run(
             query, f"{text}\nAnswer: {answer}", outcome="failure", tools_used=tools
         )
-    crashed = _crashed_output_guardrail(error)
+    crashed = _crashed_guardrail(error)
     if crashed is not None:
-        # The guardrail judged nothing: the answer it was checking is recorded ungraded, as the
-        # runner records an answer whose verifier failed (never as the agent's failure).
+        # The guardrail judged nothing: the answer it was checking (none for an input
+        # guardrail) is recorded ungraded, as the runner records an answer whose verifier
+        # failed, never as the agent's failure.
         return await hook.unverified(query, _output_text(crashed), error, tools_used=tools)
     if isinstance(error, InputGuardrailTripwireTriggered):
         refused = error.guardrail_result
@@ -487,14 +489,17 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
     return await hook.failed(query, error, partial_response=partial, tools_used=tools)
 
 
-def _crashed_output_guardrail(error: BaseException) -> Any | None:
-    """The output an output guardrail was checking when it raised *error* (``None`` when
-    *error* did not come out of one). The SDK lets a guardrail's own exception through as it
-    is, so the traceback is what tells: a frame of ``OutputGuardrail.run``."""
+def _crashed_guardrail(error: BaseException) -> Any | None:
+    """The output a guardrail was checking when it raised *error* (``""`` for an input
+    guardrail; ``None`` when *error* did not come out of a guardrail). The SDK lets a
+    guardrail's own exception through as it is, so the traceback is what tells: a frame of
+    ``OutputGuardrail.run`` or ``InputGuardrail.run``."""
     for frame, _line in traceback.walk_tb(error.__traceback__):
         if frame.f_code is OutputGuardrail.run.__code__:
             output = frame.f_locals.get("agent_output")
             return "" if output is None else output
+        if frame.f_code is InputGuardrail.run.__code__:
+            return ""
     return None
 
 
