@@ -134,6 +134,10 @@ class EpisodicHook:
         does not fit is skipped whole).
     recall_timeout:
         Seconds to wait for recall before going on without it (``None``: no limit).
+    record_timeout:
+        Seconds to wait for a record (its reflection and embedding included) before giving
+        it up as a record failure, so that a store that hangs cannot hold the run's answer
+        back (``None``: no limit).
     tags:
         Added to every recorded episode.
 
@@ -156,10 +160,14 @@ class EpisodicHook:
         max_block_chars: int | None = None,
         recall_timeout: float | None = 10.0,
         tags: Sequence[str] = (),
+        record_timeout: float | None = 60.0,
     ) -> None:
         top_k = optional_integer("top_k", top_k, minimum=1)
         recall_timeout = optional_number(
             "recall_timeout", recall_timeout, minimum=0, exclusive_minimum=True
+        )
+        record_timeout = optional_number(
+            "record_timeout", record_timeout, minimum=0, exclusive_minimum=True
         )
         max_block_chars = optional_integer("max_block_chars", max_block_chars, minimum=0)
         self.memory = memory
@@ -168,6 +176,7 @@ class EpisodicHook:
         self.top_k = top_k
         self.max_block_chars = max_block_chars
         self.recall_timeout = recall_timeout
+        self.record_timeout = record_timeout
         self.tags = list(tags)
 
     async def before_run(
@@ -381,7 +390,12 @@ class EpisodicHook:
 
     async def _store(self, episode: Episode) -> Recorded:
         try:
-            stored = await self.memory.record(episode)
+            # A deadline of its own (not fail_after): a TimeoutError raised inside record (an
+            # embedder's) keeps its own message.
+            with anyio.move_on_after(self.record_timeout) as deadline:
+                stored = await self.memory.record(episode)
+            if deadline.cancelled_caught:
+                raise TimeoutError(f"the record took longer than {self.record_timeout:g} s")
         except Exception as exc:
             return await self._failed_record(episode.outcome, exc)
         event = await self._emit(

@@ -177,6 +177,25 @@ async def test_a_hanging_backend_is_a_bounded_recall_failure() -> None:
     assert [e.event for e in events] == [EventType.EPISODE_RECALL_FAILED]
 
 
+class StuckWrites(InMemoryProvider):
+    async def increment_and_write(self, key: str, then: object, **options: object) -> int:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_a_hanging_store_is_a_bounded_record_failure() -> None:
+    memory = EpisodicMemory(StuckWrites())
+    events: list[StreamEvent] = []
+    hook = EpisodicHook(memory, on_event=events.append, record_timeout=0.2)
+    with anyio.fail_after(5):
+        recorded = await hook.after_run("rotate the key", "made a second key")
+    assert recorded.id is None
+    assert recorded.error == "TimeoutError: the record took longer than 0.2 s"
+    assert memory.counters.record_failures == 1
+    assert [e.event for e in events] == [EventType.EPISODE_RECORD_FAILED]
+    assert await memory.load() == []
+
+
 @pytest.mark.parametrize(
     ("score", "outcome"), [(0.7, "success"), (0.69, "partial"), (None, "unknown")]
 )
@@ -229,6 +248,8 @@ def test_hook_settings_are_checked() -> None:
         EpisodicHook(memory, top_k=0)
     with pytest.raises(ConfigurationError, match="recall_timeout"):
         EpisodicHook(memory, recall_timeout=0)
+    with pytest.raises(ConfigurationError, match="record_timeout"):
+        EpisodicHook(memory, record_timeout=-1)
     for bad in (-1, 1.5, True, "100"):
         with pytest.raises(ConfigurationError, match="max_block_chars"):
             EpisodicHook(memory, max_block_chars=bad)  # type: ignore[arg-type]

@@ -5,8 +5,13 @@ hand-made StateGraph."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import sysconfig
 import warnings
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import anyio
@@ -20,6 +25,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.warnings import LangGraphDeprecatedSinceV10
 from llm_server import Reply, ScriptedLLM
 from test_examples import run_example
+from test_runner import HangingProvider
 
 from deepcrew_episodic import (
     ConfigurationError,
@@ -258,6 +264,22 @@ class TestPrebuiltAgent:
         assert "recording the claimed_success episode failed" in caplog.text
         assert all(blocks_in(r) == 0 for r in llm.requests)
 
+    async def test_a_store_that_hangs_cannot_hold_the_answer_back(self, llm: ScriptedLLM) -> None:
+        provider = HangingProvider()
+        provider.hang_writes = True
+        memory = EpisodicMemory(provider, namespace="support")
+        nodes = EpisodicNodes(memory, record_timeout=0.5)
+        agent = react_agent(llm, nodes)
+        llm.script(Reply.text("Create a second key first."))
+        with anyio.fail_after(10):
+            state = await nodes.ainvoke(agent, ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Create a second key first."
+        assert state["episodic"]["recorded_id"] is None
+        assert state["episodic"]["record_error"] == (
+            "TimeoutError: the record took longer than 0.5 s"
+        )
+        assert memory.counters.record_failures == 1
+
     async def test_a_thread_recalls_on_each_new_turn(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:
@@ -293,6 +315,42 @@ class TestPrebuiltAgent:
 
 
 class TestHandMadeGraph:
+    async def test_a_second_memorys_nodes_in_one_graph_are_refused_before_anything_is_lost(
+        self, llm: ScriptedLLM
+    ) -> None:
+        support = EpisodicMemory(InMemoryProvider(), namespace="support")
+        billing = EpisodicMemory(InMemoryProvider(), namespace="billing")
+        first, second = EpisodicNodes(support), EpisodicNodes(billing)
+        model = chat(llm)
+
+        async def call_model(state: EpisodicState) -> dict[str, Any]:
+            return {"messages": [await model.ainvoke(second.model_input(state))]}
+
+        builder = StateGraph(EpisodicState)
+        for name, node in [
+            ("recall_support", first.recall),
+            ("recall_billing", second.recall),
+            ("model", call_model),
+            ("record_support", first.record),
+            ("record_billing", second.record),
+        ]:
+            builder.add_node(name, node)
+        builder.add_edge(START, "recall_support")
+        builder.add_edge("recall_support", "recall_billing")
+        builder.add_edge("recall_billing", "model")
+        builder.add_edge("model", "record_support")
+        builder.add_edge("record_support", "record_billing")
+        builder.add_edge("record_billing", END)
+        graph = builder.compile()
+        llm.fallback = Reply.text("Create a second key.")
+
+        # Both would share state["episodic"]: billing's recall would hide support's block, and
+        # billing's record would be skipped as done. Refused at the second recall instead.
+        with pytest.raises(ConfigurationError, match="namespace 'support'"):
+            await graph.ainvoke(ask("How do I rotate the billing API key?"))
+        assert llm.requests == []
+        assert (await support.load(), await billing.load()) == ([], [])
+
     async def test_check_node_verdict_and_lesson_reach_the_next_run(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:
@@ -346,17 +404,27 @@ class TestHandMadeGraph:
         [graded] = await memory.load()
         assert graded.outcome == "success"
 
-    async def test_a_bad_verdict_in_the_state_is_a_clear_error(
+    async def test_a_bad_verdict_in_the_state_is_a_clear_error_and_the_answer_ungraded(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:
         async def check(state: EpisodicState) -> dict[str, Any]:
             return {"episodic": {"outcome": "great"}}
 
-        graph = hand_made(llm, EpisodicNodes(memory), check)
-        llm.script(Reply.text("Create a second key."))
+        nodes = EpisodicNodes(memory)
+        graph = hand_made(llm, nodes, check)
+        llm.script(Reply.text("Create a second key."), Reply.text("Create a second key."))
         with pytest.raises(ConfigurationError, match=r"outcome.*not 'great'"):
             await graph.ainvoke(ask("How do I rotate the billing API key?"))
-        assert await memory.load() == []
+        # The check graded nothing: the answer is kept ungraded, never the agent's failure,
+        # also when the nodes' own runner sees the error leave the graph (recorded once).
+        with pytest.raises(ConfigurationError, match=r"outcome.*not 'great'") as raised:
+            await nodes.ainvoke(graph, ask("How do I rotate the billing API key?"))
+        episodes = await memory.load()
+        assert [(e.outcome, e.tags) for e in episodes] == [("unknown", ["unverified"])] * 2
+        assert episodes[-1].response.startswith(
+            "Create a second key.\nNot graded: the verifier failed with ConfigurationError: "
+        )
+        assert f"unknown episode {episodes[-1].id} recorded, ungraded" in raised.value.__notes__
 
     async def test_memory_outage_leaves_the_answer_intact(self, llm: ScriptedLLM) -> None:
         provider = FlakyProvider()
@@ -819,6 +887,60 @@ class TestCreateAgent:
         assert state["episodic"]["recorded_id"] is None
         assert (memory.counters.recall_failures, memory.counters.record_failures) == (1, 1)
 
+    async def test_a_store_that_hangs_cannot_hold_the_answer_back(
+        self, llm: ScriptedLLM, create_agent: Any
+    ) -> None:
+        provider = HangingProvider()
+        provider.hang_writes = True
+        memory = EpisodicMemory(provider, namespace="support")
+        agent = create_agent(chat(llm), [], middleware=[middleware(memory, record_timeout=0.5)])
+        llm.script(Reply.text("Create a second key first."))
+        with anyio.fail_after(10):
+            state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Create a second key first."
+        assert state["episodic"]["recorded_id"] is None
+        assert "took longer than 0.5 s" in (state["episodic"]["record_error"] or "")
+
+    @pytest.mark.parametrize("recovery", ["retry", "fallback"])
+    async def test_a_model_error_a_middleware_around_it_recovers_from_is_not_recorded(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any, recovery: str
+    ) -> None:
+        from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
+
+        around = (
+            ModelRetryMiddleware(max_retries=1, initial_delay=0.01, jitter=False)
+            if recovery == "retry"
+            else ModelFallbackMiddleware(chat(llm))
+        )
+        agent = create_agent(chat(llm), [], middleware=[around, middleware(memory)])
+        llm.script(Reply.error(503, "overloaded"), Reply.text("Create a second key first."))
+        state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        assert state["messages"][-1].content == "Create a second key first."
+        # The outage was recovered from: the run is its answer, not an abandoned run too.
+        [episode] = await memory.load()
+        assert episode.id == state["episodic"]["recorded_id"]
+        assert (episode.outcome, episode.response) == (
+            "claimed_success",
+            "Create a second key first.",
+        )
+
+    async def test_a_tool_error_a_middleware_around_it_recovers_from_is_not_recorded(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
+    ) -> None:
+        from langchain.agents.middleware import ToolRetryMiddleware
+
+        retry = ToolRetryMiddleware(max_retries=1, initial_delay=0.01, jitter=False)
+        agent = create_agent(chat(llm), [broken_lookup], middleware=[retry, middleware(memory)])
+        llm.script(
+            Reply.tool_call("broken_lookup", {"topic": "keys"}),
+            Reply.text("The runbook is down; create a second key first."),
+        )
+        state = await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert episode.id == state["episodic"]["recorded_id"]
+        assert episode.outcome == "claimed_success"
+        assert episode.tools_used == ["broken_lookup"]
+
     async def test_provider_outage_is_abandoned_and_recorded_once(
         self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
     ) -> None:
@@ -874,3 +996,38 @@ def test_offline_example_runs() -> None:
     assert "checked run: outcome=failure score=0.1" in out
     assert 'lesson: "Revoke the old key only after every client uses the new one."' in out
     assert "from the user's follow-up" in out
+
+
+@pytest.mark.parametrize(
+    ("hidden", "module", "hint"),
+    [
+        ("langgraph", "langgraph", "pip install 'deepcrew-episodic[langgraph]'"),
+        ("langchain_core", "langgraph", "pip install 'deepcrew-episodic[langgraph]'"),
+        ("langchain", "langchain", "pip install 'deepcrew-episodic[langgraph]'"),
+        ("langgraph", "langchain", "pip install 'deepcrew-episodic[langgraph]'"),
+    ],
+)
+def test_without_the_framework_the_import_names_the_install_command(
+    hidden: str, module: str, hint: str, tmp_path: Path
+) -> None:
+    # An environment without the package: site-packages seen through a folder that lacks it
+    # (nothing of ours is patched; the import fails as it would on a user's machine).
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():
+        if entry.name != hidden and entry.suffix != ".pth":
+            os.symlink(entry, tmp_path / entry.name)
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        f"import sys\nsys.path[:] = [p for p in sys.path if 'site-packages' not in p]"
+        f" + [{str(tmp_path)!r}, {str(root)!r}]\n"
+        "try:\n"
+        f"    import deepcrew_episodic.integrations.{module}\n"
+        "except ImportError as exc:\n"
+        "    from deepcrew_episodic import MissingDependencyError\n"
+        "    print(isinstance(exc, MissingDependencyError), exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.startswith("True "), done.stdout + done.stderr
+    assert hint in done.stdout

@@ -37,7 +37,7 @@ from llm_server import Reply, ScriptedLLM
 from pydantic import BaseModel
 from test_docs_run import RUNNER, fenced_blocks
 from test_examples import run_example
-from test_runner import FlakyProvider
+from test_runner import FlakyProvider, HangingProvider
 
 from deepcrew_episodic import (
     ConfigurationError,
@@ -472,6 +472,65 @@ async def test_a_verifier_that_fails_records_the_answer_unverified(
         await run(make_agent(model), ASK, memory=memory, verifier=lambda t, r: "fine")
 
 
+@output_guardrail
+async def asks_a_grading_service(
+    ctx: RunContextWrapper[Any], agent: Agent[Any], output: str
+) -> GuardrailFunctionOutput:
+    raise ConnectionError("grading service down")
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_an_output_guardrail_that_crashes_leaves_the_answer_ungraded(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel, streamed: bool
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Order 7 shipped with DHL."))
+    agent = make_agent(model, output_guardrails=[asks_a_grading_service])
+
+    async def drive() -> None:
+        if streamed:
+            async for _ in run_streamed(agent, ASK, memory=memory).stream_events():
+                pass
+        else:
+            await run(agent, ASK, memory=memory)
+
+    with pytest.raises(ConnectionError, match="grading service down") as raised:
+        await drive()
+    [episode] = await memory.load()
+    # Nobody judged the answer: not the agent's failure, and not a verified anything.
+    assert episode.outcome == "unknown"
+    assert episode.tags == ["unverified"]
+    assert episode.response == (
+        "Order 7 shipped with DHL.\n"
+        "Not graded: the verifier failed with ConnectionError: grading service down"
+    )
+    assert f"deepcrew-episodic recorded this run as episode {episode.id}" in (
+        raised.value.__notes__
+    )
+
+
+@input_guardrail
+def screens_with_a_service(
+    ctx: RunContextWrapper[Any], agent: Agent[Any], input: Any
+) -> GuardrailFunctionOutput:
+    raise ConnectionError("screening service down")
+
+
+async def test_an_input_guardrail_that_crashes_is_not_the_tasks_failure(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.fallback = Reply.text("Order 7 shipped.")  # the model may run alongside the guardrail
+    agent = make_agent(model, input_guardrails=[screens_with_a_service])
+    with pytest.raises(ConnectionError, match="screening service down"):
+        await run(agent, ASK, memory=memory)
+    [episode] = await memory.load()
+    assert (episode.outcome, episode.tags) == ("unknown", ["unverified"])
+    assert episode.response == (
+        "Not graded: the verifier failed with ConnectionError: screening service down"
+    )
+
+
 class Shipment(BaseModel):
     order_id: int
     carrier: str
@@ -834,6 +893,26 @@ async def test_a_memory_outage_leaves_the_answer_intact(
     assert "episodic recall failed" in caplog.text
     assert "recording the claimed_success episode failed" in caplog.text
     assert "## Relevant past experience" not in llm.requests[0].system_text
+
+
+async def test_a_store_that_hangs_cannot_hold_the_answer_back(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    provider = HangingProvider()
+    provider.hang_writes = True
+    memory = EpisodicMemory(provider)
+    hook = EpisodicHook(memory, record_timeout=0.5)
+    llm.script(Reply.text("Order 7 shipped."), Reply.text("Order 7 shipped."))
+    with anyio.fail_after(10):
+        done = await run(make_agent(model), ASK, memory=hook)
+        streamed = run_streamed(make_agent(model), ASK, memory=hook)
+        async for _ in streamed.stream_events():
+            pass
+    for outcome in (done, streamed):
+        assert outcome.final_output == "Order 7 shipped."
+        assert outcome.recorded_id is None
+        assert outcome.record_error == "TimeoutError: the record took longer than 0.5 s"
+    assert memory.counters.record_failures == 2
 
 
 async def test_a_failed_run_whose_record_fails_raises_the_runs_own_error(

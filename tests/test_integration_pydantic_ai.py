@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from llm_server import RecordedRequest, Reply, ScriptedLLM
 from pydantic import BaseModel
@@ -43,7 +44,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from test_examples import run_example
-from test_runner import FlakyProvider
+from test_runner import FlakyProvider, HangingProvider
 
 from deepcrew_episodic import ConfigurationError, EpisodicMemory, EventType, StreamEvent
 from deepcrew_episodic._reflect import SYSTEM_PROMPT as REFLECTION_PROMPT
@@ -238,6 +239,47 @@ async def test_answers_the_validator_kept_rejecting_are_a_verified_failure(
     # a verified failure is what "what failed?" finds first
     [found] = await memory.recall(ROTATE, outcome="failure")
     assert found.id == run.recorded_id
+
+
+async def test_a_validator_that_crashes_leaves_the_answer_ungraded_not_failed(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    agent = Agent(model, capabilities=[episodic])
+
+    @agent.output_validator
+    def grade_with_a_service(output: str) -> str:
+        raise ConnectionError("grading service down")
+
+    llm.script(Reply.text("Make key-2, then revoke key-1."))
+    with pytest.raises(ConnectionError, match="grading service down") as raised:
+        await agent.run(ROTATE)
+
+    run = episodic.episodes_of(raised.value)
+    assert run.recorded is not None
+    assert run.outcome == "unknown"  # nobody graded the answer: not the agent's failure
+    assert run.recorded.tags == ["unverified"]
+    assert run.recorded.response == (
+        "Make key-2, then revoke key-1.\n"
+        "Not graded: the verifier failed with ConnectionError: grading service down"
+    )
+    assert f"unknown episode {run.recorded_id} recorded" in raised.value.__notes__
+
+
+async def test_an_output_function_that_crashes_is_the_runs_failure(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    def send_reply(text: str) -> str:
+        raise RuntimeError("mail server refused")
+
+    memory = EpisodicMemory(InMemoryProvider())
+    episodic = EpisodicMemoryCapability(memory)
+    agent = Agent(model, output_type=send_reply, capabilities=[episodic])
+    llm.script(Reply.tool_call("final_result", {"text": "Make key-2."}))
+    with pytest.raises(RuntimeError, match="mail server refused") as raised:
+        await agent.run(ROTATE)
+    assert episodic.episodes_of(raised.value).outcome == "failure"
 
 
 async def test_an_answer_nothing_checked_is_a_claim(
@@ -480,6 +522,24 @@ async def test_a_memory_outage_leaves_the_runs_answer_intact(
     assert memory.counters.record_failures == 1
     assert "episodic recall failed" in caplog.text
     assert BLOCK not in agent_requests(llm)[-1].system_text
+
+
+async def test_a_store_that_hangs_cannot_hold_the_answer_back(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    provider = HangingProvider()
+    provider.hang_writes = True
+    memory = EpisodicMemory(provider)
+    episodic = EpisodicMemoryCapability(memory, record_timeout=0.5)
+    agent = Agent(model, capabilities=[episodic])
+    llm.script(Reply.text("Create key-2 first."))
+    with anyio.fail_after(10):
+        result = await agent.run(ROTATE)
+    assert result.output == "Create key-2 first."
+    run = episodic.episodes_of(result)
+    assert run.recorded is None
+    assert run.record_error == "TimeoutError: the record took longer than 0.5 s"
+    assert memory.counters.record_failures == 1
 
 
 async def test_a_failed_run_with_a_memory_outage_raises_its_own_error(

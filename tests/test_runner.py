@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
+import anyio
 import litellm
 import pytest
 from llm_server import Reply, ScriptedLLM
@@ -85,6 +86,44 @@ class FlakyProvider(InMemoryProvider):
     async def increment(self, key: str, **options: Any) -> int:
         # forwards whatever keywords the provider API takes (initial=, repair=, ...)
         self._check(self.fail_writes)
+        return await super().increment(key, **options)
+
+
+class HangingProvider(FlakyProvider):
+    """A real provider whose writes, once ``hang_writes`` is set, never answer (a store that
+    hangs: a lost connection with no timeout of its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang_writes = False
+
+    async def _hang(self) -> None:
+        if self.hang_writes:
+            await anyio.sleep_forever()
+
+    async def store(self, key: str, value: str) -> None:
+        await self._hang()
+        await super().store(key, value)
+
+    async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
+        await self._hang()
+        await super().write(items, delete)
+
+    async def write_if(
+        self,
+        expect: Mapping[str, str | None],
+        items: Mapping[str, str],
+        delete: Collection[str] = (),
+    ) -> bool:
+        await self._hang()
+        return await super().write_if(expect, items, delete)
+
+    async def increment_and_write(self, key: str, then: Any, **options: Any) -> int:
+        await self._hang()
+        return await super().increment_and_write(key, then, **options)
+
+    async def increment(self, key: str, **options: Any) -> int:
+        await self._hang()
         return await super().increment(key, **options)
 
 

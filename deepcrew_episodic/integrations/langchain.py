@@ -12,6 +12,8 @@ could not be used) before the error goes on. The recalled and recorded ids are i
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, NotRequired
 
@@ -38,6 +40,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = ["EpisodicMiddleware", "EpisodicMiddlewareState"]
+
+log = logging.getLogger("deepcrew_episodic")
+
+# Failures recorded and not yet known to be fatal, kept for this many turns at most (a turn
+# whose error ended the run never comes back to claim its entry).
+PENDING_TURNS = 1024
 
 
 class EpisodicMiddlewareState(AgentState[Any]):
@@ -72,6 +80,7 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
         top_k: int | None = None,
         max_block_chars: int | None = None,
         recall_timeout: float | None = 10.0,
+        record_timeout: float | None = 60.0,
         tags: Sequence[str] = (),
         on_event: Callable[[StreamEvent], Any] | None = None,
     ) -> None:
@@ -83,10 +92,42 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
             top_k=top_k,
             max_block_chars=max_block_chars,
             recall_timeout=recall_timeout,
+            record_timeout=record_timeout,
             tags=tags,
             on_event=on_event,
         )
         self.tools = []
+        # turn -> the failure episode recorded in it: withdrawn if the turn goes on, because
+        # a middleware around this one (a retry, a fallback model) recovered from the error.
+        self._pending: OrderedDict[str, str] = OrderedDict()
+
+    async def _record_failure(self, state: Any, error: Exception) -> None:
+        recorded = await self.nodes.failed(state, error)
+        turn = _turn(state)
+        if recorded is not None and recorded.id is not None and turn:
+            self._pending[turn] = recorded.id
+            while len(self._pending) > PENDING_TURNS:
+                self._pending.popitem(last=False)
+
+    async def _went_on(self, state: Any) -> None:
+        """The turn goes on after a failure this middleware recorded: the error did not end
+        the run (a retry or fallback middleware around this one recovered from it), so the
+        failure episode is withdrawn; the run is recorded when it ends."""
+        turn = _turn(state)
+        withdrawn = self._pending.pop(turn, None) if turn else None
+        if withdrawn is None:
+            return
+        try:
+            await self.nodes.memory.forget(withdrawn)
+        except Exception as exc:  # the episode stays: a run recorded twice, not a lost one
+            self.nodes.memory.counters.record_failures += 1
+            log.warning(
+                "withdrawing the recovered failure episode %s failed (%s)",
+                withdrawn,
+                type(exc).__name__,
+            )
+        else:
+            log.info("the run recovered from the failure recorded as %s: withdrawn", withdrawn)
 
     async def abefore_agent(
         self, state: EpisodicMiddlewareState, runtime: Runtime[Any]
@@ -98,6 +139,7 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
+        await self._went_on(request.state)
         run = request.state.get("episodic") or {}
         block = run.get("block") if isinstance(run, dict) else None
         if block:
@@ -106,7 +148,7 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
         try:
             return await handler(request)
         except Exception as exc:
-            await self.nodes.failed(request.state, exc)
+            await self._record_failure(request.state, exc)
             raise
 
     async def awrap_tool_call(
@@ -114,15 +156,17 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
+        await self._went_on(request.state)
         try:
             return await handler(request)
         except Exception as exc:
-            await self.nodes.failed(_with_call(request), exc)
+            await self._record_failure(_with_call(request), exc)
             raise
 
     async def aafter_agent(
         self, state: EpisodicMiddlewareState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
+        await self._went_on(state)
         return await self.nodes.record(state)
 
     # Memory is async: a synchronous run would silently go without it.
@@ -138,6 +182,12 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
 
 
 _SYNC = "EpisodicMiddleware is async: run the agent with ainvoke or astream, not invoke or stream"
+
+
+def _turn(state: Any) -> str | None:
+    run = state.get("episodic") if isinstance(state, dict) else None
+    turn = run.get("turn") if isinstance(run, dict) else None
+    return turn if isinstance(turn, str) and turn else None
 
 
 def _with_call(request: ToolCallRequest) -> dict[str, Any]:

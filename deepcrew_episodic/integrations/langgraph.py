@@ -88,8 +88,8 @@ class EpisodicRun(TypedDict, total=False):
     """What memory did in the current turn, under ``state["episodic"]``.
 
     Written by the recall step: ``query`` (the user's message recalled for), ``block`` (the
-    text shown to the model, ``""`` when nothing was recalled), ``recalled_ids`` and
-    ``recall_error``. Written by the record step: ``recorded_id`` (the episode to grade later;
+    text shown to the model, ``""`` when nothing was recalled), ``recalled_ids``,
+    ``recall_error`` and ``namespace`` (the memory's). Written by the record step: ``recorded_id`` (the episode to grade later;
     ``None`` when nothing was stored) and ``record_error``. Yours to write from a check node
     before the record step: ``outcome`` (a verified outcome), ``score`` (in [0, 1]; alone, it
     stands for an outcome: ``success`` from 0.7, ``failure`` below 0.3) and ``lesson`` (one
@@ -97,6 +97,7 @@ class EpisodicRun(TypedDict, total=False):
     """
 
     turn: str
+    namespace: str
     query: str
     block: str
     recalled_ids: list[str]
@@ -140,7 +141,7 @@ class EpisodicNodes:
     ----------
     memory:
         The :class:`~deepcrew_episodic.EpisodicMemory` to recall from and record into.
-    agent_id, top_k, max_block_chars, recall_timeout, tags, on_event:
+    agent_id, top_k, max_block_chars, recall_timeout, record_timeout, tags, on_event:
         As for :class:`~deepcrew_episodic.EpisodicHook` (the hook is :attr:`hook`).
     verifier:
         Grades each finished turn that no check node graded: ``(query, answer) -> Verdict``
@@ -166,6 +167,7 @@ class EpisodicNodes:
         top_k: int | None = None,
         max_block_chars: int | None = None,
         recall_timeout: float | None = 10.0,
+        record_timeout: float | None = 60.0,
         tags: Sequence[str] = (),
         on_event: Callable[[StreamEvent], Any] | None = None,
     ) -> None:
@@ -180,6 +182,7 @@ class EpisodicNodes:
             top_k=top_k,
             max_block_chars=max_block_chars,
             recall_timeout=recall_timeout,
+            record_timeout=record_timeout,
             tags=tags,
         )
         self.memory = memory
@@ -194,6 +197,17 @@ class EpisodicNodes:
         thread kept by a checkpointer starts each turn afresh."""
         messages = _messages(state)
         turn, query = _last_user(messages)
+        run = _run(state)
+        theirs = run.get("namespace")
+        if run.get("turn") == turn and theirs is not None and theirs != self.memory.namespace:
+            # A second memory's nodes in one graph: both would keep their turn in the one
+            # "episodic" key, the second recall hiding the first's block and the second record
+            # skipped as already done. Said now, before anything is lost.
+            raise ConfigurationError(
+                f"this turn was already recalled from the memory of namespace {theirs!r}: "
+                "a graph takes the nodes of one EpisodicMemory (its state has one "
+                "'episodic' key)"
+            )
         return {"episodic": await self._recall(turn, query)}
 
     def model_input(self, state: Any) -> list[BaseMessage]:
@@ -343,6 +357,7 @@ class EpisodicNodes:
         recalled = await self.hook.before_run([], query=query)
         return {
             "turn": turn,
+            "namespace": self.memory.namespace,
             "query": query,
             "block": recalled.block,
             "recalled_ids": [e.id for e in recalled.episodes if e.id],
@@ -366,7 +381,18 @@ class EpisodicNodes:
                 outcome="failure",
                 tools_used=tools,
             )
-        outcome, score, lesson = _verdict(run)
+        try:
+            outcome, score, lesson = _verdict(run)
+        except ConfigurationError as exc:
+            # A check that wrote no valid verdict graded nothing: the answer is kept ungraded
+            # (the runner's rule for a verifier that returns no Verdict), never recorded as the
+            # agent's failure, and the mistake is raised (marked, so ainvoke does not record
+            # it again as a failed run).
+            ungraded = await self.hook.unverified(query, answer, exc, tools_used=tools)
+            setattr(exc, _RECORDED, True)
+            if ungraded.id is not None:
+                exc.add_note(f"unknown episode {ungraded.id} recorded, ungraded")
+            raise
         if outcome is None and score is None and self.verifier is not None:
             try:
                 verdict = self.verifier(query, answer)

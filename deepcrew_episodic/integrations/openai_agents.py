@@ -24,6 +24,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +44,10 @@ from deepcrew_episodic import (
 try:
     from agents import (
         Agent,
+        InputGuardrail,
         InputGuardrailTripwireTriggered,
         ItemHelpers,
+        OutputGuardrail,
         OutputGuardrailTripwireTriggered,
         RunConfig,
         Runner,
@@ -143,6 +146,8 @@ async def run(
     - a guardrail tripped (``InputGuardrailTripwireTriggered``,
       ``OutputGuardrailTripwireTriggered``): ``failure``, naming the guardrail and what it
       reported; the exception is re-raised.
+    - a guardrail raised (its own exception, not a tripwire): the answer an output guardrail
+      was checking, ungraded (``unknown``, tag ``unverified``); the exception is re-raised.
     - any other exception: ``failure`` naming the error, or ``abandoned`` (tag
       ``infrastructure``) when the model provider could not be used (unreachable, timed out,
       rate-limited, overloaded, refusing the key); the exception is re-raised with a note
@@ -461,6 +466,12 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
         return await hook.after_run(
             query, f"{text}\nAnswer: {answer}", outcome="failure", tools_used=tools
         )
+    crashed = _crashed_guardrail(error)
+    if crashed is not None:
+        # The guardrail judged nothing: the answer it was checking (none for an input
+        # guardrail) is recorded ungraded, as the runner records an answer whose verifier
+        # failed, never as the agent's failure.
+        return await hook.unverified(query, _output_text(crashed), error, tools_used=tools)
     if isinstance(error, InputGuardrailTripwireTriggered):
         refused = error.guardrail_result
         text = _rejection("input guardrail", refused.guardrail.get_name(), refused.output)
@@ -476,6 +487,20 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
             tags=["infrastructure"],
         )
     return await hook.failed(query, error, partial_response=partial, tools_used=tools)
+
+
+def _crashed_guardrail(error: BaseException) -> Any | None:
+    """The output a guardrail was checking when it raised *error* (``""`` for an input
+    guardrail; ``None`` when *error* did not come out of a guardrail). The SDK lets a
+    guardrail's own exception through as it is, so the traceback is what tells: a frame of
+    ``OutputGuardrail.run`` or ``InputGuardrail.run``."""
+    for frame, _line in traceback.walk_tb(error.__traceback__):
+        if frame.f_code is OutputGuardrail.run.__code__:
+            output = frame.f_locals.get("agent_output")
+            return "" if output is None else output
+        if frame.f_code is InputGuardrail.run.__code__:
+            return ""
+    return None
 
 
 def _rejection(kind: str, name: str, verdict: GuardrailFunctionOutput) -> str:

@@ -9,8 +9,9 @@
   its own, sent after the agent's, the same on every request of the run);
 - after the run, it records one episode with the outcome pydantic-ai knows: an output accepted
   by the agent's output validators is ``success``, output that the validators kept rejecting
-  until the run gave up is ``failure``, an answer nothing checked is ``claimed_success``, a run
-  that raised is a ``failure`` naming the error (``abandoned``, tag ``infrastructure``, when the
+  until the run gave up is ``failure``, an answer nothing checked is ``claimed_success``, an
+  answer whose check crashed is ``unknown`` (tag ``unverified``), a run that raised is a
+  ``failure`` naming the error (``abandoned``, tag ``infrastructure``, when the
   model provider could not be used), with the tools the run called;
 - :meth:`EpisodicMemoryCapability.episodes_of` gives the recalled and recorded episodes of a
   result (or of the error a run raised), so the application can grade the run later.
@@ -121,6 +122,9 @@ class _RunState:
     rejections: int = 0
     last_rejection: str = ""
     last_rejected: str = ""
+    # An output check that crashed (not a rejection): the error and the answer it was judging.
+    check_error: Exception | None = None
+    unchecked: str = ""
 
 
 class EpisodicMemoryCapability(AbstractCapability[Any]):
@@ -137,7 +141,7 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         has output validators (``@agent.output_validator``), or when a check rejected an
         earlier output of the same run and then accepted one; otherwise the answer is
         ``claimed_success``. ``True`` or ``False`` decides it for every run.
-    top_k, max_block_chars, recall_timeout, tags, on_event:
+    top_k, max_block_chars, recall_timeout, record_timeout, tags, on_event:
         As for :class:`~deepcrew_episodic.EpisodicHook`.
 
     Example::
@@ -158,6 +162,7 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         top_k: int | None = None,
         max_block_chars: int | None = None,
         recall_timeout: float | None = 10.0,
+        record_timeout: float | None = 60.0,
         tags: Sequence[str] = (),
         on_event: Callable[[StreamEvent], Any] | None = None,
     ) -> None:
@@ -179,6 +184,7 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
             "top_k": top_k,
             "max_block_chars": max_block_chars,
             "recall_timeout": recall_timeout,
+            "record_timeout": record_timeout,
             "tags": list(tags),
             "on_event": on_event,
         }
@@ -273,6 +279,14 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
                 state.last_rejection = _rejection_text(exc)
                 state.last_rejected = _answer_text(output)
             raise
+        except Exception as exc:
+            # A check that crashed judged nothing: the answer is there, ungraded (the runner's
+            # rule for a verifier that fails). An output function's own error is the run's.
+            state = self._state
+            if state is not None and not ctx.partial_output and not output_context.has_function:
+                state.check_error = exc
+                state.unchecked = _answer_text(output)
+            raise
 
     # --- internals -------------------------------------------------------------------------
 
@@ -305,6 +319,10 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         done = None
         if not state.query.strip():
             pass  # no task, nothing to remember
+        elif state.check_error is not None and exc is state.check_error:
+            done = await state.hook.unverified(
+                state.query, state.unchecked, exc, tools_used=state.tools, run_id=ctx.run_id
+            )
         elif state.rejections and isinstance(exc, pai_exceptions.UnexpectedModelBehavior):
             # The checks rejected every answer until the run gave up: their verdict, a
             # verified failure, with the reason and the last answer.
