@@ -238,6 +238,7 @@ class EpisodeLog:
         # applied by read_head while the counter keeps that value (a writer repairs it).
         self._seq_fix: tuple[str | None, int] | None = None
         self._looks_new = False  # the last head read had no counter, change token or ring
+        self._new_checked = False  # a new-looking log was listed once for episodes
         self._settings_checked = False  # the provider asked once about unsafe settings
         self._grades_fix: tuple[str | None, int] | None = None
         # Grade numbers taken but not (yet) written: number -> (first seen missing, counts).
@@ -534,10 +535,22 @@ class EpisodeLog:
         same_layout = head.legacy == self._legacy
         if again and same_layout and head.last == self._synced_last and next_entry:
             return await self._behind("e:", head)
-        if again and self._looks_new and self._gen is not None and self._seq_fix is None:
-            # A log this reader knew has lost its whole index (a cache policy evicted it):
-            # its episodes may still be there, past where a new counter starts.
+        if (
+            again
+            and self._looks_new
+            and head.legacy is None  # deepcrew-ai's own index numbers its episodes
+            and self._seq_fix is None
+            and not self._new_checked
+        ):
+            # The index reads as a new log: either it is one, or it lost its whole index (a
+            # cache policy evicted the counter, change token and ring size, and the first
+            # episode with them). Its episodes may still be there: list them once (a writer
+            # does the same before it numbers the first episode), and again only after the
+            # index reappeared and vanished again.
+            self._new_checked = True
             return await self._behind("e:", head)
+        if not self._looks_new:
+            self._new_checked = False
         if again and head.grades == self._synced_grades and next_grade:
             return await self._behind("g:", head)
         went_back = self._synced and head.gen == self._gen and same_layout

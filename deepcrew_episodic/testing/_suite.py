@@ -1007,6 +1007,26 @@ class ProviderConformance:
             assert len(await memory.recall("task new", top_k=20)) == 9
             assert (await memory.stats()).total == 9
 
+    async def test_a_log_that_lost_its_whole_index_and_its_ends_shows_what_is_left(
+        self, provider: MemoryProvider
+    ) -> None:
+        """A cache policy (Redis allkeys-*) evicted the counter, the change token, the ring
+        size, the base and the first and newest episodes: what is left reads as a new log,
+        yet every remaining episode is shown, to a fresh reader and to the writer that never
+        read, and the next records go after them."""
+        writer = EpisodicMemory(provider, namespace="lost", max_episodes=10)
+        for i in range(6):
+            await writer.record(ep(f"task {i}"))
+        index = ["__seq__", "__gen__", "__max__", "__base__"]
+        await provider.delete([f"episodic:lost:{k}" for k in index] + ["episodic:lost:e:1"])
+        await provider.delete(["episodic:lost:e:6"])
+        left = [f"task {i}" for i in range(1, 5)]
+        for memory in (EpisodicMemory(provider, namespace="lost"), writer):
+            assert [e.query for e in await memory.load()] == left
+        await EpisodicMemory(provider, namespace="lost", max_episodes=10).record(ep("new 0"))
+        for memory in (EpisodicMemory(provider, namespace="lost"), writer):
+            assert [e.query for e in await memory.load()] == [*left, "new 0"]
+
     @pytest.mark.parametrize(
         "state", ["missing", "zero", "behind", "garbled", "at its limit", "past any count"]
     )
