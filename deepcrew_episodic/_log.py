@@ -54,6 +54,7 @@ went back under the same change token: an older snapshot, a restored backup).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -236,6 +237,12 @@ class EpisodeLog:
         # A counter found behind its records: (its stored value, the newest record number),
         # applied by read_head while the counter keeps that value (a writer repairs it).
         self._seq_fix: tuple[str | None, int] | None = None
+        # A counter found a whole ring or more past the newest episode stored (edited, or a
+        # counter restored from another log): (its stored value, the newest record number),
+        # read in its place while it keeps that value, and lowered to it by the next append.
+        # _ahead_checked: the index values last looked at for it (one listing per state).
+        self._seq_ahead: tuple[str | None, int] | None = None
+        self._ahead_checked: tuple[str | None, str | None, str | None] | None = None
         self._looks_new = False  # the last head read had no counter, change token or ring
         self._settings_checked = False  # the provider asked once about unsafe settings
         self._grades_fix: tuple[str | None, int] | None = None
@@ -354,6 +361,8 @@ class EpisodeLog:
             last, ring = await self._check_counters(
                 (raw_seq, gen, raw_meta, raw_ring), last, ring, base
             )
+        if self._seq_ahead is not None and self._seq_ahead[0] == (raw_seq or None):
+            last = self._seq_ahead[1]  # a counter a whole ring past its records
         if self._seq_fix is not None and self._seq_fix[0] == (raw_seq or None):
             last = max(last, self._seq_fix[1])  # a counter found behind its records
         self._ring_hint = ring
@@ -468,6 +477,48 @@ class EpisodeLog:
             )
         self._checked = (seen, found_last, found_ring)
         return found_last, found_ring
+
+    async def _check_ahead(self, head: Head, keys: Collection[str] | None = None) -> Head:
+        """*head*, or the head as the records show it when its counter is a whole view or more
+        past the newest episode stored (none left in the range this memory shows, some below
+        it: a counter edited, or restored from another log). Then the newest record is read in the
+        counter's place, so that no reader hides those episodes and no sweep or shrink takes
+        them for leftovers below the ring, and the next append lowers the counter to it.
+
+        Lists the episode keys once per index state, or looks at *keys*, a listing the caller
+        holds."""
+        base = head.legacy.shared if head.legacy else 0
+        seen = (head.raw_seq, head.gen, head.raw_ring)
+        if head.last <= base or (keys is None and self._ahead_checked == seen):
+            return head
+        if keys is None:
+            self._ahead_checked = seen
+            numbers = await self._numbers(_ENTRY, "e:")
+        else:
+            numbers = [
+                int(m.group(1))
+                for k in keys
+                if k.startswith(self.prefix) and (m := _ENTRY.fullmatch(k[len(self.prefix) :]))
+            ]
+        # This memory's view, which lies inside what the log keeps: empty, with episodes
+        # below it, is a counter past its records (what sweep would delete lies below too).
+        view = self.live_range(head)
+        stored = [n for n in numbers if base < n <= _MAX_INDEX]
+        if not stored or max(stored) >= view.start:
+            return head
+        newest = max(stored)
+        self._seq_ahead = self._seq_repair = (head.raw_seq, newest)
+        self.counters.recovered_indexes += 1
+        log.warning(
+            "episodic log %r: episode counter %r is past every episode this memory would "
+            "show (%d) and the newest stored is %d; reading up to it (the next record lowers "
+            "the counter)",
+            self.namespace,
+            escape_hidden(str(head.raw_seq))[:40],
+            len(view),
+            newest,
+        )
+        return dataclasses.replace(head, last=newest)
 
     async def _recover_head(
         self, exc: CorruptDataError, raw_seq: str | None, gen: str | None
@@ -623,6 +674,15 @@ class EpisodeLog:
                 return await self._behind("g:", head)
         cut = iter(found)
         values = [next(cut) for _ in keys]
+        if (
+            again
+            and not any(v for s, v in zip(wanted, values, strict=True) if s in live)
+            and (reset or not any(s in self._cache for s in live))
+            and (await self._check_ahead(head)) is not head
+        ):
+            # Nothing stored where the counter says the newest episodes are, and episodes
+            # stored a whole ring below it: read by the records instead.
+            return await self._sync(again=False)
         vectors = [next(cut) for _ in vector_keys]
         graded = [next(cut) for _ in grade_keys]
         raw_uses = [next(cut) for _ in use_keys]
@@ -721,6 +781,7 @@ class EpisodeLog:
         raw = head.raw_seq if kind == "e:" else head.raw_grades
         if kind == "e:" and newest > head.last:
             self._seq_fix = self._seq_repair = (raw, newest)
+            self._seq_ahead = None
         elif kind == "g:" and newest > head.grades:
             self._grades_fix = (raw, newest)
         else:
@@ -819,15 +880,27 @@ class EpisodeLog:
             legacy = self._append_legacy[0]
         else:
             # deepcrew-ai's index never changes under us, so one read serves every append.
-            legacy = (await self.read_head()).legacy
+            head = await self.read_head()
+            legacy = head.legacy
             self._append_legacy = (legacy,)
+            if head.last > (legacy.shared if legacy else 0):
+                # The first append of a memory that never read the log: make sure its counter
+                # is not a whole ring past the episodes stored (they would fall out of view).
+                newest = await self.provider.retrieve_many([self.entry_key(head.last, legacy)])
+                if not newest[0]:
+                    await self._check_ahead(head)
         initial = legacy.shared if legacy else 0
         if self._seq_repair is not None:
             # The counter fell behind the stored episodes (emptied, zeroed): move it past them
             # first, unless another writer changed it since it was read.
             raw, floor = self._seq_repair
             self._seq_repair = None
-            await self.provider.write_if({self.seq_key: raw or None}, {self.seq_key: str(floor)})
+            expect: dict[str, str | None] = {self.seq_key: raw or None}
+            if raw and _counter_ok(raw) and int(raw) > floor:
+                # Lowered (a counter far past its records): only while nothing is stored at
+                # the number it holds, so that no record numbered by it is left above it.
+                expect[self.entry_key(int(raw), legacy)] = None
+            await self.provider.write_if(expect, {self.seq_key: str(floor)})
         hint = self._ring_hint
         body = episode.to_json()
         stored_vector = [False]
@@ -1046,7 +1119,7 @@ class EpisodeLog:
         size = integer("max_episodes", max_episodes, minimum=1, maximum=MAX_RING)
         while True:
             keys = await self.owned_keys()
-            head = await self.read_head()
+            head = await self._check_ahead(await self.read_head(), keys)
             keep = range(max(1, head.last - size + 1), head.last + 1)
             doomed = self._outside(keys, head, keep)
             episodes = sum(1 for k in doomed if not self._is_claim(k) and not self._is_vector(k))
@@ -1070,7 +1143,7 @@ class EpisodeLog:
         keys = await self.owned_keys()
         # The head is read after the listing: an episode written in between is inside this
         # head's range, so it can never be mistaken for a stray.
-        head = await self.read_head()
+        head = await self._check_ahead(await self.read_head(), keys)
         kept = self.kept_range(head)
         strays = self._outside(keys, head, kept)
         # A vector whose episode is gone (forgotten while a backfill wrote its vector).

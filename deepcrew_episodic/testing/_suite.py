@@ -976,14 +976,25 @@ class ProviderConformance:
 
     @pytest.mark.parametrize(
         "state",
-        ["missing", "evicted", "zero", "behind", "garbled", "at its limit", "past any count"],
+        [
+            "missing",
+            "evicted",
+            "zero",
+            "behind",
+            "garbled",
+            "at its limit",
+            "past any count",
+            "a ring ahead",
+            "far ahead",
+        ],
     )
     async def test_no_episode_counter_state_overwrites_or_hides_an_episode(
         self, provider: MemoryProvider, state: str
     ) -> None:
         """Whatever the counter holds (evicted by a cache policy, restored from an older
-        backup, edited by hand, near 10**18), every stored episode stays visible and the next
-        records go after them."""
+        backup, edited by hand, near 10**18, a whole ring or more past the newest episode),
+        every stored episode stays visible, no sweep or shrink takes one for a leftover, and
+        the next records go after them."""
         writer = EpisodicMemory(provider, namespace="cnt", max_episodes=10)
         for i in range(6):
             await writer.record(ep(f"task {i}"))
@@ -997,6 +1008,11 @@ class ProviderConformance:
         expected = [f"task {i}" for i in range(6)]
         assert [e.query for e in await EpisodicMemory(provider, namespace="cnt").load()] == expected
         assert [e.query for e in await reader.load()] == expected
+        small = EpisodicMemory(provider, namespace="cnt", max_episodes=4)
+        assert [e.query for e in await small.load()] == expected[-4:]
+        assert await EpisodicMemory(provider, namespace="cnt", max_episodes=10).sweep() == 0
+        assert await EpisodicMemory(provider, namespace="cnt", max_episodes=20).shrink(10) == 0
+        assert await provider.retrieve_many(list(before)) == list(before.values())
         late = EpisodicMemory(provider, namespace="cnt", max_episodes=10)
         for i in range(3):
             await late.record(ep(f"new {i}"))
@@ -1514,6 +1530,8 @@ async def _damage_counter(provider: MemoryProvider, key: str, state: str) -> Non
         "garbled": "x7",
         "at its limit": "9" * 18,
         "past any count": str(10**16),
+        "a ring ahead": "16",  # 6 episodes stored, a ring of 10: none left in its range
+        "far ahead": str(10**15),
     }
     await provider.write({key: values[state]})
 
