@@ -414,12 +414,18 @@ class EpisodeLog:
         ]
 
     async def repair_counter(self, kind: str) -> int:
-        """Move the episode (``e:``) or grade (``g:``) counter past every record it numbers,
-        when it is missing, behind them, unreadable or past any real count; return its value.
+        """Move the episode (``e:``), grade (``g:``) or use (``uj:``) counter past every record
+        it numbers, when it is missing, behind them, unreadable or at the limit of a real count
+        (the next number would be refused); return its value.
 
-        Only ever raises the counter (a compare-and-set on the value seen), so that writers
-        repairing at once cannot take it back below a number one of them has just used."""
-        key, pattern = (self.seq_key, _ENTRY) if kind == "e:" else (self.grades_key, _GRADE)
+        Only ever raises a usable counter (a compare-and-set on the value seen), so that writers
+        repairing at once cannot take it back below a number one of them has just used; one at
+        the limit is rebuilt from the records."""
+        key, pattern = {
+            "e:": (self.seq_key, _ENTRY),
+            "g:": (self.grades_key, _GRADE),
+            "uj:": (self.uses_key, _JOURNAL_KEY),
+        }[kind]
         numbers = await self._numbers(pattern, kind)
         floor = base = 0
         if kind == "e:":
@@ -429,8 +435,8 @@ class EpisodeLog:
         while True:
             raw = (await self.provider.retrieve_many([key]))[0] or None
             current = int(raw) if raw and _counter_ok(raw) else None
-            if current is not None and current >= floor:
-                return current
+            if current is not None and floor <= current < _MAX_INDEX:
+                return current  # (at the limit, the next number would be refused: rebuilt)
             if raw is None and floor <= base:
                 return base  # nothing stored past where a new counter starts
             if await self.provider.write_if({key: raw}, {key: str(floor)}):
@@ -1193,7 +1199,18 @@ class EpisodeLog:
         entry of the use journal, numbered by ``__uses__`` (the newest ``_USE_JOURNAL`` are
         kept; a reader further behind reads every count)."""
         for seq in seqs:
-            await self.provider.increment(self.use_key(seq))
+            key = self.use_key(seq)
+            try:
+                count = await self.provider.increment(key)
+            except CorruptDataError as exc:
+                # An unreadable count (edited, or past 18 digits) is no count: it starts over,
+                # rather than refusing every use of the episode from now on.
+                self._repaired("use count", key, str(exc))
+                await self.provider.increment(key, repair=0)
+                continue
+            if count > _MAX_INDEX:  # past any real count: the next would be refused
+                self._repaired("use count", key, f"it holds {count}, past any real count")
+                await self.provider.write_if({key: str(count)}, {key: "1"})
         if not seqs:
             return
         record = ",".join(str(s) for s in sorted(set(seqs)))
@@ -1204,7 +1221,22 @@ class EpisodeLog:
                 [self.use_journal_key(trimmed)] if trimmed > 0 else []
             )
 
-        await self.provider.increment_and_write(self.uses_key, place)
+        # Numbered like a grade: a counter that is missing (evicted), behind, unreadable or at
+        # its limit is moved past the journal entries stored, never back to a number a reader
+        # that stays up has synced at (it would not read the counts again).
+        await self._numbered(
+            self.uses_key, place, "uj:", fresh=lambda number: [self.use_journal_key(number)]
+        )
+
+    def _repaired(self, what: str, key: str, why: str) -> None:
+        self.counters.recovered_indexes += 1
+        log.warning(
+            "episodic log %r: %s %s is unreadable (%s); starting it over",
+            self.namespace,
+            what,
+            escape_hidden(key[len(self.prefix) :])[:80],
+            why[:120],
+        )
 
     async def grade_keys(self) -> list[str]:
         return [k for k in await self.provider.keys(f"{self.prefix}g:") if self._ours(k)]

@@ -1024,7 +1024,8 @@ class ProviderConformance:
             assert (await memory.stats()).total == 9
 
     @pytest.mark.parametrize(
-        "state", ["missing", "zero", "behind", "garbled", "at its limit", "past any count"]
+        "state",
+        ["missing", "zero", "behind", "garbled", "at its limit", "past any count", "far ahead"],
     )
     async def test_no_grade_counter_state_overwrites_or_hides_a_grade(
         self, provider: MemoryProvider, state: str
@@ -1049,6 +1050,35 @@ class ProviderConformance:
             assert [e.outcome for e in await memory.load()] == ["success", "failure"], state
             assert len(await memory.grades()) == 4
             assert (await memory.stats()).grades == 4
+
+    @pytest.mark.parametrize("counter", ["__uses__", "u:2"])
+    @pytest.mark.parametrize("state", ["missing", "garbled", "at its limit", "far ahead"])
+    async def test_no_use_counter_state_refuses_a_use_or_hides_the_others(
+        self, provider: MemoryProvider, counter: str, state: str
+    ) -> None:
+        """A use counter (the change counter, or one episode's count) edited or garbled: the
+        next use is counted, and every reader, one that stays up included, reads the counts
+        as stored."""
+        writer = EpisodicMemory(provider, namespace="ucnt")
+        first = await writer.record(ep("rotate the keys"))
+        second = await writer.record(ep("renew the cert"))
+        await writer.used(first.id)
+        await writer.used(second.id)
+        reader = EpisodicMemory(provider, namespace="ucnt")
+        assert dict((await reader.stats()).most_used) == {first.id: 1, second.id: 1}
+        await _damage_counter(provider, f"episodic:ucnt:{counter}", state)
+        for _ in range(2):
+            await EpisodicMemory(provider, namespace="ucnt").used([second.id, first.id])
+        counts = dict((await EpisodicMemory(provider, namespace="ucnt").stats()).most_used)
+        assert counts[first.id] == 3
+        if counter == "u:2" and state != "missing":
+            # the damaged count itself is no count (unreadable, or past any real count): it
+            # started over
+            assert counts[second.id] == 2, state
+        else:
+            assert counts[second.id] == (3 if counter == "__uses__" else 2)
+        assert dict((await reader.stats()).most_used) == counts
+        assert await writer.load() == await reader.load()
 
     async def test_a_reader_that_stays_up_reads_a_grade_written_after_its_number(
         self, provider: MemoryProvider
