@@ -242,6 +242,7 @@ class EpisodeLog:
         # read in its place while it keeps that value, and lowered to it by the next append.
         # _ahead_checked: the index values last looked at for it (one listing per state).
         self._seq_ahead: tuple[str | None, int] | None = None
+        self._appended: int | None = None  # the sequence number of this memory's last append
         self._ahead_checked: tuple[str | None, str | None, str | None] | None = None
         self._looks_new = False  # the last head read had no counter, change token or ring
         self._settings_checked = False  # the provider asked once about unsafe settings
@@ -590,8 +591,9 @@ class EpisodeLog:
         same_layout = head.legacy == self._legacy
         if again and same_layout and head.last == self._synced_last and next_entry:
             return await self._behind("e:", head)
-        if again and self._looks_new and self._gen is not None and self._seq_fix is None:
-            # A log this reader knew has lost its whole index (a cache policy evicted it):
+        knew = self._gen is not None or self._appended is not None  # read or wrote it
+        if again and self._looks_new and knew and self._seq_fix is None:
+            # A log this memory knew has lost its whole index (a cache policy evicted it):
             # its episodes may still be there, past where a new counter starts.
             return await self._behind("e:", head)
         if again and head.grades == self._synced_grades and next_grade:
@@ -896,24 +898,28 @@ class EpisodeLog:
                 if not newest[0]:
                     await self._check_ahead(head)
         initial = legacy.shared if legacy else 0
-        if self._seq_repair is not None:
-            # The counter fell behind the stored episodes (emptied, zeroed): move it past them
-            # first, unless another writer changed it since it was read.
-            raw, floor = self._seq_repair
-            self._seq_repair = None
-            expect: dict[str, str | None] = {self.seq_key: raw or None}
-            if raw and _counter_ok(raw) and int(raw) > floor:
-                # Lowered (a counter far past its records): only while nothing is stored at
-                # the number it holds, so that no record numbered by it is left above it.
-                expect[self.entry_key(int(raw), legacy)] = None
-            await self.provider.write_if(expect, {self.seq_key: str(floor)})
+        # A counter found behind the stored episodes (emptied, zeroed), or past every one.
+        await self._apply_seq_repair(legacy)
         hint = self._ring_hint
+        # This writer's appends more than a whole view apart: the episode just below the new
+        # number is read in the same step, and none there (a counter moved past the episodes
+        # stored, or a run of dead writers) is checked on the records before writing.
+        appended = self._appended
+
+        def probe(seq: int) -> list[str]:
+            if appended is not None and seq - appended > self.max and seq - 1 > initial:
+                return [self.entry_key(seq - 1, legacy)]
+            return []
+
         body = episode.to_json()
         stored_vector = [False]
 
         def place(
             seq: int, values: Mapping[str, str | None], legacy: Legacy | None = legacy
         ) -> tuple[dict[str, str], list[str]]:
+            below = probe(seq)
+            if below and not values.get(below[0]):
+                raise CounterAhead(seq)
             # deepcrew-ai's index is read in the same step too: a worker of it still writing the
             # log (a fleet half upgraded) moves its slots, and what falls out is decided on them
             # as they stand.
@@ -966,15 +972,48 @@ class EpisodeLog:
             # change token and ring size all evicted) before numbering from the start.
             self._looks_new = False
             await self.repair_counter("e:")
-        seq = await self._numbered(
-            self.seq_key,
-            place,
-            "e:",
-            initial=initial,
-            read=read,
-            fresh=lambda seq: [self.entry_key(seq, legacy)],
-        )
+        try:
+            seq = await self._numbered(
+                self.seq_key,
+                place,
+                "e:",
+                initial=initial,
+                read=read,
+                fresh=lambda seq: [self.entry_key(seq, legacy)],
+                probe=probe,
+            )
+        except CounterAhead:
+            # Nothing just below the number the counter gave, a whole view past this writer's
+            # last record: the counter may have been moved past the episodes stored. Checked on
+            # the records (lowered when so), and the append made again without the probe.
+            self._appended = None
+            await self._check_ahead(await self.read_head())
+            await self._apply_seq_repair(legacy)
+            seq = await self._numbered(
+                self.seq_key,
+                place,
+                "e:",
+                initial=initial,
+                read=read,
+                fresh=lambda seq: [self.entry_key(seq, legacy)],
+            )
+        self._appended = seq
         return seq, stored_vector[0]
+
+    async def _apply_seq_repair(self, legacy: Legacy | None) -> None:
+        """Move the episode counter to where a read found it should be (past the episodes
+        stored when it fell behind them, down to the newest when it was past every one), unless
+        another writer changed it since it was read."""
+        if self._seq_repair is None:
+            return
+        raw, floor = self._seq_repair
+        self._seq_repair = None
+        expect: dict[str, str | None] = {self.seq_key: raw or None}
+        if raw and _counter_ok(raw) and int(raw) > floor:
+            # Lowered (a counter far past its records): only while nothing is stored at the
+            # number it holds, so that no record numbered by it is left above it.
+            expect[self.entry_key(int(raw), legacy)] = None
+        await self.provider.write_if(expect, {self.seq_key: str(floor)})
 
     async def _numbered(
         self,
@@ -985,21 +1024,26 @@ class EpisodeLog:
         initial: int = 0,
         read: Sequence[str] = (),
         fresh: Fresh,
+        probe: Fresh | None = None,
     ) -> int:
         """``increment_and_write`` of a new record numbered by the counter *key*, which never
         overwrites a record: a counter that is unreadable, past any real count or behind the
         records (the number it gives is taken) is repaired from the records, and the write
-        tried again."""
+        tried again. *probe* names more keys to read in the same step, for *place* to look
+        at (they need not be absent)."""
 
         def guarded(number: int, values: Mapping[str, str | None]) -> tuple[Any, Any]:
             if number > _MAX_INDEX or any(values.get(k) for k in fresh(number)):
                 raise CounterBehind(number)
             return place(number, values)
 
+        def named(number: int) -> list[str]:
+            return [*fresh(number), *(probe(number) if probe else ())]
+
         for attempt in range(_REPAIRS):
             try:
                 return await self.provider.increment_and_write(
-                    key, guarded, initial=initial, read=read, fresh=fresh
+                    key, guarded, initial=initial, read=read, fresh=named
                 )
             except CorruptDataError:
                 if attempt == _REPAIRS - 1:
@@ -1364,6 +1408,12 @@ def _counter_ok(raw: str) -> bool:
     """Whether a stored counter is a count this library can trust: ASCII digits, not past
     ``_MAX_INDEX`` (a counter near 10**18 is damage: one more would overflow every store)."""
     return bool(_DIGITS.fullmatch(raw)) and int(raw) <= _MAX_INDEX
+
+
+class CounterAhead(Exception):
+    """Raised inside an append when nothing is stored just below the number the counter gave,
+    a whole view past the writer's previous record: nothing is written, and the counter is
+    checked on the records before the append is made again."""
 
 
 class CounterBehind(Exception):

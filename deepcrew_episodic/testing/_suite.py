@@ -1023,6 +1023,42 @@ class ProviderConformance:
             assert len(await memory.recall("task new", top_k=20)) == 9
             assert (await memory.stats()).total == 9
 
+    async def test_a_writer_that_lost_the_whole_index_still_shows_its_episodes(
+        self, provider: MemoryProvider
+    ) -> None:
+        """Every index key evicted, and the oldest episode with them (allkeys-lru can leave
+        that): the memory that wrote the log, which never read it, still shows what is left,
+        and the next record goes after it."""
+        writer = EpisodicMemory(provider, namespace="lost", max_episodes=50)
+        for i in range(10):
+            await writer.record(ep(f"task {i}"))
+        index = ["__seq__", "__gen__", "__max__", "__base__", "e:1"]
+        await provider.delete([f"episodic:lost:{k}" for k in index])
+        expected = [f"task {i}" for i in range(1, 10)]
+        assert [e.query for e in await writer.load()] == expected
+        await EpisodicMemory(provider, namespace="lost", max_episodes=50).record(ep("task 10"))
+        for memory in (writer, EpisodicMemory(provider, namespace="lost")):
+            assert [e.query for e in await memory.load()] == [*expected, "task 10"]
+
+    @pytest.mark.parametrize("state", ["a ring ahead", "far ahead"])
+    async def test_a_writer_that_stays_up_never_records_past_a_counter_moved_ahead(
+        self, provider: MemoryProvider, state: str
+    ) -> None:
+        """The counter moved a whole ring or more past the episodes stored under a writer that
+        has recorded before and never reads: its next record goes just after them, and no
+        episode falls out of view or is swept as a leftover."""
+        writer = EpisodicMemory(provider, namespace="ahead", max_episodes=10)
+        for i in range(6):
+            await writer.record(ep(f"task {i}"))
+        await _damage_counter(provider, "episodic:ahead:__seq__", state)
+        await writer.record(ep("task 6"))
+        await writer.record(ep("task 7"))
+        expected = [f"task {i}" for i in range(8)]
+        assert await EpisodicMemory(provider, namespace="ahead", max_episodes=10).sweep() == 0
+        for memory in (writer, EpisodicMemory(provider, namespace="ahead", max_episodes=10)):
+            assert [e.query for e in await memory.load()] == expected
+        assert await provider.retrieve_many(["episodic:ahead:__seq__"]) == ["8"]
+
     @pytest.mark.parametrize(
         "state",
         ["missing", "zero", "behind", "garbled", "at its limit", "past any count", "far ahead"],
