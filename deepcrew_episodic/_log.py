@@ -513,6 +513,13 @@ class EpisodeLog:
         stored = [n for n in numbers if base < n <= _MAX_INDEX]
         if not stored or max(stored) >= view.start:
             return head
+        # A listing is no snapshot: under writers that turn the ring over while it runs, it
+        # can miss every episode of the view. A counter that moved meanwhile is a live log.
+        now = await self.provider.retrieve_many(
+            [self.seq_key, self.entry_key(head.last, head.legacy)]
+        )
+        if (now[0] or None) != head.raw_seq or now[1]:
+            return head
         newest = max(stored)
         self._seq_ahead = self._seq_repair = (head.raw_seq, newest)
         self.counters.recovered_indexes += 1
@@ -901,14 +908,19 @@ class EpisodeLog:
         # A counter found behind the stored episodes (emptied, zeroed), or past every one.
         await self._apply_seq_repair(legacy)
         hint = self._ring_hint
-        # This writer's appends more than a whole view apart: the episode just below the new
-        # number is read in the same step, and none there (a counter moved past the episodes
-        # stored, or a run of dead writers) is checked on the records before writing.
+        # This writer's appends more than a whole view apart: the episode a view below the new
+        # number (the one its ring evicts) is read in the same step, and none there (a counter
+        # moved past the episodes stored, or forgotten episodes) is checked on the records
+        # before writing. Its writer finished long ago, so one in flight is no false alarm.
+        # Only where the step is atomic: where the counter is raised in a step of its own
+        # (Redis), refusing the number would leave a hole among the newest episodes.
         appended = self._appended
+        probing = [self.provider.atomic_increment_and_write]
 
         def probe(seq: int) -> list[str]:
-            if appended is not None and seq - appended > self.max and seq - 1 > initial:
-                return [self.entry_key(seq - 1, legacy)]
+            below = seq - self.max
+            if probing[0] and appended is not None and seq - appended > self.max > 0:
+                return [self.entry_key(below, legacy)] if below > initial else []
             return []
 
         body = episode.to_json()
@@ -987,6 +999,7 @@ class EpisodeLog:
             # last record: the counter may have been moved past the episodes stored. Checked on
             # the records (lowered when so), and the append made again without the probe.
             self._appended = None
+            probing[0] = False
             await self._check_ahead(await self.read_head())
             await self._apply_seq_repair(legacy)
             seq = await self._numbered(
