@@ -355,6 +355,9 @@ class EpisodeLog:
             head = await self._recover_head(exc, raw_seq, gen or None)
             legacy, last = _with_base(head.legacy, raw_base), head.last
         base = legacy.shared if legacy else 0
+        # Our numbers start after deepcrew-ai's episodes: a counter below them (edited, or
+        # another log's) would hide them, and let a sweep take them for leftovers.
+        last = max(last, base)
         # A log that exists has a counter past its start and a ring size; one of them missing,
         # emptied or garbled (while episodes remain) is rebuilt from the keys, so that neither
         # a reader hides episodes nor a writer reuses or evicts one by mistake.
@@ -511,6 +514,8 @@ class EpisodeLog:
         # below it, is a counter past its records (what sweep would delete lies below too).
         view = self.live_range(head)
         stored = [n for n in numbers if base < n <= _MAX_INDEX]
+        if base:
+            stored.append(base)  # deepcrew-ai's episodes, numbered 1..base, read in place
         if not stored or max(stored) >= view.start:
             return head
         # A listing is no snapshot: under writers that turn the ring over while it runs, it
