@@ -54,6 +54,7 @@ went back under the same change token: an older snapshot, a restored backup).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -237,6 +238,13 @@ class EpisodeLog:
         # A counter found behind its records: (its stored value, the newest record number),
         # applied by read_head while the counter keeps that value (a writer repairs it).
         self._seq_fix: tuple[str | None, int] | None = None
+        # A counter found a whole ring or more past the newest episode stored (edited, or a
+        # counter restored from another log): (its stored value, the newest record number),
+        # read in its place while it keeps that value, and lowered to it by the next append.
+        # _ahead_checked: the index values last looked at for it (one listing per state).
+        self._seq_ahead: tuple[str | None, int] | None = None
+        self._appended: int | None = None  # the sequence number of this memory's last append
+        self._ahead_checked: tuple[str | None, str | None, str | None] | None = None
         self._looks_new = False  # the last head read had no counter, change token or ring
         self._new_checked = False  # a new-looking log was listed once for episodes
         self._settings_checked = False  # the provider asked once about unsafe settings
@@ -349,6 +357,9 @@ class EpisodeLog:
             head = await self._recover_head(exc, raw_seq, gen or None)
             legacy, last = _with_base(head.legacy, raw_base), head.last
         base = legacy.shared if legacy else 0
+        # Our numbers start after deepcrew-ai's episodes: a counter below them (edited, or
+        # another log's) would hide them, and let a sweep take them for leftovers.
+        last = max(last, base)
         # A log that exists has a counter past its start and a ring size; one of them missing,
         # emptied or garbled (while episodes remain) is rebuilt from the keys, so that neither
         # a reader hides episodes nor a writer reuses or evicts one by mistake.
@@ -356,6 +367,8 @@ class EpisodeLog:
             last, ring = await self._check_counters(
                 (raw_seq, gen, raw_meta, raw_ring), last, ring, base
             )
+        if self._seq_ahead is not None and self._seq_ahead[0] == (raw_seq or None):
+            last = self._seq_ahead[1]  # a counter a whole ring past its records
         if self._seq_fix is not None and self._seq_fix[0] == (raw_seq or None):
             last = max(last, self._seq_fix[1])  # a counter found behind its records
         self._ring_hint = ring
@@ -407,12 +420,18 @@ class EpisodeLog:
         ]
 
     async def repair_counter(self, kind: str) -> int:
-        """Move the episode (``e:``) or grade (``g:``) counter past every record it numbers,
-        when it is missing, behind them, unreadable or past any real count; return its value.
+        """Move the episode (``e:``), grade (``g:``) or use (``uj:``) counter past every record
+        it numbers, when it is missing, behind them, unreadable or at the limit of a real count
+        (the next number would be refused); return its value.
 
-        Only ever raises the counter (a compare-and-set on the value seen), so that writers
-        repairing at once cannot take it back below a number one of them has just used."""
-        key, pattern = (self.seq_key, _ENTRY) if kind == "e:" else (self.grades_key, _GRADE)
+        Only ever raises a usable counter (a compare-and-set on the value seen), so that writers
+        repairing at once cannot take it back below a number one of them has just used; one at
+        the limit is rebuilt from the records."""
+        key, pattern = {
+            "e:": (self.seq_key, _ENTRY),
+            "g:": (self.grades_key, _GRADE),
+            "uj:": (self.uses_key, _JOURNAL_KEY),
+        }[kind]
         numbers = await self._numbers(pattern, kind)
         floor = base = 0
         if kind == "e:":
@@ -422,8 +441,8 @@ class EpisodeLog:
         while True:
             raw = (await self.provider.retrieve_many([key]))[0] or None
             current = int(raw) if raw and _counter_ok(raw) else None
-            if current is not None and current >= floor:
-                return current
+            if current is not None and floor <= current < _MAX_INDEX:
+                return current  # (at the limit, the next number would be refused: rebuilt)
             if raw is None and floor <= base:
                 return base  # nothing stored past where a new counter starts
             if await self.provider.write_if({key: raw}, {key: str(floor)}):
@@ -470,6 +489,57 @@ class EpisodeLog:
             )
         self._checked = (seen, found_last, found_ring)
         return found_last, found_ring
+
+    async def _check_ahead(self, head: Head, keys: Collection[str] | None = None) -> Head:
+        """*head*, or the head as the records show it when its counter is a whole view or more
+        past the newest episode stored (none left in the range this memory shows, some below
+        it: a counter edited, or restored from another log). Then the newest record is read in the
+        counter's place, so that no reader hides those episodes and no sweep or shrink takes
+        them for leftovers below the ring, and the next append lowers the counter to it.
+
+        Lists the episode keys once per index state, or looks at *keys*, a listing the caller
+        holds."""
+        base = head.legacy.shared if head.legacy else 0
+        seen = (head.raw_seq, head.gen, head.raw_ring)
+        if head.last <= base or (keys is None and self._ahead_checked == seen):
+            return head
+        if keys is None:
+            self._ahead_checked = seen
+            numbers = await self._numbers(_ENTRY, "e:")
+        else:
+            numbers = [
+                int(m.group(1))
+                for k in keys
+                if k.startswith(self.prefix) and (m := _ENTRY.fullmatch(k[len(self.prefix) :]))
+            ]
+        # This memory's view, which lies inside what the log keeps: empty, with episodes
+        # below it, is a counter past its records (what sweep would delete lies below too).
+        view = self.live_range(head)
+        stored = [n for n in numbers if base < n <= _MAX_INDEX]
+        if base:
+            stored.append(base)  # deepcrew-ai's episodes, numbered 1..base, read in place
+        if not stored or max(stored) >= view.start:
+            return head
+        # A listing is no snapshot: under writers that turn the ring over while it runs, it
+        # can miss every episode of the view. A counter that moved meanwhile is a live log.
+        now = await self.provider.retrieve_many(
+            [self.seq_key, self.entry_key(head.last, head.legacy)]
+        )
+        if (now[0] or None) != head.raw_seq or now[1]:
+            return head
+        newest = max(stored)
+        self._seq_ahead = self._seq_repair = (head.raw_seq, newest)
+        self.counters.recovered_indexes += 1
+        log.warning(
+            "episodic log %r: episode counter %r is past every episode this memory would "
+            "show (%d) and the newest stored is %d; reading up to it (the next record lowers "
+            "the counter)",
+            self.namespace,
+            escape_hidden(str(head.raw_seq))[:40],
+            len(view),
+            newest,
+        )
+        return dataclasses.replace(head, last=newest)
 
     async def _recover_head(
         self, exc: CorruptDataError, raw_seq: str | None, gen: str | None
@@ -637,6 +707,15 @@ class EpisodeLog:
                 return await self._behind("g:", head)
         cut = iter(found)
         values = [next(cut) for _ in keys]
+        if (
+            again
+            and not any(v for s, v in zip(wanted, values, strict=True) if s in live)
+            and (reset or not any(s in self._cache for s in live))
+            and (await self._check_ahead(head)) is not head
+        ):
+            # Nothing stored where the counter says the newest episodes are, and episodes
+            # stored a whole ring below it: read by the records instead.
+            return await self._sync(again=False)
         vectors = [next(cut) for _ in vector_keys]
         graded = [next(cut) for _ in grade_keys]
         raw_uses = [next(cut) for _ in use_keys]
@@ -735,6 +814,7 @@ class EpisodeLog:
         raw = head.raw_seq if kind == "e:" else head.raw_grades
         if kind == "e:" and newest > head.last:
             self._seq_fix = self._seq_repair = (raw, newest)
+            self._seq_ahead = None
         elif kind == "g:" and newest > head.grades:
             self._grades_fix = (raw, newest)
         else:
@@ -833,22 +913,43 @@ class EpisodeLog:
             legacy = self._append_legacy[0]
         else:
             # deepcrew-ai's index never changes under us, so one read serves every append.
-            legacy = (await self.read_head()).legacy
+            head = await self.read_head()
+            legacy = head.legacy
             self._append_legacy = (legacy,)
+            if head.last > (legacy.shared if legacy else 0):
+                # The first append of a memory that never read the log: make sure its counter
+                # is not a whole ring past the episodes stored (they would fall out of view).
+                newest = await self.provider.retrieve_many([self.entry_key(head.last, legacy)])
+                if not newest[0]:
+                    await self._check_ahead(head)
         initial = legacy.shared if legacy else 0
-        if self._seq_repair is not None:
-            # The counter fell behind the stored episodes (emptied, zeroed): move it past them
-            # first, unless another writer changed it since it was read.
-            raw, floor = self._seq_repair
-            self._seq_repair = None
-            await self.provider.write_if({self.seq_key: raw or None}, {self.seq_key: str(floor)})
+        # A counter found behind the stored episodes (emptied, zeroed), or past every one.
+        await self._apply_seq_repair(legacy)
         hint = self._ring_hint
+        # This writer's appends more than a whole view apart: the episode a view below the new
+        # number (the one its ring evicts) is read in the same step, and none there (a counter
+        # moved past the episodes stored, or forgotten episodes) is checked on the records
+        # before writing. Its writer finished long ago, so one in flight is no false alarm.
+        # Only where the step is atomic: where the counter is raised in a step of its own
+        # (Redis), refusing the number would leave a hole among the newest episodes.
+        appended = self._appended
+        probing = [self.provider.atomic_increment_and_write]
+
+        def probe(seq: int) -> list[str]:
+            below = seq - self.max
+            if probing[0] and appended is not None and seq - appended > self.max > 0:
+                return [self.entry_key(below, legacy)] if below > initial else []
+            return []
+
         body = episode.to_json()
         stored_vector = [False]
 
         def place(
             seq: int, values: Mapping[str, str | None], legacy: Legacy | None = legacy
         ) -> tuple[dict[str, str], list[str]]:
+            below = probe(seq)
+            if below and not values.get(below[0]):
+                raise CounterAhead(seq)
             # deepcrew-ai's index is read in the same step too: a worker of it still writing the
             # log (a fleet half upgraded) moves its slots, and what falls out is decided on them
             # as they stand.
@@ -901,15 +1002,49 @@ class EpisodeLog:
             # change token and ring size all evicted) before numbering from the start.
             self._looks_new = False
             await self.repair_counter("e:")
-        seq = await self._numbered(
-            self.seq_key,
-            place,
-            "e:",
-            initial=initial,
-            read=read,
-            fresh=lambda seq: [self.entry_key(seq, legacy)],
-        )
+        try:
+            seq = await self._numbered(
+                self.seq_key,
+                place,
+                "e:",
+                initial=initial,
+                read=read,
+                fresh=lambda seq: [self.entry_key(seq, legacy)],
+                probe=probe,
+            )
+        except CounterAhead:
+            # Nothing just below the number the counter gave, a whole view past this writer's
+            # last record: the counter may have been moved past the episodes stored. Checked on
+            # the records (lowered when so), and the append made again without the probe.
+            self._appended = None
+            probing[0] = False
+            await self._check_ahead(await self.read_head())
+            await self._apply_seq_repair(legacy)
+            seq = await self._numbered(
+                self.seq_key,
+                place,
+                "e:",
+                initial=initial,
+                read=read,
+                fresh=lambda seq: [self.entry_key(seq, legacy)],
+            )
+        self._appended = seq
         return seq, stored_vector[0]
+
+    async def _apply_seq_repair(self, legacy: Legacy | None) -> None:
+        """Move the episode counter to where a read found it should be (past the episodes
+        stored when it fell behind them, down to the newest when it was past every one), unless
+        another writer changed it since it was read."""
+        if self._seq_repair is None:
+            return
+        raw, floor = self._seq_repair
+        self._seq_repair = None
+        expect: dict[str, str | None] = {self.seq_key: raw or None}
+        if raw and _counter_ok(raw) and int(raw) > floor:
+            # Lowered (a counter far past its records): only while nothing is stored at the
+            # number it holds, so that no record numbered by it is left above it.
+            expect[self.entry_key(int(raw), legacy)] = None
+        await self.provider.write_if(expect, {self.seq_key: str(floor)})
 
     async def _numbered(
         self,
@@ -920,21 +1055,26 @@ class EpisodeLog:
         initial: int = 0,
         read: Sequence[str] = (),
         fresh: Fresh,
+        probe: Fresh | None = None,
     ) -> int:
         """``increment_and_write`` of a new record numbered by the counter *key*, which never
         overwrites a record: a counter that is unreadable, past any real count or behind the
         records (the number it gives is taken) is repaired from the records, and the write
-        tried again."""
+        tried again. *probe* names more keys to read in the same step, for *place* to look
+        at (they need not be absent)."""
 
         def guarded(number: int, values: Mapping[str, str | None]) -> tuple[Any, Any]:
             if number > _MAX_INDEX or any(values.get(k) for k in fresh(number)):
                 raise CounterBehind(number)
             return place(number, values)
 
+        def named(number: int) -> list[str]:
+            return [*fresh(number), *(probe(number) if probe else ())]
+
         for attempt in range(_REPAIRS):
             try:
                 return await self.provider.increment_and_write(
-                    key, guarded, initial=initial, read=read, fresh=fresh
+                    key, guarded, initial=initial, read=read, fresh=named
                 )
             except CorruptDataError:
                 if attempt == _REPAIRS - 1:
@@ -1060,7 +1200,7 @@ class EpisodeLog:
         size = integer("max_episodes", max_episodes, minimum=1, maximum=MAX_RING)
         while True:
             keys = await self.owned_keys()
-            head = await self.read_head()
+            head = await self._check_ahead(await self.read_head(), keys)
             keep = range(max(1, head.last - size + 1), head.last + 1)
             doomed = self._outside(keys, head, keep)
             episodes = sum(1 for k in doomed if not self._is_claim(k) and not self._is_vector(k))
@@ -1084,7 +1224,7 @@ class EpisodeLog:
         keys = await self.owned_keys()
         # The head is read after the listing: an episode written in between is inside this
         # head's range, so it can never be mistaken for a stray.
-        head = await self.read_head()
+        head = await self._check_ahead(await self.read_head(), keys)
         kept = self.kept_range(head)
         strays = self._outside(keys, head, kept)
         # A vector whose episode is gone (forgotten while a backfill wrote its vector).
@@ -1134,7 +1274,18 @@ class EpisodeLog:
         entry of the use journal, numbered by ``__uses__`` (the newest ``_USE_JOURNAL`` are
         kept; a reader further behind reads every count)."""
         for seq in seqs:
-            await self.provider.increment(self.use_key(seq))
+            key = self.use_key(seq)
+            try:
+                count = await self.provider.increment(key)
+            except CorruptDataError as exc:
+                # An unreadable count (edited, or past 18 digits) is no count: it starts over,
+                # rather than refusing every use of the episode from now on.
+                self._repaired("use count", key, str(exc))
+                await self.provider.increment(key, repair=0)
+                continue
+            if count > _MAX_INDEX:  # past any real count: the next would be refused
+                self._repaired("use count", key, f"it holds {count}, past any real count")
+                await self.provider.write_if({key: str(count)}, {key: "1"})
         if not seqs:
             return
         record = ",".join(str(s) for s in sorted(set(seqs)))
@@ -1145,7 +1296,22 @@ class EpisodeLog:
                 [self.use_journal_key(trimmed)] if trimmed > 0 else []
             )
 
-        await self.provider.increment_and_write(self.uses_key, place)
+        # Numbered like a grade: a counter that is missing (evicted), behind, unreadable or at
+        # its limit is moved past the journal entries stored, never back to a number a reader
+        # that stays up has synced at (it would not read the counts again).
+        await self._numbered(
+            self.uses_key, place, "uj:", fresh=lambda number: [self.use_journal_key(number)]
+        )
+
+    def _repaired(self, what: str, key: str, why: str) -> None:
+        self.counters.recovered_indexes += 1
+        log.warning(
+            "episodic log %r: %s %s is unreadable (%s); starting it over",
+            self.namespace,
+            what,
+            escape_hidden(key[len(self.prefix) :])[:80],
+            why[:120],
+        )
 
     async def grade_keys(self) -> list[str]:
         return [k for k in await self.provider.keys(f"{self.prefix}g:") if self._ours(k)]
@@ -1273,6 +1439,12 @@ def _counter_ok(raw: str) -> bool:
     """Whether a stored counter is a count this library can trust: ASCII digits, not past
     ``_MAX_INDEX`` (a counter near 10**18 is damage: one more would overflow every store)."""
     return bool(_DIGITS.fullmatch(raw)) and int(raw) <= _MAX_INDEX
+
+
+class CounterAhead(Exception):
+    """Raised inside an append when nothing is stored just below the number the counter gave,
+    a whole view past the writer's previous record: nothing is written, and the counter is
+    checked on the records before the append is made again."""
 
 
 class CounterBehind(Exception):

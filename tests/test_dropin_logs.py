@@ -242,3 +242,32 @@ async def test_a_half_upgraded_fleet_keeps_every_episode_visible(
     mine = deepcrew.EpisodicMemory(legacy.theirs, namespace="support", max_episodes=cap)
     if not isinstance(legacy.theirs, dc_memory.FileMemoryProvider):
         assert [e.query for e in await mine.load()] == kept_theirs
+
+
+@pytest.mark.parametrize("adopted", [False, True])
+@pytest.mark.parametrize("counter", ["3", "17", "1000"])
+async def test_no_counter_of_ours_hides_or_sweeps_a_deepcrew_episode(
+    legacy: Legacy, adopted: bool, counter: str
+) -> None:
+    """Our counter edited below deepcrew-ai's episodes, or a whole ring past them (by hand,
+    or a key restored from another log), on a log deepcrew-ai wrote: every one of its
+    episodes stays visible, no sweep deletes one, and the next record goes after them."""
+    theirs_view = await write_with_deepcrew(legacy.theirs, 5, 20)
+    ours = ["rotate kafka certificates"] if adopted else []
+    if adopted:
+        await EpisodicMemory(legacy.ours, namespace="support", max_episodes=10).record(
+            Episode(query=ours[0], response="done")
+        )
+    await legacy.ours.store("episodic:support:__seq__", counter)
+    expected = [*theirs_view, *ours]
+    for size in (10, 3):
+        memory = EpisodicMemory(legacy.ours, namespace="support", max_episodes=size)
+        assert [e.query for e in await memory.load()] == expected[-size:]
+    assert await EpisodicMemory(legacy.ours, namespace="support", max_episodes=10).sweep() == 0
+    await EpisodicMemory(legacy.ours, namespace="support", max_episodes=10).record(
+        Episode(query="purge cdn cache", response="done")
+    )
+    memory = EpisodicMemory(legacy.ours, namespace="support", max_episodes=10)
+    assert [e.query for e in await memory.load()] == [*expected, "purge cdn cache"]
+    again = deepcrew.EpisodicMemory(legacy.theirs, namespace="support", max_episodes=20)
+    assert [e.query for e in await again.load()][: len(theirs_view)] == theirs_view

@@ -120,9 +120,10 @@ async def test_keys_evicted_by_allkeys_lru_never_let_a_record_overwrite_a_stored
             late = EpisodicMemory(backend, namespace="lru", max_episodes=50)
             for i in range(3):
                 await late.record(ep(f"hotfix {i}"))
-            assert {
-                k: v for k, v in zip(entries, await raw.mget(entries), strict=False) if v
-            } == survivors
+            # Every episode left is untouched (a number whose episode was evicted with the
+            # counter may be used again: nothing is stored there to overwrite).
+            kept = list(survivors)
+            assert dict(zip(kept, await raw.mget(kept), strict=True)) == survivors
             for memory in (EpisodicMemory(backend, namespace="lru"), writer, late):
                 queries = [e.query for e in await memory.load()]
                 assert queries == [*shown, "hotfix 0", "hotfix 1", "hotfix 2"]

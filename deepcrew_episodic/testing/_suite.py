@@ -976,14 +976,25 @@ class ProviderConformance:
 
     @pytest.mark.parametrize(
         "state",
-        ["missing", "evicted", "zero", "behind", "garbled", "at its limit", "past any count"],
+        [
+            "missing",
+            "evicted",
+            "zero",
+            "behind",
+            "garbled",
+            "at its limit",
+            "past any count",
+            "a ring ahead",
+            "far ahead",
+        ],
     )
     async def test_no_episode_counter_state_overwrites_or_hides_an_episode(
         self, provider: MemoryProvider, state: str
     ) -> None:
         """Whatever the counter holds (evicted by a cache policy, restored from an older
-        backup, edited by hand, near 10**18), every stored episode stays visible and the next
-        records go after them."""
+        backup, edited by hand, near 10**18, a whole ring or more past the newest episode),
+        every stored episode stays visible, no sweep or shrink takes one for a leftover, and
+        the next records go after them."""
         writer = EpisodicMemory(provider, namespace="cnt", max_episodes=10)
         for i in range(6):
             await writer.record(ep(f"task {i}"))
@@ -997,6 +1008,11 @@ class ProviderConformance:
         expected = [f"task {i}" for i in range(6)]
         assert [e.query for e in await EpisodicMemory(provider, namespace="cnt").load()] == expected
         assert [e.query for e in await reader.load()] == expected
+        small = EpisodicMemory(provider, namespace="cnt", max_episodes=4)
+        assert [e.query for e in await small.load()] == expected[-4:]
+        assert await EpisodicMemory(provider, namespace="cnt", max_episodes=10).sweep() == 0
+        assert await EpisodicMemory(provider, namespace="cnt", max_episodes=20).shrink(10) == 0
+        assert await provider.retrieve_many(list(before)) == list(before.values())
         late = EpisodicMemory(provider, namespace="cnt", max_episodes=10)
         for i in range(3):
             await late.record(ep(f"new {i}"))
@@ -1027,8 +1043,50 @@ class ProviderConformance:
         for memory in (EpisodicMemory(provider, namespace="lost"), writer):
             assert [e.query for e in await memory.load()] == [*left, "new 0"]
 
+    async def test_a_writer_that_lost_the_whole_index_still_shows_its_episodes(
+        self, provider: MemoryProvider
+    ) -> None:
+        """Every index key evicted, and the oldest episode with them (allkeys-lru can leave
+        that): the memory that wrote the log, which never read it, still shows what is left,
+        and the next record goes after it."""
+        writer = EpisodicMemory(provider, namespace="lost", max_episodes=50)
+        for i in range(10):
+            await writer.record(ep(f"task {i}"))
+        index = ["__seq__", "__gen__", "__max__", "__base__", "e:1"]
+        await provider.delete([f"episodic:lost:{k}" for k in index])
+        expected = [f"task {i}" for i in range(1, 10)]
+        assert [e.query for e in await writer.load()] == expected
+        await EpisodicMemory(provider, namespace="lost", max_episodes=50).record(ep("task 10"))
+        for memory in (writer, EpisodicMemory(provider, namespace="lost")):
+            assert [e.query for e in await memory.load()] == [*expected, "task 10"]
+
+    @pytest.mark.parametrize("state", ["a ring ahead", "far ahead"])
+    async def test_a_writer_that_stays_up_never_records_past_a_counter_moved_ahead(
+        self, provider: MemoryProvider, state: str
+    ) -> None:
+        """The counter moved a whole ring or more past the episodes stored under a writer that
+        has recorded before and never reads: its next record goes just after them, and no
+        episode falls out of view or is swept as a leftover."""
+        writer = EpisodicMemory(provider, namespace="ahead", max_episodes=10)
+        for i in range(6):
+            await writer.record(ep(f"task {i}"))
+        await _damage_counter(provider, "episodic:ahead:__seq__", state)
+        if not provider.atomic_increment_and_write:
+            # Where the counter is raised in a step of its own, a writer cannot refuse the
+            # number it took without leaving a hole: it finds the counter by reading (as a
+            # writer that recalls before each run does), and its next record lowers it.
+            assert len(await writer.load()) == 6
+        await writer.record(ep("task 6"))
+        await writer.record(ep("task 7"))
+        expected = [f"task {i}" for i in range(8)]
+        assert await EpisodicMemory(provider, namespace="ahead", max_episodes=10).sweep() == 0
+        for memory in (writer, EpisodicMemory(provider, namespace="ahead", max_episodes=10)):
+            assert [e.query for e in await memory.load()] == expected
+        assert await provider.retrieve_many(["episodic:ahead:__seq__"]) == ["8"]
+
     @pytest.mark.parametrize(
-        "state", ["missing", "zero", "behind", "garbled", "at its limit", "past any count"]
+        "state",
+        ["missing", "zero", "behind", "garbled", "at its limit", "past any count", "far ahead"],
     )
     async def test_no_grade_counter_state_overwrites_or_hides_a_grade(
         self, provider: MemoryProvider, state: str
@@ -1053,6 +1111,35 @@ class ProviderConformance:
             assert [e.outcome for e in await memory.load()] == ["success", "failure"], state
             assert len(await memory.grades()) == 4
             assert (await memory.stats()).grades == 4
+
+    @pytest.mark.parametrize("counter", ["__uses__", "u:2"])
+    @pytest.mark.parametrize("state", ["missing", "garbled", "at its limit", "far ahead"])
+    async def test_no_use_counter_state_refuses_a_use_or_hides_the_others(
+        self, provider: MemoryProvider, counter: str, state: str
+    ) -> None:
+        """A use counter (the change counter, or one episode's count) edited or garbled: the
+        next use is counted, and every reader, one that stays up included, reads the counts
+        as stored."""
+        writer = EpisodicMemory(provider, namespace="ucnt")
+        first = await writer.record(ep("rotate the keys"))
+        second = await writer.record(ep("renew the cert"))
+        await writer.used(first.id)
+        await writer.used(second.id)
+        reader = EpisodicMemory(provider, namespace="ucnt")
+        assert dict((await reader.stats()).most_used) == {first.id: 1, second.id: 1}
+        await _damage_counter(provider, f"episodic:ucnt:{counter}", state)
+        for _ in range(2):
+            await EpisodicMemory(provider, namespace="ucnt").used([second.id, first.id])
+        counts = dict((await EpisodicMemory(provider, namespace="ucnt").stats()).most_used)
+        assert counts[first.id] == 3
+        if counter == "u:2" and state != "missing":
+            # the damaged count itself is no count (unreadable, or past any real count): it
+            # started over
+            assert counts[second.id] == 2, state
+        else:
+            assert counts[second.id] == (3 if counter == "__uses__" else 2)
+        assert dict((await reader.stats()).most_used) == counts
+        assert await writer.load() == await reader.load()
 
     async def test_a_reader_that_stays_up_reads_a_grade_written_after_its_number(
         self, provider: MemoryProvider
@@ -1534,6 +1621,8 @@ async def _damage_counter(provider: MemoryProvider, key: str, state: str) -> Non
         "garbled": "x7",
         "at its limit": "9" * 18,
         "past any count": str(10**16),
+        "a ring ahead": "16",  # 6 episodes stored, a ring of 10: none left in its range
+        "far ahead": str(10**15),
     }
     await provider.write({key: values[state]})
 
