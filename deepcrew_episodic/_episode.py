@@ -50,6 +50,20 @@ def score_fits(outcome: str, score: float) -> bool:
     return said in ("success", "partial", "failure") and outcome_for_score(score) == said
 
 
+def score_contradicts(outcome: str, score: float | None) -> bool:
+    """Whether a recorded *score* says the opposite of its *outcome*: a success (claimed or
+    verified) scored below 0.3, or a failure scored 0.7 or more (a deepcrew-ai log, an old
+    store or another tool may hold such a pair). Such a score is never shown: the outcome is.
+    A partial, or a score a loop with its own thresholds placed, is not a contradiction."""
+    if score is None:
+        return False
+    if outcome in ("success", "claimed_success"):
+        return outcome_for_score(score) == "failure"
+    if outcome == "failure":
+        return outcome_for_score(score) == "success"
+    return False
+
+
 # Decoding never falls back to a default for these: the text of the run, its identity, and
 # its retention deadline (a garbled deadline must hide the record, not keep it forever).
 _STRICT_FIELDS = frozenset({"query", "id", "forget_after"})

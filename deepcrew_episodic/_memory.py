@@ -1618,8 +1618,7 @@ class EpisodicMemory:
 
     def _view(self, episode: Episode) -> Episode:
         """*episode* as its grades make it (see _grade.py)."""
-        grades = self._grades.get(episode.id)
-        return graded(episode, grades) if grades else episode
+        return graded(episode, self._grades.get(episode.id, ()))
 
     async def _everything(self) -> list[tuple[int, Episode]]:
         """Every episode the log keeps, oldest first: the cache (this memory's range, synced
