@@ -304,7 +304,7 @@ class EpisodicMemory:
             await self._sync()
             if stored.id in self._ids:
                 raise InvalidEpisodeError(
-                    f"an episode with id {escape_hidden(stored.id)!r} is already stored in "
+                    f"an episode with id {safe_message(stored.id, 140)!r} is already stored in "
                     f"namespace {escape_hidden(self.namespace)!r}; record a copy without the "
                     f"id to store it again"
                 )
@@ -940,7 +940,7 @@ class EpisodicMemory:
             )
         if target is None:
             raise ConfigurationError(
-                f"no episode with id {escape_hidden(episode_id)[:140]!r} in namespace "
+                f"no episode with id {safe_message(episode_id, 140)!r} in namespace "
                 f"{escape_hidden(self.namespace)!r}"
             )
         if self._expired_episode(target, self._clock()) or (
@@ -948,7 +948,7 @@ class EpisodicMemory:
         ):
             # Expired is invisible on every path: a grade would only be swept with it.
             raise ConfigurationError(
-                f"episode {escape_hidden(episode_id)[:140]!r} has expired (hidden from every "
+                f"episode {safe_message(episode_id, 140)!r} has expired (hidden from every "
                 f"read path; sweep deletes it)"
             )
         chosen: Outcome = outcome if outcome is not None else outcome_for_score(score or 0.0)

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from llm_server import Reply, ScriptedLLM
 
-from deepcrew_episodic import Episode, EpisodicMemory, Redactor, distill
+from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, Redactor, distill
 from deepcrew_episodic._redact import redact_then_cut
 from deepcrew_episodic._reflect import LESSON_CHARS
 from deepcrew_episodic.cli import main
@@ -159,3 +159,34 @@ def test_short_text_is_only_redacted() -> None:
         redact_then_cut(SECRET, 200, Redactor())
         == "postgres://app:[REDACTED:url-password]@db:5432/orders"
     )
+
+
+@pytest.mark.parametrize("offset", [0, 5, 9, 13])
+@pytest.mark.parametrize(
+    ("key", "limit"), [("__grades__", 40), ("__seq__", 40), ("__meta__", 60)]
+)
+async def test_a_garbled_counter_quoted_in_a_warning_shows_no_part_of_a_secret(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, key: str, limit: int, offset: int
+) -> None:
+    """A counter or index another tool garbled is quoted in the warning that repairs it: the
+    quote is redacted, then cut at the message's limit."""
+    path = tmp_path / "store.json"
+    garbled = straddling(limit, offset)
+    path.write_text(json.dumps({f"episodic:default:{key}": garbled}))
+    async with FileMemoryProvider(path) as provider:
+        memory = EpisodicMemory(provider)
+        episode = await memory.record(Episode(query="rotate the key"))
+        await memory.grade(episode.id, outcome="success")
+    quoted = [r.getMessage() for r in caplog.records if "xxx" in r.getMessage()]
+    assert quoted  # the warning was given, with the value
+    for message in quoted:
+        assert fragments(message) == [], message
+
+
+@pytest.mark.parametrize("offset", [0, 5, 9, 13])
+async def test_an_unknown_id_quoted_in_an_error_shows_no_part_of_a_secret(offset: int) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    wanted = straddling(140, offset).replace(" ", "-")
+    with pytest.raises(ConfigurationError, match="no episode with id") as raised:
+        await memory.grade(wanted, outcome="success")
+    assert fragments(str(raised.value)) == []
