@@ -747,7 +747,7 @@ def safe_message(text: str, limit: int = 500) -> str:
     from ._unicode import escape_hidden
 
     cleaned = escape_hidden(_default().redact(" ".join(text.split())))
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+    return redact_then_cut(cleaned, limit, None)  # the cut never splits a marker
 
 
 _MARKER = re.compile(r"\[REDACTED:[a-z0-9-]*\]")

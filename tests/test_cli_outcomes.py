@@ -508,7 +508,9 @@ def test_a_grade_without_a_score_drops_the_recorded_one_everywhere(run: Run) -> 
 
 
 def test_a_recorded_score_that_contradicts_its_outcome_is_shown_nowhere(run: Run) -> None:
-    episode_id = run.record("-q", "Rotate the signing key", "--outcome", "success", "--score", "0.1")
+    episode_id = run.record(
+        "-q", "Rotate the signing key", "--outcome", "success", "--score", "0.1"
+    )
     assert "0.10" not in run.ok("timeline")
     assert "0.10" not in run.ok("recall", "rotate signing key", "-v")
     assert "0.10" not in run.ok("stats")

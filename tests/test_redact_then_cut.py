@@ -162,9 +162,7 @@ def test_short_text_is_only_redacted() -> None:
 
 
 @pytest.mark.parametrize("offset", [0, 5, 9, 13])
-@pytest.mark.parametrize(
-    ("key", "limit"), [("__grades__", 40), ("__seq__", 40), ("__meta__", 60)]
-)
+@pytest.mark.parametrize(("key", "limit"), [("__grades__", 40), ("__seq__", 40), ("__meta__", 60)])
 async def test_a_garbled_counter_quoted_in_a_warning_shows_no_part_of_a_secret(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, key: str, limit: int, offset: int
 ) -> None:
@@ -190,3 +188,32 @@ async def test_an_unknown_id_quoted_in_an_error_shows_no_part_of_a_secret(offset
     with pytest.raises(ConfigurationError, match="no episode with id") as raised:
         await memory.grade(wanted, outcome="success")
     assert fragments(str(raised.value)) == []
+
+
+@pytest.mark.parametrize(
+    ("page", "name", "limit"),
+    [
+        ("/", "since", 60),
+        ("/", "per", 60),
+        ("/playground", "intent", 40),
+        ("/playground", "top_k", 60),
+        ("/overview", "by", 20),
+    ],
+)
+@pytest.mark.parametrize("offset", [0, 6, 13])
+async def test_a_bad_viewer_parameter_quoted_in_its_error_shows_no_part_of_a_secret(
+    page: str, name: str, limit: int, offset: int
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    app = create_app(memory, token="t" * 32, label="test")
+    transport = httpx.ASGITransport(app=app)
+    params = {name: straddling(limit, offset)}
+    if page == "/playground":
+        params["task"] = "rotate the key"
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as c:
+        c.cookies.set(COOKIE, "t" * 32)
+        answer = await c.get(page, params=params)
+    assert answer.status_code == 400, answer.text[:300]
+    assert "postgres://ap" in answer.text  # the value is quoted
+    assert fragments(answer.text) == []
+    assert "[REDACTED:url-password" not in answer.text or "[REDACTED:url-password]" in answer.text

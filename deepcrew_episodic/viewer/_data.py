@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._safe import quoted
+
 if TYPE_CHECKING:
     from .. import Episode, EpisodicMemory, MemoryStats
 
@@ -251,7 +253,7 @@ def parse_date(name: str, text: str, *, end_of_day: bool = False) -> float:
         return moment.timestamp() + (_DAY if end_of_day and bare_date else 0.0)
     except (ValueError, OverflowError):
         raise BadRequest(
-            f"{name}: {text[:60]!r} is not a date (YYYY-MM-DD) or an ISO-8601 time"
+            f"{name}: {quoted(text, 60)!r} is not a date (YYYY-MM-DD) or an ISO-8601 time"
         ) from None
 
 
@@ -260,7 +262,7 @@ def parse_count(name: str, text: str | None, *, default: int, maximum: int) -> i
     if text is None or not text.strip():
         return default
     if not _INTEGER.fullmatch(text.strip()):
-        raise BadRequest(f"{name}: {text[:60]!r} is not a whole number")
+        raise BadRequest(f"{name}: {quoted(text, 60)!r} is not a whole number")
     value = int(text.strip())
     if not 1 <= value <= maximum:
         raise BadRequest(f"{name}: must be between 1 and {maximum}, not {value}")
