@@ -1172,7 +1172,7 @@ class EpisodicMemory:
         }
         for seq, ep in [*beyond, *self._log.cached()]:
             if everything or (seq not in cached and seq not in usable):
-                todo.append((seq, ep, embed_text(ep, self._embed_fields)))
+                todo.append((seq, ep, embed_text(ep, self._embed_fields, self._redactor)))
         written = 0
         if progress is not None and (todo or not done):
             progress(done, done + len(todo))
@@ -1282,7 +1282,7 @@ class EpisodicMemory:
             # in without a vector, and the reembed's last pass embeds it.
             return None
         self._check_embedder()
-        text = embed_text(episode, self._embed_fields)
+        text = embed_text(episode, self._embed_fields, self._redactor)
         try:
             row = (await self._embed([text], "record"))[0]
         except EmbeddingError as exc:
@@ -1361,7 +1361,7 @@ class EpisodicMemory:
             return None
         if mark != fingerprint(name, len(vector)):
             return None
-        if text_digest != digest(embed_text(episode, self._embed_fields)):
+        if text_digest != digest(embed_text(episode, self._embed_fields, self._redactor)):
             return None
         return vector
 
