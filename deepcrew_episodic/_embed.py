@@ -204,9 +204,7 @@ def load_numpy() -> Any:
     return numpy
 
 
-def embed_text(
-    episode: Episode, fields: Sequence[str], redactor: Redactor | None = None
-) -> str:
+def embed_text(episode: Episode, fields: Sequence[str], redactor: Redactor | None = None) -> str:
     """The text of *episode* that is embedded: the chosen fields, one per line, each redacted
     with *redactor* before anything cuts it (a deepcrew-ai log, an import or a memory that
     recorded with ``redact=False`` stores text as given: an embedder must not receive it)."""

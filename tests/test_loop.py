@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import aclosing
 from typing import Any
 
@@ -264,6 +265,26 @@ async def test_a_consumer_stopping_at_verifier_scored_keeps_the_episode(
 
 def is_judge(request: Any) -> bool:
     return bool(request.model == "judge")
+
+
+@pytest.mark.parametrize("redact", [True, False])
+async def test_the_llm_verifier_sends_no_secret_to_its_model(
+    llm: ScriptedLLM, redact: bool
+) -> None:
+    key = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 2
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(
+        Reply.text(f"Rotated it; the new key is {key}."),
+        Reply.json({"score": 0.9, "issues": [], "suggestion": ""}, when=is_judge),
+    )
+    verifier = LLMVerifier("openai/judge", params={**llm.params, "max_retries": 0}, redact=redact)
+    agent = make_agent(llm, LoopConfig(verifier=verifier), episodic_memory=memory)
+    await run_agent(agent, [{"role": "user", "content": f"{QUERY}. The old key was {key}."}])
+    [judge] = [r for r in llm.requests if is_judge(r)]
+    assert (key in json.dumps(judge.messages)) is not redact
+    if redact:
+        assert "[REDACTED:openai-key]" in judge.last_user_text
+        assert "Rotated it; the new key is" in judge.last_user_text
 
 
 async def test_llm_verifier_grades_through_the_model(llm: ScriptedLLM) -> None:
