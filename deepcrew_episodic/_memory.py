@@ -55,7 +55,7 @@ from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallInd
 from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
 from ._telemetry import Telemetry, traced, tracing
-from ._unicode import escape_hidden
+from ._unicode import escape_hidden, search_form
 from ._validate import boolean, integer, number, optional_number, positive_duration, strings
 from .providers._base import MemoryProvider, as_provider
 
@@ -570,7 +570,12 @@ class EpisodicMemory:
         cut = _since("before", before, self._clock()) if before is not None else None
         if containing is not None and not isinstance(containing, str):
             raise ConfigurationError(f"containing must be a string, not {containing!r}")
-        needle = containing.casefold() if containing else None
+        needle = search_form(containing) if containing else None
+        if containing and not needle:
+            # White space or hidden characters only would match every episode: refused.
+            raise ConfigurationError(
+                f"containing holds no visible text ({safe_message(containing, 60)!r})"
+            )
         await self._sync()
         selected: list[tuple[int, Episode]] = []
         for seq, ep in await self._everything():
@@ -1602,19 +1607,22 @@ class EpisodicMemory:
         return touched
 
     def searched_text(self, episode: Episode) -> str:
-        """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), case
-        folded: every text field of the episode and its grades' notes, as of the last read.
+        """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), in its
+        search form (``search_form``: white space, hidden characters, Unicode forms and case
+        folded): every text field of the episode and its grades' notes, as of the last read.
         No I/O: for a tool that filters a listing by the same rule (the viewer's search)."""
         if not isinstance(episode, Episode):
             raise ConfigurationError(
                 f"searched_text() takes an Episode, not {type(episode).__name__}"
             )
-        return self._text_of(episode).casefold()
+        return self._text_of(episode)
 
     def _text_of(self, episode: Episode) -> str:
-        """Every text stored for *episode*: its own, and its grades' (``containing``)."""
+        """Every text stored for *episode*, its own and its grades', each in its search form
+        (one line each: a needle never spans two texts)."""
         grades = [g for g in self._grades.get(episode.id, ()) if g.applies_to(episode)]
-        return "\n".join([*stored_texts(episode), *(t for g in grades for t in stored_texts(g))])
+        texts = [*stored_texts(episode), *(t for g in grades for t in stored_texts(g))]
+        return "\n".join(search_form(t) for t in texts)
 
     def _view(self, episode: Episode) -> Episode:
         """*episode* as its grades make it (see _grade.py)."""

@@ -164,6 +164,22 @@ async def test_record_recall_grade_and_timeline_over_stdio(tmp_path: Path, mode:
 
 
 @ONCE
+async def test_timeline_containing_uses_the_forget_rule(tmp_path: Path) -> None:
+    store = str(tmp_path / "memory.json")
+    async with await opened(store, create=True) as provider:
+        memory = EpisodicMemory(provider)
+        await memory.record(Episode(query="Rotate the signing key"))
+        noted = await memory.record(Episode(query="Deploy the api"))
+        await memory.grade(noted.id, outcome="success", note="Acme\u200bCorp confirmed it")
+        split = await memory.record(Episode(query="Refund", approach="asked ACME corp first"))
+    async with stdio(store) as client:
+        found = await call(client, "timeline", containing="acmecorp")
+        assert [e["id"] for e in found["episodes"]] == [noted.id]
+        found = await call(client, "timeline", containing="Acme Corp")
+        assert [e["id"] for e in found["episodes"]] == [split.id]
+
+
+@ONCE
 async def test_a_recorded_score_that_contradicts_its_outcome_is_not_served(tmp_path: Path) -> None:
     store = str(tmp_path / "memory.json")
     async with await opened(store, create=True) as provider:

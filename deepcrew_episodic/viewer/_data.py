@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._unicode import search_form
 from ._safe import quoted
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ class Filter:
             high = math.inf if self.until is None else self.until
             keep = [i for i in keep if (t := times[i]) is not None and low <= t < high]
         if self.q:
-            needle = self.q.casefold()
+            needle = search_form(self.q)
             texts = source.texts(snapshot)
             keep = [i for i in keep if needle in texts[i]]
         return [episodes[i] for i in keep]
