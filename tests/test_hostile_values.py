@@ -214,3 +214,42 @@ async def test_any_other_failure_is_the_viewers_error_page_with_its_headers() ->
     assert page.headers["cache-control"] == "no-store"
     assert "Server error" in page.text
     assert "invalid literal" not in page.text  # the error is logged, not served
+
+
+GOOD = '{"query": "kept", "id": "e0", "timestamp": "2026-01-01T00:00:00Z"}'
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ('"uses": NaN', "uses: a whole number"),
+        ('"uses": Infinity', "uses: a whole number"),
+        ('"uses": 2.5', "uses: a whole number"),
+        ('"uses": "5"', "uses: a whole number"),
+        ('"uses": true', "uses: a whole number"),
+        ('"uses": -1', "uses: a whole number"),
+        ('"uses": 100000000000000000000', "uses: a whole number"),
+        ('"grades": {"outcome": "success"}', "grades: a list"),
+        ('"grades": [{"outcome": "success", "score": NaN}]', "grade 1:"),
+        ('"grades": [{"outcome": "success", "score": -Infinity}]', "grade 1:"),
+        ('"grades": [{"outcome": "success", "score": 1e999}]', "grade 1:"),
+        ('"grades": [{"outcome": "success", "score": true}]', "grade 1:"),
+        ('"score": NaN', "score"),
+        ('"score": 1e999', "score"),
+        ('"timestamp": 1e999', "timestamp"),
+        ('"forget_after": NaN', "forget_after"),
+    ],
+)
+def test_a_non_finite_or_wrong_number_in_an_import_is_named_and_imports_nothing(
+    tmp_path: Path, extra: str, says: str
+) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(f'{GOOD}\n{{"query": "t", "id": "e1", {extra}}}\n')
+    target = tmp_path / "out.json"
+    code, _, err = cli("--store", str(target), "import", str(source))
+    assert code == 1
+    assert f"{source}: line 2: " in err
+    assert says in err
+    assert "nothing was" in err
+    assert err.count("\n") == 1
+    assert not target.exists()

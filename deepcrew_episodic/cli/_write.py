@@ -202,7 +202,7 @@ def _validated(cls: type[Episode], item: Any, where: str) -> Episode:
     try:
         return cls.coerce(item)
     except InvalidEpisodeError as exc:
-        raise CliError(f"{where}: {exc}") from None
+        raise CliError(f"{where}: {exc}; nothing was written") from None
 
 
 def _report_redactions(before: Sequence[Episode], after: Sequence[Episode]) -> None:
@@ -396,7 +396,10 @@ def _backup_extras(item: Any, where: str) -> tuple[list[Grade], int]:
         return [], 0
     given = item.get("grades", [])
     if not isinstance(given, list):
-        raise CliError(f"{where}: grades: a list of grades, not a JSON {type(given).__name__}")
+        raise CliError(
+            f"{where}: grades: a list of grades, not a JSON {type(given).__name__}; "
+            "nothing was imported"
+        )
     grades: list[Grade] = []
     for i, grade in enumerate(given, 1):
         try:
@@ -405,7 +408,9 @@ def _backup_extras(item: Any, where: str) -> tuple[list[Grade], int]:
             raise CliError(f"{where}: grade {i}: {exc}; nothing was imported") from None
     uses = item.get("uses", 0)
     if isinstance(uses, bool) or not isinstance(uses, int):
-        raise CliError(f"{where}: uses: a whole number, not a JSON {type(uses).__name__}")
+        raise CliError(
+            f"{where}: uses: a whole number, not a JSON {type(uses).__name__}; nothing was imported"
+        )
     if not 0 <= uses <= 10**15:
         raise CliError(f"{where}: uses: a whole number from 0 to 10**15; nothing was imported")
     return grades, uses
