@@ -1024,7 +1024,9 @@ class EpisodicMemory:
                 f"invalid episode: uses: a whole number from 0 to {MAX_USES}, not {uses!r}"
             )
         if isinstance(grades, str | bytes | Mapping) or not isinstance(grades, Sequence):
-            raise InvalidEpisodeError(f"grades must be a list of grades, not {grades!r:.80}")
+            raise InvalidEpisodeError(
+                f"grades must be a list of grades, not {safe_message(repr(grades), 80)}"
+            )
         kept: list[Grade] = []
         for i, given in enumerate(grades, 1):
             try:

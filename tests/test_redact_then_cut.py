@@ -217,3 +217,16 @@ async def test_a_bad_viewer_parameter_quoted_in_its_error_shows_no_part_of_a_sec
     assert "postgres://ap" in answer.text  # the value is quoted
     assert fragments(answer.text) == []
     assert "[REDACTED:url-password" not in answer.text or "[REDACTED:url-password]" in answer.text
+
+
+@pytest.mark.parametrize("offset", [0, 6, 13])
+async def test_a_wrong_grades_argument_quoted_in_restores_error_shows_no_part_of_a_secret(
+    offset: int,
+) -> None:
+    from deepcrew_episodic import InvalidEpisodeError
+
+    memory = EpisodicMemory(InMemoryProvider())
+    with pytest.raises(InvalidEpisodeError, match="grades must be a list") as raised:
+        await memory.restore(Episode(query="q"), grades=straddling(80, offset))  # type: ignore[arg-type]
+    assert fragments(str(raised.value)) == []
+    assert await memory.load() == []
