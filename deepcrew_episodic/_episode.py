@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ._exceptions import InvalidEpisodeError
 from ._unicode import is_hidden
+from ._validate import shown
 
 __all__ = ["Episode", "Outcome", "outcome_for_score"]
 
@@ -274,7 +275,7 @@ def _optional_text(value: Any) -> str | None:
 
 def _outcome(value: Any) -> str:
     if value not in OUTCOMES or not isinstance(value, str):
-        raise _Invalid(f"expected one of {', '.join(map(repr, OUTCOMES))}, not {value!r}")
+        raise _Invalid(f"expected one of {', '.join(map(repr, OUTCOMES))}, not {shown(value)}")
     return value
 
 
@@ -448,7 +449,7 @@ def parse_time(value: str) -> float:
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"not an ISO-8601 time: {value!r}") from None
+        raise ValueError(f"not an ISO-8601 time: {shown(value)}") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     # An offset can carry a time past the years a datetime holds ("9999-12-31T23:59-01:00" is
@@ -457,5 +458,5 @@ def parse_time(value: str) -> float:
         ts = dt.timestamp()
         datetime.fromtimestamp(ts, UTC)
     except (OverflowError, ValueError, OSError):
-        raise ValueError(f"time out of range (years 1 to 9999 in UTC): {value!r}") from None
+        raise ValueError(f"time out of range (years 1 to 9999 in UTC): {shown(value)}") from None
     return ts

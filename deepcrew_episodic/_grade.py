@@ -30,6 +30,7 @@ from typing import Any
 
 from ._episode import OUTCOMES, VERIFIED, Episode, Outcome, score_contradicts, score_fits
 from ._exceptions import InvalidEpisodeError
+from ._validate import shown
 
 __all__ = ["Grade"]
 
@@ -101,14 +102,14 @@ class Grade:
         if not isinstance(episode, str) or not episode:
             raise ValueError("grade record names no episode")
         if outcome not in OUTCOMES or not isinstance(outcome, str):
-            raise ValueError(f"grade record holds the outcome {outcome!r}")
+            raise ValueError(f"grade record holds the outcome {shown(outcome)}")
         if score is not None and (
             isinstance(score, bool)
             or not isinstance(score, int | float)
             or not math.isfinite(score)
             or not 0.0 <= score <= 1.0
         ):
-            raise ValueError(f"grade record holds the score {score!r}")
+            raise ValueError(f"grade record holds the score {shown(score)}")
         if not isinstance(note, str) or not isinstance(verified, bool):
             raise ValueError("grade record holds a bad note or verified flag")
         if not isinstance(timestamp, str) or not isinstance(stamp, str):

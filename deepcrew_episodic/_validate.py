@@ -21,6 +21,7 @@ __all__ = [
     "optional_integer",
     "optional_number",
     "positive_duration",
+    "shown",
     "strings",
 ]
 
@@ -121,8 +122,15 @@ def strings(name: str, value: Any, *, one: bool = False) -> list[str]:
     return items
 
 
-def _show(value: Any) -> str:
+def shown(value: Any) -> str:
+    """*value* as an error quotes it: its repr redacted with the built-in rules, with hidden
+    characters spelled out, then cut to 80 characters (a stored or given value may hold a
+    secret, or be megabytes long); a huge integer by its size (its repr may not exist)."""
+    from ._redact import safe_message
+
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"an integer of {value.bit_length()} bits"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return safe_message(repr(value), 80)
+
+
+_show = shown
