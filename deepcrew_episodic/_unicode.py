@@ -79,4 +79,10 @@ def search_form(text: str) -> str:
     if _plain(flat):
         return flat.casefold()
     # NFKC, case fold, NFKC again: case folding can leave a string that is not normalised.
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", flat).casefold())
+    folded = _nfkc(flat).casefold()
+    return _nfkc(folded)
+
+
+def _nfkc(text: str) -> str:
+    # The check is much cheaper than the normalisation, and most text is already normal.
+    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
