@@ -269,3 +269,21 @@ async def test_shrink_deletes_the_grades_of_what_it_deletes(provider: MemoryProv
     assert [g.note for g in await EpisodicMemory(provider, namespace="s").grades()] == [
         "still here"
     ]
+
+
+@pytest.mark.parametrize("q", ["\u200b", "\u00ad\u2060"])
+async def test_a_viewer_search_with_nothing_visible_is_refused_and_forgets_nothing(
+    provider: MemoryProvider, q: str
+) -> None:
+    memory = EpisodicMemory(provider, max_episodes=50)
+    await memory.record(Episode(query="keep me"))
+    await memory.record(Episode(query="and me"))
+    app = create_app(memory, token="t" * 32, allow_forget=True, label="test")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as c:
+        c.cookies.set(COOKIE, "t" * 32)
+        for page in ("/", "/forget"):
+            answer = await c.get(page, params={"q": q})
+            assert answer.status_code == 400, page
+            assert "no visible text" in answer.text
+    assert len(await memory.load()) == 2

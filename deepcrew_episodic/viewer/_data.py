@@ -220,10 +220,13 @@ def parse_filter(params: Mapping[str, Sequence[str]]) -> Filter:
     outcomes = tuple(v for v in params.get("outcome", ()) if v)
     unknown = [o for o in outcomes if o not in OUTCOMES]
     if unknown:
-        raise BadRequest(f"outcome: {unknown[0]!r} is not one of {', '.join(OUTCOMES)}")
+        raise BadRequest(f"outcome: {quoted(unknown[0], 60)!r} is not one of {', '.join(OUTCOMES)}")
     if outcomes:
         raw["outcome"] = list(outcomes)
     tag, agent, run, q = one("tag"), one("agent"), one("run"), one("q")
+    if q and not search_form(q):
+        # Hidden characters only would match every episode (and the forget page delete them).
+        raise BadRequest(f"q: {quoted(q, 60)!r} holds no visible text")
     since_text, until_text = one("since"), one("until")
     since = parse_date("since", since_text) if since_text else None
     until = parse_date("until", until_text, end_of_day=True) if until_text else None
