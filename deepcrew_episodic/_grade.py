@@ -106,8 +106,10 @@ class Grade:
         if score is not None and (
             isinstance(score, bool)
             or not isinstance(score, int | float)
-            or not math.isfinite(score)
+            # The range first: it compares an integer of any size exactly (isfinite would
+            # overflow on one past a float), and refuses NaN too.
             or not 0.0 <= score <= 1.0
+            or not math.isfinite(score)
         ):
             raise ValueError(f"grade record holds the score {shown(score)}")
         if not isinstance(note, str) or not isinstance(verified, bool):

@@ -211,8 +211,10 @@ def parse_verdict(raw: str) -> Verdict:
     if (
         isinstance(score, bool)
         or not isinstance(score, int | float)
-        or not math.isfinite(score)
+        # The range first: exact for an integer of any size (isfinite would overflow on one
+        # past a float), and it refuses NaN too.
         or not 0 <= score <= 1
+        or not math.isfinite(score)
     ):
         raise VerifierError(
             f"the verifier gave no score in [0, 1] (score={_shown(data.get('score'))}): "

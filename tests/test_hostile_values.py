@@ -68,8 +68,9 @@ async def test_a_hostile_record_is_counted_corrupt_and_forget_corrupt_finds_it(
     assert (await fresh.stats()).corrupt == 0  # the same memory no longer counts it
 
 
+@pytest.mark.parametrize("big", [BIG, "9" * 400], ids=["past-the-json-limit", "past-a-float"])
 async def test_a_grade_or_a_use_count_with_a_huge_integer_is_skipped(
-    provider: MemoryProvider,
+    provider: MemoryProvider, big: str
 ) -> None:
     memory = EpisodicMemory(provider, namespace="h")
     ep = await memory.record(Episode(query="refund order"))
@@ -79,7 +80,7 @@ async def test_a_grade_or_a_use_count_with_a_huge_integer_is_skipped(
     await overwrite(
         provider,
         grade_key,
-        f'{{"episode": "{ep.id}", "outcome": "failure", "score": {BIG}, "verified": true}}',
+        f'{{"episode": "{ep.id}", "outcome": "failure", "score": {big}, "verified": true}}',
     )
     fresh = EpisodicMemory(provider, namespace="h")
     [shown] = await fresh.load()

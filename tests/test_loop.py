@@ -347,7 +347,18 @@ def test_parse_verdict_reads_the_json_a_model_gives() -> None:
     assert parse_verdict('Here you go: {"score": "0.25", "issues": "vague"} Thanks.') == Verdict(
         0.25, "Issues:\n- vague"
     )
-    for bad in ['{"issues": []}', "[0.5]", '{"score": true}', '{"score": -0.1}', "nope"]:
+    past_a_float = '{"score": 1' + "0" * 400 + "}"  # JSON takes it; a float cannot hold it
+    for bad in [
+        '{"issues": []}',
+        "[0.5]",
+        '{"score": true}',
+        '{"score": -0.1}',
+        "nope",
+        past_a_float,
+        '{"score": NaN}',
+        '{"score": -Infinity}',
+        '{"score": 1e999}',
+    ]:
         with pytest.raises(VerifierError):
             parse_verdict(bad)
 
