@@ -56,7 +56,15 @@ from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
 from ._telemetry import Telemetry, traced, tracing
 from ._unicode import escape_hidden, search_form
-from ._validate import boolean, integer, number, optional_number, positive_duration, strings
+from ._validate import (
+    boolean,
+    integer,
+    number,
+    optional_number,
+    positive_duration,
+    shown,
+    strings,
+)
 from .providers._base import MemoryProvider, as_provider
 
 __all__ = ["EpisodicMemory", "MemoryStats"]
@@ -569,7 +577,7 @@ class EpisodicMemory:
         wanted_tags = _tags(tags)
         cut = _since("before", before, self._clock()) if before is not None else None
         if containing is not None and not isinstance(containing, str):
-            raise ConfigurationError(f"containing must be a string, not {containing!r}")
+            raise ConfigurationError(f"containing must be a string, not {shown(containing)}")
         needle = search_form(containing) if containing else None
         if containing and not needle:
             # White space or hidden characters only would match every episode: refused.
@@ -753,7 +761,7 @@ class EpisodicMemory:
             raise ConfigurationError(f"query must be a string, not {type(query).__name__}")
         k = self._recall_k if top_k is None else integer("top_k", top_k, minimum=0)
         if intent not in INTENTS:
-            raise ConfigurationError(f"intent must be one of {INTENTS}, not {intent!r}")
+            raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
         outcomes = _outcomes(outcome)
         wanted_tags = _tags(tags)
         after = _since("since", since, self._clock()) if since is not None else None
@@ -1021,7 +1029,7 @@ class EpisodicMemory:
         self.check(episode)
         if isinstance(uses, bool) or not isinstance(uses, int) or not 0 <= uses <= MAX_USES:
             raise InvalidEpisodeError(
-                f"invalid episode: uses: a whole number from 0 to {MAX_USES}, not {uses!r}"
+                f"invalid episode: uses: a whole number from 0 to {MAX_USES}, not {shown(uses)}"
             )
         if isinstance(grades, str | bytes | Mapping) or not isinstance(grades, Sequence):
             raise InvalidEpisodeError(

@@ -63,12 +63,12 @@ def number(
     except OverflowError:  # an int beyond any float
         raise ConfigurationError(f"{name} must be a finite number, not {_show(value)}") from None
     if not math.isfinite(result):
-        raise ConfigurationError(f"{name} must be a finite number, not {value!r}")
+        raise ConfigurationError(f"{name} must be a finite number, not {_show(value)}")
     if minimum is not None and (result <= minimum if exclusive_minimum else result < minimum):
         relation = ">" if exclusive_minimum else ">="
-        raise ConfigurationError(f"{name} must be {relation} {minimum:g}, not {value!r}")
+        raise ConfigurationError(f"{name} must be {relation} {minimum:g}, not {_show(value)}")
     if maximum is not None and result > maximum:
-        raise ConfigurationError(f"{name} must be <= {maximum:g}, not {value!r}")
+        raise ConfigurationError(f"{name} must be <= {maximum:g}, not {_show(value)}")
     return result
 
 
@@ -108,7 +108,7 @@ def strings(name: str, value: Any, *, one: bool = False) -> list[str]:
         if one:
             return [value]
         raise ConfigurationError(
-            f"{name} must be a collection of strings, not the string {value!r}"
+            f"{name} must be a collection of strings, not the string {_show(value)}"
         )
     if isinstance(value, bytes | bytearray | dict) or not isinstance(value, Collection):
         raise ConfigurationError(

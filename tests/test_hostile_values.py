@@ -254,3 +254,24 @@ def test_a_non_finite_or_wrong_number_in_an_import_is_named_and_imports_nothing(
     assert "nothing was" in err
     assert err.count("\n") == 1
     assert not target.exists()
+
+
+async def test_a_wrong_argument_is_quoted_redacted_short_and_typed() -> None:
+    """An argument quoted in its error: redacted, cut, and a huge integer by its size (its
+    repr past 4,300 digits would itself raise)."""
+    from deepcrew_episodic import ConfigurationError, InvalidEpisodeError
+
+    key = "sk-proj-" + "Zq9" * 16
+    memory = EpisodicMemory(InMemoryProvider())
+    calls: list[tuple[type[Exception], Any]] = [
+        (InvalidEpisodeError, lambda: memory.restore(Episode(query="q"), uses=10**5000)),
+        (ConfigurationError, lambda: memory.recall("q", tags=f"{key} " + "x" * 100_000)),
+        (ConfigurationError, lambda: memory.recall("q", intent=key)),
+        (ConfigurationError, lambda: memory.select(containing=key.encode() * 1000)),
+    ]
+    for error, call in calls:
+        with pytest.raises(error) as raised:
+            await call()
+        assert "Zq9Zq9" not in str(raised.value)
+        assert len(str(raised.value)) < 300
+    assert await memory.load() == []
