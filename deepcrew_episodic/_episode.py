@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ._exceptions import InvalidEpisodeError
+from ._redact import register_text_fields
 from ._unicode import is_hidden
 from ._validate import shown
 
@@ -385,6 +386,16 @@ def _stored_id(value: Any) -> str:
 
 
 _DECODE_CHECKS = {**_CHECKS, "id": _stored_id, "score": _score}
+
+# The free-text fields, found from their checks, are what a Redactor redacts in an episode
+# (the id is refused instead; the outcome, score and times are validated values).
+register_text_fields(
+    tuple(
+        name
+        for name, check in _CHECKS.items()
+        if check in (_text, _optional_text, _texts) and name != "id"
+    )
+)
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
 # Every field but the required query, with its default.
 _DEFAULTS: dict[str, Any] = {
