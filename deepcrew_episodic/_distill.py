@@ -368,7 +368,8 @@ async def distill(
         approach=redact_then_cut(fields["APPROACH"], FIELD_CHARS, rules),
         outcome=model_outcome(fields["OUTCOME"], verified),
         reflection=parse_lesson(fields["LESSON"], rules),
-        response=_final_answer(messages),
+        # The answer comes from the transcript, not the model: redacted like what was sent.
+        response=rules.redact(_final_answer(messages)) if rules else _final_answer(messages),
         tools_used=_tools_called(messages),
         tags=[GAVE_UP_TAG] if verified is None and gave_up(fields["OUTCOME"]) else [],
     )

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from ._redact import Redactor
+
     Matrix = npt.NDArray[np.float32]
 
 __all__ = ["Embedder", "LiteLLMEmbedder"]
@@ -202,13 +204,17 @@ def load_numpy() -> Any:
     return numpy
 
 
-def embed_text(episode: Episode, fields: Sequence[str]) -> str:
-    """The text of *episode* that is embedded: the chosen fields, one per line."""
+def embed_text(episode: Episode, fields: Sequence[str], redactor: Redactor | None = None) -> str:
+    """The text of *episode* that is embedded: the chosen fields, one per line, each redacted
+    with *redactor* before anything cuts it (a deepcrew-ai log, an import or a memory that
+    recorded with ``redact=False`` stores text as given: an embedder must not receive it)."""
     parts: list[str] = []
     for name in fields:
         value = getattr(episode, name)
         if isinstance(value, list):
             value = ", ".join(value)
+        if value and redactor is not None:
+            value = redactor.redact(value)
         if value and (cleaned := clean_text(value)):
             parts.append(cleaned)
     return "\n".join(parts)[:TEXT_CHARS]

@@ -13,7 +13,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ._exceptions import InvalidEpisodeError
+from ._redact import register_text_fields
 from ._unicode import is_hidden
+from ._validate import shown
 
 __all__ = ["Episode", "Outcome", "outcome_for_score"]
 
@@ -48,6 +50,20 @@ def score_fits(outcome: str, score: float) -> bool:
     0.7, a failure below 0.3. ``unknown`` and ``abandoned`` say nothing a score could match."""
     said = "success" if outcome == "claimed_success" else outcome
     return said in ("success", "partial", "failure") and outcome_for_score(score) == said
+
+
+def score_contradicts(outcome: str, score: float | None) -> bool:
+    """Whether a recorded *score* says the opposite of its *outcome*: a success (claimed or
+    verified) scored below 0.3, or a failure scored 0.7 or more (a deepcrew-ai log, an old
+    store or another tool may hold such a pair). Such a score is never shown: the outcome is.
+    A partial, or a score a loop with its own thresholds placed, is not a contradiction."""
+    if score is None:
+        return False
+    if outcome in ("success", "claimed_success"):
+        return outcome_for_score(score) == "failure"
+    if outcome == "failure":
+        return outcome_for_score(score) == "success"
+    return False
 
 
 # Decoding never falls back to a default for these: the text of the run, its identity, and
@@ -260,7 +276,7 @@ def _optional_text(value: Any) -> str | None:
 
 def _outcome(value: Any) -> str:
     if value not in OUTCOMES or not isinstance(value, str):
-        raise _Invalid(f"expected one of {', '.join(map(repr, OUTCOMES))}, not {value!r}")
+        raise _Invalid(f"expected one of {', '.join(map(repr, OUTCOMES))}, not {shown(value)}")
     return value
 
 
@@ -370,6 +386,16 @@ def _stored_id(value: Any) -> str:
 
 
 _DECODE_CHECKS = {**_CHECKS, "id": _stored_id, "score": _score}
+
+# The free-text fields, found from their checks, are what a Redactor redacts in an episode
+# (the id is refused instead; the outcome, score and times are validated values).
+register_text_fields(
+    tuple(
+        name
+        for name, check in _CHECKS.items()
+        if check in (_text, _optional_text, _texts) and name != "id"
+    )
+)
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
 # Every field but the required query, with its default.
 _DEFAULTS: dict[str, Any] = {
@@ -434,7 +460,7 @@ def parse_time(value: str) -> float:
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"not an ISO-8601 time: {value!r}") from None
+        raise ValueError(f"not an ISO-8601 time: {shown(value)}") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     # An offset can carry a time past the years a datetime holds ("9999-12-31T23:59-01:00" is
@@ -443,5 +469,5 @@ def parse_time(value: str) -> float:
         ts = dt.timestamp()
         datetime.fromtimestamp(ts, UTC)
     except (OverflowError, ValueError, OSError):
-        raise ValueError(f"time out of range (years 1 to 9999 in UTC): {value!r}") from None
+        raise ValueError(f"time out of range (years 1 to 9999 in UTC): {shown(value)}") from None
     return ts

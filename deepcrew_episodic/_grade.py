@@ -15,7 +15,9 @@ A grade given as a score only takes its outcome from :func:`~deepcrew_episodic.o
 The grade that decides the outcome decides the score too: the episode reads the grade's score,
 or none when the grade gave none (the recorded score went with the recorded outcome), so the
 outcome and the score shown never contradict each other. A stored grade whose score disagrees
-with its outcome (``grade()`` refuses to write one) reads with its outcome and no score.
+with its outcome (``grade()`` refuses to write one) reads with its outcome and no score; so
+does an episode recorded with a score that says the opposite of its outcome (a success scored
+below 0.3, a failure scored 0.7 or more: :func:`~deepcrew_episodic._episode.score_contradicts`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._episode import OUTCOMES, VERIFIED, Episode, Outcome, score_fits
+from ._episode import OUTCOMES, VERIFIED, Episode, Outcome, score_contradicts, score_fits
 from ._exceptions import InvalidEpisodeError
+from ._validate import shown
 
 __all__ = ["Grade"]
 
@@ -99,14 +102,16 @@ class Grade:
         if not isinstance(episode, str) or not episode:
             raise ValueError("grade record names no episode")
         if outcome not in OUTCOMES or not isinstance(outcome, str):
-            raise ValueError(f"grade record holds the outcome {outcome!r}")
+            raise ValueError(f"grade record holds the outcome {shown(outcome)}")
         if score is not None and (
             isinstance(score, bool)
             or not isinstance(score, int | float)
-            or not math.isfinite(score)
+            # The range first: it compares an integer of any size exactly (isfinite would
+            # overflow on one past a float), and refuses NaN too.
             or not 0.0 <= score <= 1.0
+            or not math.isfinite(score)
         ):
-            raise ValueError(f"grade record holds the score {score!r}")
+            raise ValueError(f"grade record holds the score {shown(score)}")
         if not isinstance(note, str) or not isinstance(verified, bool):
             raise ValueError("grade record holds a bad note or verified flag")
         if not isinstance(timestamp, str) or not isinstance(stamp, str):
@@ -117,16 +122,19 @@ class Grade:
 
 
 def graded(episode: Episode, grades: Sequence[Grade]) -> Episode:
-    """*episode* as its grades (oldest first) make it: a copy when one applies, else itself."""
+    """*episode* as its grades (oldest first) make it: a copy when one applies, else itself
+    (a copy without its score when the recorded score contradicts the recorded outcome)."""
     grades = [g for g in grades if g.applies_to(episode)]
-    if not grades:
-        return episode
     verified = [g for g in grades if g.verified]
     if verified:
         grade = verified[-1]
         outcome = grade.outcome
-    elif episode.outcome in VERIFIED:
-        return episode
+    elif not grades or episode.outcome in VERIFIED:
+        if not score_contradicts(episode.outcome, episode.score):
+            return episode
+        copy = episode.copy()
+        copy.score = None
+        return copy
     else:
         grade = grades[-1]
         outcome = "claimed_success" if grade.outcome == "success" else grade.outcome

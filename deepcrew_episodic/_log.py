@@ -70,6 +70,7 @@ from ._embed import decode_identity
 from ._episode import Episode
 from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeError
 from ._mutex import Mutex
+from ._redact import safe_message
 from ._unicode import escape_hidden, is_hidden
 from ._validate import integer
 from .providers._base import Fresh, MemoryProvider, Then
@@ -111,7 +112,7 @@ def validate_namespace(namespace: object) -> str:
         if bad is not None:
             problem = f"it holds the control or invisible character {bad!r}"
     if problem:
-        raise ConfigurationError(f"invalid namespace {escape_hidden(namespace)[:300]!r}: {problem}")
+        raise ConfigurationError(f"invalid namespace {safe_message(namespace, 300)!r}: {problem}")
     return namespace
 
 
@@ -403,7 +404,7 @@ class EpisodeLog:
             "episodic log %r: grade counter holds %r, not a count; using %d, the newest grade "
             "stored (the next grade repairs it)",
             self.namespace,
-            escape_hidden(raw[:40]),
+            safe_message(raw, 40),
             newest,
         )
         return newest
@@ -452,7 +453,7 @@ class EpisodeLog:
                     "moved to %d",
                     self.namespace,
                     key.rpartition(":")[2],
-                    escape_hidden(str(raw))[:40],
+                    safe_message(str(raw), 40),
                     floor,
                 )
                 return floor
@@ -482,8 +483,8 @@ class EpisodeLog:
                 "episodic log %r: index keys disagree with the stored episodes (counter %r, "
                 "ring %r); using counter %d and ring %s from the keys",
                 self.namespace,
-                escape_hidden(str(seen[0]))[:40],
-                escape_hidden(str(seen[3]))[:40],
+                safe_message(str(seen[0]), 40),
+                safe_message(str(seen[3]), 40),
                 found_last,
                 found_ring,
             )
@@ -825,7 +826,7 @@ class EpisodeLog:
             "%d (the next write repairs it)",
             self.namespace,
             "episode" if kind == "e:" else "grade",
-            escape_hidden(str(raw))[:40],
+            safe_message(str(raw), 40),
             newest,
         )
         return await self._sync(again=False)
@@ -1109,13 +1110,13 @@ class EpisodeLog:
                 beyond, _ = await self.beyond_view()
                 if any(ep.id == episode_id for _, ep in beyond):
                     raise InvalidEpisodeError(
-                        f"an episode with id {escape_hidden(episode_id)!r} is already stored "
+                        f"an episode with id {safe_message(episode_id, 140)!r} is already stored "
                         f"in namespace {escape_hidden(self.namespace)!r}; record a copy without "
                         f"the id to store it again"
                     )
             if seen is not None and not await self._stale_claim(seen, episode_id):
                 raise InvalidEpisodeError(
-                    f"an episode with id {escape_hidden(episode_id)!r} is already stored in "
+                    f"an episode with id {safe_message(episode_id, 140)!r} is already stored in "
                     f"namespace {escape_hidden(self.namespace)!r}; record a copy without the id "
                     f"to store it again"
                 )
@@ -1461,11 +1462,11 @@ def _parse_legacy(raw: str | None) -> Legacy | None:
         count, nxt = data["count"], data["next"]
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise CorruptDataError(
-            f"deepcrew-ai index __meta__ is unreadable ({escape_hidden(raw[:60])!r})"
+            f"deepcrew-ai index __meta__ is unreadable ({safe_message(raw, 60)!r})"
         ) from exc
     if not all(type(v) is int and 0 <= v <= _MAX_INDEX for v in (count, nxt)):
         raise CorruptDataError(
-            f"deepcrew-ai index __meta__ is out of range ({escape_hidden(raw[:60])!r})"
+            f"deepcrew-ai index __meta__ is out of range ({safe_message(raw, 60)!r})"
         )
     return Legacy(count, nxt) if count else None
 
@@ -1482,7 +1483,7 @@ def _parse_seq(raw: str | None, legacy: Legacy | None) -> int:
         return legacy.shared if legacy else 0
     if not _DIGITS.fullmatch(raw) or int(raw) > _MAX_INDEX:
         raise CorruptDataError(
-            f"sequence counter holds {escape_hidden(raw[:40])!r}, not an integer in range"
+            f"sequence counter holds {safe_message(raw, 40)!r}, not an integer in range"
         )
     return int(raw)
 

@@ -55,8 +55,16 @@ from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallInd
 from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
 from ._telemetry import Telemetry, traced, tracing
-from ._unicode import escape_hidden
-from ._validate import boolean, integer, number, optional_number, positive_duration, strings
+from ._unicode import escape_hidden, search_form
+from ._validate import (
+    boolean,
+    integer,
+    number,
+    optional_number,
+    positive_duration,
+    shown,
+    strings,
+)
 from .providers._base import MemoryProvider, as_provider
 
 __all__ = ["EpisodicMemory", "MemoryStats"]
@@ -304,7 +312,7 @@ class EpisodicMemory:
             await self._sync()
             if stored.id in self._ids:
                 raise InvalidEpisodeError(
-                    f"an episode with id {escape_hidden(stored.id)!r} is already stored in "
+                    f"an episode with id {safe_message(stored.id, 140)!r} is already stored in "
                     f"namespace {escape_hidden(self.namespace)!r}; record a copy without the "
                     f"id to store it again"
                 )
@@ -569,8 +577,13 @@ class EpisodicMemory:
         wanted_tags = _tags(tags)
         cut = _since("before", before, self._clock()) if before is not None else None
         if containing is not None and not isinstance(containing, str):
-            raise ConfigurationError(f"containing must be a string, not {containing!r}")
-        needle = containing.casefold() if containing else None
+            raise ConfigurationError(f"containing must be a string, not {shown(containing)}")
+        needle = search_form(containing) if containing else None
+        if containing and not needle:
+            # White space or hidden characters only would match every episode: refused.
+            raise ConfigurationError(
+                f"containing holds no visible text ({safe_message(containing, 60)!r})"
+            )
         await self._sync()
         selected: list[tuple[int, Episode]] = []
         for seq, ep in await self._everything():
@@ -748,7 +761,7 @@ class EpisodicMemory:
             raise ConfigurationError(f"query must be a string, not {type(query).__name__}")
         k = self._recall_k if top_k is None else integer("top_k", top_k, minimum=0)
         if intent not in INTENTS:
-            raise ConfigurationError(f"intent must be one of {INTENTS}, not {intent!r}")
+            raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
         outcomes = _outcomes(outcome)
         wanted_tags = _tags(tags)
         after = _since("since", since, self._clock()) if since is not None else None
@@ -940,7 +953,7 @@ class EpisodicMemory:
             )
         if target is None:
             raise ConfigurationError(
-                f"no episode with id {escape_hidden(episode_id)[:140]!r} in namespace "
+                f"no episode with id {safe_message(episode_id, 140)!r} in namespace "
                 f"{escape_hidden(self.namespace)!r}"
             )
         if self._expired_episode(target, self._clock()) or (
@@ -948,7 +961,7 @@ class EpisodicMemory:
         ):
             # Expired is invisible on every path: a grade would only be swept with it.
             raise ConfigurationError(
-                f"episode {escape_hidden(episode_id)[:140]!r} has expired (hidden from every "
+                f"episode {safe_message(episode_id, 140)!r} has expired (hidden from every "
                 f"read path; sweep deletes it)"
             )
         chosen: Outcome = outcome if outcome is not None else outcome_for_score(score or 0.0)
@@ -1016,10 +1029,12 @@ class EpisodicMemory:
         self.check(episode)
         if isinstance(uses, bool) or not isinstance(uses, int) or not 0 <= uses <= MAX_USES:
             raise InvalidEpisodeError(
-                f"invalid episode: uses: a whole number from 0 to {MAX_USES}, not {uses!r}"
+                f"invalid episode: uses: a whole number from 0 to {MAX_USES}, not {shown(uses)}"
             )
         if isinstance(grades, str | bytes | Mapping) or not isinstance(grades, Sequence):
-            raise InvalidEpisodeError(f"grades must be a list of grades, not {grades!r:.80}")
+            raise InvalidEpisodeError(
+                f"grades must be a list of grades, not {safe_message(repr(grades), 80)}"
+            )
         kept: list[Grade] = []
         for i, given in enumerate(grades, 1):
             try:
@@ -1172,7 +1187,7 @@ class EpisodicMemory:
         }
         for seq, ep in [*beyond, *self._log.cached()]:
             if everything or (seq not in cached and seq not in usable):
-                todo.append((seq, ep, embed_text(ep, self._embed_fields)))
+                todo.append((seq, ep, embed_text(ep, self._embed_fields, self._redactor)))
         written = 0
         if progress is not None and (todo or not done):
             progress(done, done + len(todo))
@@ -1282,7 +1297,7 @@ class EpisodicMemory:
             # in without a vector, and the reembed's last pass embeds it.
             return None
         self._check_embedder()
-        text = embed_text(episode, self._embed_fields)
+        text = embed_text(episode, self._embed_fields, self._redactor)
         try:
             row = (await self._embed([text], "record"))[0]
         except EmbeddingError as exc:
@@ -1361,7 +1376,7 @@ class EpisodicMemory:
             return None
         if mark != fingerprint(name, len(vector)):
             return None
-        if text_digest != digest(embed_text(episode, self._embed_fields)):
+        if text_digest != digest(embed_text(episode, self._embed_fields, self._redactor)):
             return None
         return vector
 
@@ -1602,24 +1617,26 @@ class EpisodicMemory:
         return touched
 
     def searched_text(self, episode: Episode) -> str:
-        """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), case
-        folded: every text field of the episode and its grades' notes, as of the last read.
+        """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), in its
+        search form (``search_form``: white space, hidden characters, Unicode forms and case
+        folded): every text field of the episode and its grades' notes, as of the last read.
         No I/O: for a tool that filters a listing by the same rule (the viewer's search)."""
         if not isinstance(episode, Episode):
             raise ConfigurationError(
                 f"searched_text() takes an Episode, not {type(episode).__name__}"
             )
-        return self._text_of(episode).casefold()
+        return self._text_of(episode)
 
     def _text_of(self, episode: Episode) -> str:
-        """Every text stored for *episode*: its own, and its grades' (``containing``)."""
+        """Every text stored for *episode*, its own and its grades', each in its search form
+        (one line each: a needle never spans two texts)."""
         grades = [g for g in self._grades.get(episode.id, ()) if g.applies_to(episode)]
-        return "\n".join([*stored_texts(episode), *(t for g in grades for t in stored_texts(g))])
+        texts = [*stored_texts(episode), *(t for g in grades for t in stored_texts(g))]
+        return "\n".join(search_form(t) for t in texts)
 
     def _view(self, episode: Episode) -> Episode:
         """*episode* as its grades make it (see _grade.py)."""
-        grades = self._grades.get(episode.id)
-        return graded(episode, grades) if grades else episode
+        return graded(episode, self._grades.get(episode.id, ()))
 
     async def _everything(self) -> list[tuple[int, Episode]]:
         """Every episode the log keeps, oldest first: the cache (this memory's range, synced

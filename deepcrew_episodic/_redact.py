@@ -34,13 +34,15 @@ import functools
 import re
 import unicodedata
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._exceptions import ConfigurationError
 from ._unicode import is_hidden
 
 if TYPE_CHECKING:
-    from ._episode import Episode
+    from _typeshed import DataclassInstance
+
+    _Record = TypeVar("_Record", bound=DataclassInstance)
 
 __all__ = ["Redactor", "default_rules", "marker"]
 
@@ -562,14 +564,13 @@ def _run(text: str, rules: tuple[Rule, ...], *, join_lines: bool, found: list[st
     return text
 
 
-def _text_fields() -> tuple[str, ...]:
-    # Every free-text field of an Episode, found from its checks rather than listed here, so a
-    # field added later is redacted without a change to this module. The id is refused instead
-    # (see Redactor.find); timestamps and the outcome are validated values, not free text.
-    from ._episode import _CHECKS, _optional_text, _text, _texts
-
-    free = (_text, _optional_text, _texts)
-    return tuple(name for name, check in _CHECKS.items() if check in free and name != "id")
+def register_text_fields(names: tuple[str, ...]) -> None:
+    """The free-text fields of an Episode, which :meth:`Redactor.redact_episode` redacts:
+    given by ``_episode`` when it is imported (found from its checks, so a field added later
+    is redacted without a change here), so that this module, which the messages of every
+    lower layer use, depends on none of them."""
+    global _TEXT_FIELDS
+    _TEXT_FIELDS = names
 
 
 class Redactor:
@@ -649,11 +650,11 @@ class Redactor:
             text = _run(text, rules, join_lines=True, found=found)
         return _run(text, rules, join_lines=False, found=found)
 
-    def redact_episode(self, episode: Episode) -> Episode:
+    def redact_episode(self, episode: _Record) -> _Record:
         """A copy of *episode* with every text field redacted (the same object when nothing
         changed): every field but ``id`` (refuse an id holding a secret with :meth:`find`)
         and the validated ones (``outcome``, ``score``, the times)."""
-        fields = _TEXT_FIELDS or _init_text_fields()
+        fields = _TEXT_FIELDS
         if not self._extra:
             # Fast path for the built-in rules over the plain fields (printable ASCII on one
             # line, the usual case): one search per rule over all of them at once, joined by
@@ -713,12 +714,6 @@ def _joins(char: str) -> bool:
 _TEXT_FIELDS: tuple[str, ...] = ()
 
 
-def _init_text_fields() -> tuple[str, ...]:
-    global _TEXT_FIELDS
-    _TEXT_FIELDS = _text_fields()
-    return _TEXT_FIELDS
-
-
 def as_redactor(value: object) -> Redactor | None:
     """``EpisodicMemory(redact=...)``: ``True`` the default rules, ``False``/``None`` none."""
     if isinstance(value, Redactor):
@@ -747,7 +742,7 @@ def safe_message(text: str, limit: int = 500) -> str:
     from ._unicode import escape_hidden
 
     cleaned = escape_hidden(_default().redact(" ".join(text.split())))
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+    return redact_then_cut(cleaned, limit, None)  # the cut never splits a marker
 
 
 _MARKER = re.compile(r"\[REDACTED:[a-z0-9-]*\]")

@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from ._episode import Episode
+from ._episode import Episode, score_contradicts
 from ._litellm import load_litellm
 from ._redact import Redactor
 
@@ -25,7 +25,9 @@ _NONE_FIRST = re.compile(r"NONE\b(?![-'])")
 
 
 def reflection_prompt(episode: Episode) -> list[dict[str, str]]:
-    score = f" (score {episode.score:.2f})" if episode.score is not None else ""
+    # A score that says the opposite of the outcome is not shown anywhere, not here either.
+    shown = episode.score is not None and not score_contradicts(episode.outcome, episode.score)
+    score = f" (score {episode.score:.2f})" if shown else ""
     tools = ", ".join(episode.tools_used) or "none"
     user = (
         f"Task: {episode.query}\n"

@@ -8,7 +8,8 @@ characters (each can carry a hidden letter after a visible emoji), private-use a
 points (a later Unicode version or a font may give them any meaning), and the other default-ignorable
 code points (Hangul fillers, Mongolian selectors, ...). :func:`is_hidden` names them all;
 :func:`strip_hidden` drops them (what reaches a prompt), :func:`escape_hidden` spells them out
-(what reaches a terminal, so that nothing is hidden from the person reading it either).
+(what reaches a terminal, so that nothing is hidden from the person reading it either);
+:func:`search_form` is text as a search compares it (what a person reads, whatever its spelling).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["escape_hidden", "is_hidden", "strip_hidden"]
+__all__ = ["escape_hidden", "is_hidden", "search_form", "strip_hidden"]
 
 # Unicode's Default_Ignorable_Code_Point property (DerivedCoreProperties.txt) minus what the
 # categories below already cover: code points a renderer shows as nothing at all.
@@ -67,3 +68,21 @@ def escape_hidden(text: str, *, keep: str = "") -> str:
         else:
             out.append(c)
     return "".join(out)
+
+
+def search_form(text: str) -> str:
+    """*text* as a search (``containing=``, the viewer's search) compares it: as a person reads
+    it, not as it is spelt. White space runs are one space, hidden characters are dropped (a
+    zero-width space inside a name still shows the name), compatibility forms are folded (NFKC:
+    a full-width or a decomposed letter is the letter) and case is folded."""
+    flat = strip_hidden(" ".join(text.split()))
+    if _plain(flat):
+        return flat.casefold()
+    # NFKC, case fold, NFKC again: case folding can leave a string that is not normalised.
+    folded = _nfkc(flat).casefold()
+    return _nfkc(folded)
+
+
+def _nfkc(text: str) -> str:
+    # The check is much cheaper than the normalisation, and most text is already normal.
+    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)

@@ -21,6 +21,7 @@ __all__ = [
     "optional_integer",
     "optional_number",
     "positive_duration",
+    "shown",
     "strings",
 ]
 
@@ -62,12 +63,12 @@ def number(
     except OverflowError:  # an int beyond any float
         raise ConfigurationError(f"{name} must be a finite number, not {_show(value)}") from None
     if not math.isfinite(result):
-        raise ConfigurationError(f"{name} must be a finite number, not {value!r}")
+        raise ConfigurationError(f"{name} must be a finite number, not {_show(value)}")
     if minimum is not None and (result <= minimum if exclusive_minimum else result < minimum):
         relation = ">" if exclusive_minimum else ">="
-        raise ConfigurationError(f"{name} must be {relation} {minimum:g}, not {value!r}")
+        raise ConfigurationError(f"{name} must be {relation} {minimum:g}, not {_show(value)}")
     if maximum is not None and result > maximum:
-        raise ConfigurationError(f"{name} must be <= {maximum:g}, not {value!r}")
+        raise ConfigurationError(f"{name} must be <= {maximum:g}, not {_show(value)}")
     return result
 
 
@@ -107,7 +108,7 @@ def strings(name: str, value: Any, *, one: bool = False) -> list[str]:
         if one:
             return [value]
         raise ConfigurationError(
-            f"{name} must be a collection of strings, not the string {value!r}"
+            f"{name} must be a collection of strings, not the string {_show(value)}"
         )
     if isinstance(value, bytes | bytearray | dict) or not isinstance(value, Collection):
         raise ConfigurationError(
@@ -121,8 +122,15 @@ def strings(name: str, value: Any, *, one: bool = False) -> list[str]:
     return items
 
 
-def _show(value: Any) -> str:
+def shown(value: Any) -> str:
+    """*value* as an error quotes it: its repr redacted with the built-in rules, with hidden
+    characters spelled out, then cut to 80 characters (a stored or given value may hold a
+    secret, or be megabytes long); a huge integer by its size (its repr may not exist)."""
+    from ._redact import safe_message
+
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"an integer of {value.bit_length()} bits"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return safe_message(repr(value), 80)
+
+
+_show = shown

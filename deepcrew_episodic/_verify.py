@@ -20,7 +20,7 @@ from ._episode import Outcome, outcome_for_score
 from ._exceptions import ConfigurationError, VerifierError
 from ._hook import describe
 from ._litellm import load_litellm
-from ._redact import safe_message
+from ._redact import Redactor, as_redactor, safe_message
 from ._validate import integer, number
 
 if TYPE_CHECKING:
@@ -141,6 +141,10 @@ class LLMVerifier:
     or answers without a usable score raises ``VerifierError`` (deepcrew-ai scored that as 0,
     which recorded a verifier outage as the agent's failure).
 
+    The query and the answer are redacted with *redact* before they are sent (``True``, the
+    default: the built-in rules; a :class:`~deepcrew_episodic.Redactor`: its rules;
+    ``False``: as they are): the grading model is one more service a secret must not reach.
+
     Example::
 
         LoopConfig(verifier=LLMVerifier("openai/gpt-4o-mini", rubric="Cites the docs."))
@@ -154,6 +158,7 @@ class LLMVerifier:
         timeout: float = 30.0,
         params: dict[str, Any] | None = None,
         json_mode: bool = True,
+        redact: Redactor | bool = True,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ConfigurationError(f"LLMVerifier needs a litellm model name, not {model!r}")
@@ -163,9 +168,12 @@ class LLMVerifier:
         self.timeout = timeout
         self.params = dict(params or {})
         self.json_mode = json_mode
+        self.redactor = as_redactor(redact)
 
     def messages(self, query: str, answer: str) -> list[dict[str, str]]:
         rubric = f"Grading criteria:\n{self.rubric.strip()}\n" if self.rubric else ""
+        if self.redactor is not None:
+            query, answer = self.redactor.redact(query), self.redactor.redact(answer)
         return [
             {"role": "system", "content": VERIFIER_PROMPT.format(rubric=rubric)},
             {"role": "user", "content": f"Query:\n{query}\n\nAnswer to grade:\n{answer}"},
@@ -203,8 +211,10 @@ def parse_verdict(raw: str) -> Verdict:
     if (
         isinstance(score, bool)
         or not isinstance(score, int | float)
-        or not math.isfinite(score)
+        # The range first: exact for an integer of any size (isfinite would overflow on one
+        # past a float), and it refuses NaN too.
         or not 0 <= score <= 1
+        or not math.isfinite(score)
     ):
         raise VerifierError(
             f"the verifier gave no score in [0, 1] (score={_shown(data.get('score'))}): "

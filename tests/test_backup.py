@@ -96,6 +96,56 @@ def test_export_then_import_restores_what_the_memory_read(store: Store, tmp_path
         assert anyio.run(read, restored) == before
 
 
+@pytest.mark.parametrize("target", ["restored.json", "restored.db"])
+def test_a_backup_into_a_smaller_ring_keeps_its_newest_and_a_second_import_changes_nothing(
+    tmp_path: Path, target: str
+) -> None:
+    """A new store created by ``import --max-episodes 5`` gets that ring; the backup's newest
+    episodes are kept with their grades and uses, the older ones left out; importing the same
+    backup again neither adds nor pushes out anything."""
+    source = str(tmp_path / "source.json")
+
+    async def seeded() -> None:
+        async with open_provider(source, create=True) as provider:
+            memory = EpisodicMemory(provider, max_episodes=10)
+            for i in range(12):  # the first two are evicted from the source's own ring
+                start = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=i)
+                episode = await memory.record(
+                    Episode(query=f"task {i}", timestamp=start.isoformat())
+                )
+                if i in (1, 10):
+                    await memory.grade(episode.id, outcome="failure", note=f"note {i}")
+                if i in (1, 4, 8, 11):
+                    await memory.used(episode.id)
+
+    async def read(where: str) -> tuple[list[str], list[str], list[int], int]:
+        async with open_provider(where) as provider:
+            memory = await EpisodicMemory.open(provider)
+            episodes = await memory.load()
+            uses = await memory.uses()
+            return (
+                [e.query for e in episodes],
+                [g.note for g in await memory.grades()],
+                [uses.get(e.id, 0) for e in episodes],
+                memory.max_episodes,
+            )
+
+    anyio.run(seeded)
+    backup = tmp_path / "backup.jsonl"
+    assert cli("--store", source, "export", "-o", str(backup))[0] == 0
+    restored = str(tmp_path / target)
+    code, out, err = cli("--store", restored, "--max-episodes", "5", "import", str(backup))
+    assert (code, out.strip()) == (0, f"imported 5 episodes from {backup}"), err
+    assert "5 older episodes" in err
+    newest = ["task 7", "task 8", "task 9", "task 10", "task 11"]
+    assert anyio.run(read, restored) == (newest, ["note 10"], [0, 1, 0, 0, 1], 5)
+    for again in (["--dry-run"], ["--yes"], []):
+        code, out, err = cli("--store", restored, "import", str(backup), *again)
+        assert code == 0, err
+        assert "push 0 stored episodes" in err if again == ["--dry-run"] else "imported 0" in out
+        assert anyio.run(read, restored) == (newest, ["note 10"], [0, 1, 0, 0, 1], 5)
+
+
 async def test_restore_through_the_api(provider: MemoryProvider) -> None:
     memory = EpisodicMemory(provider, namespace="r")
     grade = Grade("ignored", "failure", 0.2, "broke in staging", True, "2025-01-02T03:04:05Z")

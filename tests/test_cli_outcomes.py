@@ -507,6 +507,22 @@ def test_a_grade_without_a_score_drops_the_recorded_one_everywhere(run: Run) -> 
     assert "0.10" not in run.ok("recall", "rotate signing key", "-v")
 
 
+def test_a_recorded_score_that_contradicts_its_outcome_is_shown_nowhere(run: Run) -> None:
+    episode_id = run.record(
+        "-q", "Rotate the signing key", "--outcome", "success", "--score", "0.1"
+    )
+    assert "0.10" not in run.ok("timeline")
+    assert "0.10" not in run.ok("recall", "rotate signing key", "-v")
+    assert "0.10" not in run.ok("stats")
+    [item] = run.json("recall", "rotate signing key")
+    assert (item["outcome"], item["score"]) == ("success", None)
+    [listed] = run.json("timeline")
+    assert (listed["id"], listed["outcome"], listed["score"]) == (episode_id, "success", None)
+    # The backup keeps the pair as stored: restoring it changes nothing.
+    (line,) = run.ok("export").splitlines()
+    assert json.loads(line)["score"] == 0.1
+
+
 @pytest.mark.parametrize(("outcome", "score"), [("success", "0.2"), ("failure", "0.9")])
 def test_grade_refuses_an_outcome_and_a_score_that_disagree(
     run: Run, outcome: str, score: str

@@ -14,7 +14,7 @@ import anyio
 import httpx
 import pytest
 
-from deepcrew_episodic import Episode, EpisodicMemory, Grade
+from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, Grade
 from deepcrew_episodic._episode import TIME_FIELDS, stored_texts
 from deepcrew_episodic.cli import main
 from deepcrew_episodic.providers import FileMemoryProvider, MemoryProvider
@@ -107,6 +107,91 @@ async def test_a_grade_of_another_episode_reusing_the_id_is_not_matched(
     assert await memory.select(containing=MARK) == []
 
 
+# A mention as stored (pasted, typed on another keyboard, split by a hidden character) and the
+# needle someone types to forget it: both read the same to a person, so both match.
+SPELLINGS = [
+    pytest.param("Acme\u200bQqzx", "acmeqqzx", id="zero-width-space-inside"),
+    pytest.param("Ac\u00adme\u2060Qq\u200dzx", "ACMEQQZX", id="soft-hyphen-word-joiner"),
+    pytest.param("\uff21\uff43\uff4d\uff45\uff31\uff51\uff5a\uff58", "acmeqqzx", id="full-width"),
+    pytest.param("Acme\nQqzx", "acme qqzx", id="line-break-for-a-space"),
+    pytest.param("Acme   \tQqzx", "Acme Qqzx", id="white-space-run"),
+    pytest.param("Acme Qq\u017ax", "acme qq\u017ax", id="precomposed"),
+    pytest.param("Acme Qqz\u030cx", "acme qq\u017ex", id="decomposed-stored"),
+    pytest.param("Acme Qq\u017ex", "acme qqz\u030cx", id="decomposed-needle"),
+    pytest.param("ACME STRASSE", "acme stra\u00dfe", id="case-fold-sharp-s"),
+    pytest.param("AcmeQqzx", "acme\u200bqqzx", id="hidden-in-the-needle"),
+]
+
+
+@pytest.mark.parametrize(("stored", "needle"), SPELLINGS)
+@pytest.mark.parametrize("where", ["response", "tags", "grade note"])
+async def test_containing_matches_a_mention_however_it_is_spelt(
+    provider: MemoryProvider, stored: str, needle: str, where: str
+) -> None:
+    memory = EpisodicMemory(provider, namespace="c")
+    keep = await memory.record(Episode(query="keep this one", response="Acme Corp, Qq"))
+    if where == "grade note":
+        target = await memory.record(Episode(query="an unrelated task"))
+        await memory.grade(target.id, outcome="success", note=f"the {stored} team confirmed")
+    elif where == "tags":
+        target = await memory.record(Episode(query="an unrelated task", tags=[stored]))
+    else:
+        target = await memory.record(Episode(query="an unrelated task", response=stored))
+    assert [e.id for e in await memory.select(containing=needle)] == [target.id]
+    assert await memory.forget(containing=needle) == 1
+    fresh = EpisodicMemory(provider, namespace="c")
+    assert [e.id for e in await fresh.load(include_expired=True)] == [keep.id]
+    assert await fresh.grades() == []
+
+
+async def test_a_needle_spanning_two_texts_matches_neither(provider: MemoryProvider) -> None:
+    memory = EpisodicMemory(provider, namespace="c")
+    await memory.record(Episode(query="ask Acme", response="Qqzx replied"))
+    assert await memory.select(containing="acme qqzx") == []
+
+
+@pytest.mark.parametrize("needle", [" ", "\u200b", "\u00ad\u2060", "\n\t"])
+async def test_a_containing_with_nothing_visible_is_refused_and_deletes_nothing(
+    provider: MemoryProvider, needle: str
+) -> None:
+    memory = EpisodicMemory(provider, namespace="c")
+    await memory.record(Episode(query="keep this one", response="a b"))
+    with pytest.raises(ConfigurationError, match="no visible text"):
+        await memory.forget(containing=needle)
+    with pytest.raises(ConfigurationError, match="no visible text"):
+        await memory.select(containing=needle)
+    assert len(await memory.load()) == 1
+
+
+def test_cli_forget_containing_with_nothing_visible_deletes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    store = str(tmp_path / "episodes.json")
+    assert run(capsys, "--store", store, "record", "-q", "keep me", "-r", "a b")[0] == 0
+    code, _, err = run(capsys, "--store", store, "forget", "--containing", "\u200b", "--yes")
+    assert code != 0
+    assert "no visible text" in err
+    assert "Traceback" not in err
+    assert len(json.loads(run(capsys, "--store", store, "timeline", "--json")[1])) == 1
+
+
+@pytest.mark.parametrize(("stored", "needle"), SPELLINGS[:4])
+async def test_the_viewer_search_matches_a_mention_however_it_is_spelt(
+    provider: MemoryProvider, stored: str, needle: str
+) -> None:
+    memory = EpisodicMemory(provider, max_episodes=50)
+    await memory.record(Episode(query="keep me"))
+    target = await memory.record(Episode(query="task", approach=f"called {stored}"))
+    app = create_app(memory, token="t" * 32, allow_forget=True, label="test")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as c:
+        c.cookies.set(COOKIE, "t" * 32)
+        page = await c.get("/", params={"q": needle})
+        assert page.status_code == 200
+        assert page.text.count('<tr class="episode"') == 1
+        assert f'data-id="{target.id}"' in page.text
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
@@ -184,3 +269,21 @@ async def test_shrink_deletes_the_grades_of_what_it_deletes(provider: MemoryProv
     assert [g.note for g in await EpisodicMemory(provider, namespace="s").grades()] == [
         "still here"
     ]
+
+
+@pytest.mark.parametrize("q", ["\u200b", "\u00ad\u2060"])
+async def test_a_viewer_search_with_nothing_visible_is_refused_and_forgets_nothing(
+    provider: MemoryProvider, q: str
+) -> None:
+    memory = EpisodicMemory(provider, max_episodes=50)
+    await memory.record(Episode(query="keep me"))
+    await memory.record(Episode(query="and me"))
+    app = create_app(memory, token="t" * 32, allow_forget=True, label="test")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as c:
+        c.cookies.set(COOKIE, "t" * 32)
+        for page in ("/", "/forget"):
+            answer = await c.get(page, params={"q": q})
+            assert answer.status_code == 400, page
+            assert "no visible text" in answer.text
+    assert len(await memory.load()) == 2

@@ -145,6 +145,37 @@ async def test_the_transcript_sent_is_redacted_and_shows_the_tool_calls(llm: Scr
 
 
 @pytest.mark.anyio
+async def test_the_distilled_episode_holds_no_secret_of_the_transcript(llm: ScriptedLLM) -> None:
+    """The final answer comes from the transcript itself: the episode
+    distill returns is redacted like what it sent, whatever memory records it."""
+    run = [
+        {"role": "user", "content": "Deploy the api"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "kubectl", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "assistant", "content": f"Deployed with the key {SECRET}."},
+    ]
+    llm.script(reply(), reply())
+    episode = await distill("openai/distiller", run, params=params(llm))
+    assert episode is not None
+    assert episode.tools_used == ["kubectl"]
+    assert SECRET not in json.dumps(episode.to_dict())
+    assert "[REDACTED:aws-access-key]" in episode.response
+    plain = await distill("openai/distiller", run, params=params(llm), redactor=None)
+    assert plain is not None
+    assert SECRET in plain.response
+
+
+@pytest.mark.anyio
 async def test_redaction_can_be_turned_off_by_the_caller(llm: ScriptedLLM) -> None:
     run = [{"role": "user", "content": f"Deploy with key {SECRET}"}, RUN[-1]]
     llm.script(reply())

@@ -188,6 +188,40 @@ async def test_no_secret_and_no_hidden_character_reaches_the_embedder() -> None:
     assert "[REDACTED" in sent
 
 
+@pytest.mark.parametrize("how", ["deepcrew-ai", "redact=False"])
+async def test_backfill_and_reembed_send_no_stored_secret_to_the_embedder(how: str) -> None:
+    key = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 2
+    backend = InMemoryProvider()
+    task = f"customer billed double, the gateway key {key} was rotated"
+    if how == "deepcrew-ai":  # an old log, stored as given
+        await backend.write(
+            {
+                "episodic:default:0": json.dumps(
+                    {"query": task, "reflection": f"rotate {key} first", "tags": [key]}
+                ),
+                "episodic:default:__meta__": '{"count": 1, "next": 1}',
+            }
+        )
+    else:
+        await EpisodicMemory(backend, redact=False).record(
+            Episode(query=task, reflection=f"rotate {key} first", tags=[key])
+        )
+    embedder = ConceptEmbedder()
+    memory = EpisodicMemory(backend, embedder=embedder)
+    assert await memory.backfill() == 1
+    assert await memory.reembed() == 1
+    sent = json.dumps(embedder.calls)
+    assert "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" not in sent
+    assert "[REDACTED" in sent
+    # The vector written is usable: a fresh reader does not ask for it again.
+    again = EpisodicMemory(backend, embedder=ConceptEmbedder())
+    assert await again.backfill() == 0
+    assert (await again.stats()).vectors == 1
+    found = await again.explain("customer billed double")
+    assert [s.episode.query for s in found] == [task]
+    assert found[0].similarity is not None
+
+
 async def test_one_embedding_call_per_record_and_per_distinct_query() -> None:
     embedder = ConceptEmbedder()
     memory = await _filled(embedder=embedder)

@@ -292,3 +292,17 @@ async def test_bytes_that_are_not_utf8_inside_a_string_spoil_one_value_not_the_f
         await provider.delete(["caf\udce9"])
         assert await provider.keys("") == ["good"]
     assert json.loads(path.read_text()) == {"good": "ok"}
+
+
+@pytest.mark.anyio
+async def test_a_key_with_a_non_string_value_is_named_redacted(tmp_path: Path) -> None:
+    key = "sk-proj-" + "Zq9" * 16
+    path = tmp_path / "store.json"
+    path.write_text(json.dumps({f"episodic:default:{key}": 5}))
+    before = path.read_bytes()
+    with pytest.raises(CorruptDataError, match="is a JSON int") as raised:
+        async with FileMemoryProvider(path) as provider:
+            await EpisodicMemory(provider).load()
+    assert "Zq9Zq9" not in str(raised.value)
+    assert "[REDACTED:openai-key]" in str(raised.value)
+    assert path.read_bytes() == before

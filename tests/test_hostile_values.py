@@ -68,8 +68,9 @@ async def test_a_hostile_record_is_counted_corrupt_and_forget_corrupt_finds_it(
     assert (await fresh.stats()).corrupt == 0  # the same memory no longer counts it
 
 
+@pytest.mark.parametrize("big", [BIG, "9" * 400], ids=["past-the-json-limit", "past-a-float"])
 async def test_a_grade_or_a_use_count_with_a_huge_integer_is_skipped(
-    provider: MemoryProvider,
+    provider: MemoryProvider, big: str
 ) -> None:
     memory = EpisodicMemory(provider, namespace="h")
     ep = await memory.record(Episode(query="refund order"))
@@ -79,7 +80,7 @@ async def test_a_grade_or_a_use_count_with_a_huge_integer_is_skipped(
     await overwrite(
         provider,
         grade_key,
-        f'{{"episode": "{ep.id}", "outcome": "failure", "score": {BIG}, "verified": true}}',
+        f'{{"episode": "{ep.id}", "outcome": "failure", "score": {big}, "verified": true}}',
     )
     fresh = EpisodicMemory(provider, namespace="h")
     [shown] = await fresh.load()
@@ -214,3 +215,63 @@ async def test_any_other_failure_is_the_viewers_error_page_with_its_headers() ->
     assert page.headers["cache-control"] == "no-store"
     assert "Server error" in page.text
     assert "invalid literal" not in page.text  # the error is logged, not served
+
+
+GOOD = '{"query": "kept", "id": "e0", "timestamp": "2026-01-01T00:00:00Z"}'
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ('"uses": NaN', "uses: a whole number"),
+        ('"uses": Infinity', "uses: a whole number"),
+        ('"uses": 2.5', "uses: a whole number"),
+        ('"uses": "5"', "uses: a whole number"),
+        ('"uses": true', "uses: a whole number"),
+        ('"uses": -1', "uses: a whole number"),
+        ('"uses": 100000000000000000000', "uses: a whole number"),
+        ('"grades": {"outcome": "success"}', "grades: a list"),
+        ('"grades": [{"outcome": "success", "score": NaN}]', "grade 1:"),
+        ('"grades": [{"outcome": "success", "score": -Infinity}]', "grade 1:"),
+        ('"grades": [{"outcome": "success", "score": 1e999}]', "grade 1:"),
+        ('"grades": [{"outcome": "success", "score": true}]', "grade 1:"),
+        ('"score": NaN', "score"),
+        ('"score": 1e999', "score"),
+        ('"timestamp": 1e999', "timestamp"),
+        ('"forget_after": NaN', "forget_after"),
+    ],
+)
+def test_a_non_finite_or_wrong_number_in_an_import_is_named_and_imports_nothing(
+    tmp_path: Path, extra: str, says: str
+) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(f'{GOOD}\n{{"query": "t", "id": "e1", {extra}}}\n')
+    target = tmp_path / "out.json"
+    code, _, err = cli("--store", str(target), "import", str(source))
+    assert code == 1
+    assert f"{source}: line 2: " in err
+    assert says in err
+    assert "nothing was" in err
+    assert err.count("\n") == 1
+    assert not target.exists()
+
+
+async def test_a_wrong_argument_is_quoted_redacted_short_and_typed() -> None:
+    """An argument quoted in its error: redacted, cut, and a huge integer by its size (its
+    repr past 4,300 digits would itself raise)."""
+    from deepcrew_episodic import ConfigurationError, InvalidEpisodeError
+
+    key = "sk-proj-" + "Zq9" * 16
+    memory = EpisodicMemory(InMemoryProvider())
+    calls: list[tuple[type[Exception], Any]] = [
+        (InvalidEpisodeError, lambda: memory.restore(Episode(query="q"), uses=10**5000)),
+        (ConfigurationError, lambda: memory.recall("q", tags=f"{key} " + "x" * 100_000)),
+        (ConfigurationError, lambda: memory.recall("q", intent=key)),
+        (ConfigurationError, lambda: memory.select(containing=key.encode() * 1000)),
+    ]
+    for error, call in calls:
+        with pytest.raises(error) as raised:
+            await call()
+        assert "Zq9Zq9" not in str(raised.value)
+        assert len(str(raised.value)) < 300
+    assert await memory.load() == []

@@ -402,6 +402,34 @@ def refuse_homework(
     return GuardrailFunctionOutput(output_info={"reason": "homework"}, tripwire_triggered=True)
 
 
+PASSWORD = "Hx7qLm2vRt9wZk"
+
+
+@pytest.mark.parametrize("offset", [0, 6, 13])
+async def test_a_guardrail_report_is_redacted_before_it_is_cut(
+    model: OpenAIChatCompletionsModel, offset: int
+) -> None:
+    """The report is cut at 500 characters: a secret it holds at the cut is redacted first,
+    so no part of it is recorded."""
+    secret = f"postgres://app:{PASSWORD}@db:5432/orders"
+    report = "x" * (500 - offset - len("postgres://app:")) + " " + secret + " and more"
+
+    def refuse(
+        ctx: RunContextWrapper[Any], agent: Agent[Any], input: str | list[Any]
+    ) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info=report, tripwire_triggered=True)
+
+    memory = EpisodicMemory(InMemoryProvider())
+    guardrail = input_guardrail(name="leaky", run_in_parallel=False)(refuse)
+    agent = make_agent(model, input_guardrails=[guardrail])
+    with pytest.raises(InputGuardrailTripwireTriggered):
+        await run(agent, "Solve my maths homework", memory=memory)
+    [episode] = await memory.load()
+    assert episode.response.startswith("Rejected by input guardrail leaky: xxx")
+    pieces = [PASSWORD[i : i + 4] for i in range(len(PASSWORD) - 3)]
+    assert [p for p in pieces if p in episode.response] == []
+
+
 @pytest.mark.parametrize("in_parallel", [False, True], ids=["before-the-model", "alongside-it"])
 async def test_a_tripped_input_guardrail_is_a_failure_naming_it(
     llm: ScriptedLLM, model: OpenAIChatCompletionsModel, in_parallel: bool

@@ -60,3 +60,42 @@ def test_nothing_is_printed_unless_logging_is_configured() -> None:
         text=True,
     )
     assert "skipping undecodable record" in loud.stderr
+
+
+KEY = "sk-proj-" + "Zq9" * 16  # a shape the default redactor knows
+
+
+@pytest.mark.parametrize(
+    ("key", "record"),
+    [
+        ("e:1", {"query": "q", "id": "a1", "outcome": f"x {KEY}"}),
+        ("e:1", {"query": "q", "id": "a1", "timestamp": f"x {KEY}"}),
+        ("e:1", {"query": "q", "id": "a1", "forget_after": f"x {KEY}"}),
+        ("e:1", {"query": "q", "id": "a1", "outcome": f"x {KEY} " + "y" * 100_000}),
+        ("g:1", {"episode": "a0", "outcome": f"x {KEY}"}),
+        ("g:1", {"episode": "a0", "outcome": "success", "score": f"x {KEY}"}),
+    ],
+)
+async def test_a_stored_value_quoted_in_a_warning_is_redacted_and_short(
+    provider: MemoryProvider, caplog: pytest.LogCaptureFixture, key: str, record: dict[str, str]
+) -> None:
+    """A record another tool garbled is skipped or repaired with a warning that quotes the bad
+    value: redacted, then cut (the value may hold a secret, or be megabytes long)."""
+    import json
+
+    writer = EpisodicMemory(provider, namespace="logs")
+    await writer.record(Episode(query="kept", id="a0"))
+    await writer.grade("a0", outcome="success")
+    prefix = "episodic:logs:"
+    counter = "__seq__" if key.startswith("e:") else "__grades__"
+    number = (await provider.retrieve_many([prefix + counter]))[0]
+    slot = f"{key[:2]}{int(number or 0) + 1}"
+    await provider.write({prefix + slot: json.dumps(record), prefix + counter: slot[2:]})
+    with caplog.at_level(logging.DEBUG, logger="deepcrew_episodic"):
+        memory = EpisodicMemory(provider, namespace="logs")
+        assert [e.id for e in await memory.load()][:1] == ["a0"]
+    quoted = [r.getMessage() for r in caplog.records if "x " in r.getMessage()]
+    assert quoted, [r.getMessage() for r in caplog.records]
+    for message in quoted:
+        assert "Zq9Zq9" not in message
+        assert len(message) < 1000

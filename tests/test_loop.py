@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import aclosing
 from typing import Any
 
@@ -266,6 +267,26 @@ def is_judge(request: Any) -> bool:
     return bool(request.model == "judge")
 
 
+@pytest.mark.parametrize("redact", [True, False])
+async def test_the_llm_verifier_sends_no_secret_to_its_model(
+    llm: ScriptedLLM, redact: bool
+) -> None:
+    key = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 2
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(
+        Reply.text(f"Rotated it; the new key is {key}."),
+        Reply.json({"score": 0.9, "issues": [], "suggestion": ""}, when=is_judge),
+    )
+    verifier = LLMVerifier("openai/judge", params={**llm.params, "max_retries": 0}, redact=redact)
+    agent = make_agent(llm, LoopConfig(verifier=verifier), episodic_memory=memory)
+    await run_agent(agent, [{"role": "user", "content": f"{QUERY}. The old key was {key}."}])
+    [judge] = [r for r in llm.requests if is_judge(r)]
+    assert (key in json.dumps(judge.messages)) is not redact
+    if redact:
+        assert "[REDACTED:openai-key]" in judge.last_user_text
+        assert "Rotated it; the new key is" in judge.last_user_text
+
+
 async def test_llm_verifier_grades_through_the_model(llm: ScriptedLLM) -> None:
     memory = EpisodicMemory(InMemoryProvider())
     llm.script(
@@ -326,7 +347,18 @@ def test_parse_verdict_reads_the_json_a_model_gives() -> None:
     assert parse_verdict('Here you go: {"score": "0.25", "issues": "vague"} Thanks.') == Verdict(
         0.25, "Issues:\n- vague"
     )
-    for bad in ['{"issues": []}', "[0.5]", '{"score": true}', '{"score": -0.1}', "nope"]:
+    past_a_float = '{"score": 1' + "0" * 400 + "}"  # JSON takes it; a float cannot hold it
+    for bad in [
+        '{"issues": []}',
+        "[0.5]",
+        '{"score": true}',
+        '{"score": -0.1}',
+        "nope",
+        past_a_float,
+        '{"score": NaN}',
+        '{"score": -Infinity}',
+        '{"score": 1e999}',
+    ]:
         with pytest.raises(VerifierError):
             parse_verdict(bad)
 

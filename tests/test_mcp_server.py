@@ -164,6 +164,38 @@ async def test_record_recall_grade_and_timeline_over_stdio(tmp_path: Path, mode:
 
 
 @ONCE
+async def test_timeline_containing_uses_the_forget_rule(tmp_path: Path) -> None:
+    store = str(tmp_path / "memory.json")
+    async with await opened(store, create=True) as provider:
+        memory = EpisodicMemory(provider)
+        await memory.record(Episode(query="Rotate the signing key"))
+        noted = await memory.record(Episode(query="Deploy the api"))
+        await memory.grade(noted.id, outcome="success", note="Acme\u200bCorp confirmed it")
+        split = await memory.record(Episode(query="Refund", approach="asked ACME corp first"))
+    async with stdio(store) as client:
+        found = await call(client, "timeline", containing="acmecorp")
+        assert [e["id"] for e in found["episodes"]] == [noted.id]
+        found = await call(client, "timeline", containing="Acme Corp")
+        assert [e["id"] for e in found["episodes"]] == [split.id]
+
+
+@ONCE
+async def test_a_recorded_score_that_contradicts_its_outcome_is_not_served(tmp_path: Path) -> None:
+    store = str(tmp_path / "memory.json")
+    async with await opened(store, create=True) as provider:
+        memory = EpisodicMemory(provider)
+        await memory.record(Episode(query="Rotate the signing key", outcome="success", score=0.1))
+    async with stdio(store) as client:
+        recalled = await client.call_tool("recall", {"task": "rotate the signing key"})
+        assert "0.10" not in text_of(recalled)
+        assert recalled.structured_content is not None
+        [item] = recalled.structured_content["items"]
+        assert (item["outcome"], item["score"]) == ("success", None)
+        [listed] = (await call(client, "timeline"))["episodes"]
+        assert (listed["outcome"], listed["score"]) == ("success", None)
+
+
+@ONCE
 async def test_nothing_relevant_is_an_empty_block_not_an_error(tmp_path: Path) -> None:
     async with stdio(str(tmp_path / "m.json")) as client:
         result = await client.call_tool("recall", {"task": "anything at all"})

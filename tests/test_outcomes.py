@@ -11,6 +11,7 @@ the conformance suite (``deepcrew_episodic.testing``).
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from pathlib import Path
@@ -141,6 +142,48 @@ async def test_a_score_without_an_outcome_follows_one_rule_on_every_path(
     )
     explicit = await memory.record(Episode(query="given", score=score, outcome="failure"))
     assert explicit.outcome == "failure"  # an outcome given is kept
+
+
+@pytest.mark.parametrize(
+    ("outcome", "score", "shown"),
+    [
+        ("success", 0.1, None),
+        ("claimed_success", 0.29, None),
+        ("failure", 0.95, None),
+        ("failure", 0.7, None),
+        ("success", 0.3, 0.3),  # a loop with its own thresholds may place a success here
+        ("partial", 0.9, 0.9),
+        ("failure", 0.69, 0.69),
+    ],
+)
+async def test_a_recorded_score_that_says_the_opposite_of_its_outcome_is_not_shown(
+    outcome: str, score: float, shown: float | None
+) -> None:
+    backend = InMemoryProvider()
+    # deepcrew-ai wrote such a pair; the drop-in promise reads it, and nothing rewrites it.
+    await backend.write(
+        {
+            "episodic:old:0": json.dumps(
+                {"query": "rotate the signing key", "outcome": outcome, "score": score}
+            ),
+            "episodic:old:__meta__": '{"count": 1, "next": 1}',
+        }
+    )
+    memory = EpisodicMemory(backend, namespace="old")
+    recorded = await memory.record(
+        Episode(query="rotate the signing key again", outcome=outcome, score=score)  # type: ignore[arg-type]
+    )
+    assert recorded.score == score  # stored as given
+    for episode in [*await memory.load(), *await memory.recall("rotate the signing key")]:
+        assert (episode.outcome, episode.score) == (outcome, shown)
+    for scored in await memory.explain("rotate the signing key"):
+        assert scored.episode.score == shown
+    block = memory.render(await memory.recall("rotate the signing key"))
+    assert (f"score {score:.2f}" in block) is (shown is not None)
+    assert [e.score for e in await memory.load(graded=False)] == [score, score]
+    assert await backend.retrieve_many(["episodic:old:0"]) == [
+        json.dumps({"query": "rotate the signing key", "outcome": outcome, "score": score})
+    ]
 
 
 @pytest.mark.parametrize("score", [7, -0.1, 1.01, 10**400])

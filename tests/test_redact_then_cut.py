@@ -18,7 +18,7 @@ import httpx
 import pytest
 from llm_server import Reply, ScriptedLLM
 
-from deepcrew_episodic import Episode, EpisodicMemory, Redactor, distill
+from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, Redactor, distill
 from deepcrew_episodic._redact import redact_then_cut
 from deepcrew_episodic._reflect import LESSON_CHARS
 from deepcrew_episodic.cli import main
@@ -159,3 +159,74 @@ def test_short_text_is_only_redacted() -> None:
         redact_then_cut(SECRET, 200, Redactor())
         == "postgres://app:[REDACTED:url-password]@db:5432/orders"
     )
+
+
+@pytest.mark.parametrize("offset", [0, 5, 9, 13])
+@pytest.mark.parametrize(("key", "limit"), [("__grades__", 40), ("__seq__", 40), ("__meta__", 60)])
+async def test_a_garbled_counter_quoted_in_a_warning_shows_no_part_of_a_secret(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, key: str, limit: int, offset: int
+) -> None:
+    """A counter or index another tool garbled is quoted in the warning that repairs it: the
+    quote is redacted, then cut at the message's limit."""
+    path = tmp_path / "store.json"
+    garbled = straddling(limit, offset)
+    path.write_text(json.dumps({f"episodic:default:{key}": garbled}))
+    async with FileMemoryProvider(path) as provider:
+        memory = EpisodicMemory(provider)
+        episode = await memory.record(Episode(query="rotate the key"))
+        await memory.grade(episode.id, outcome="success")
+    quoted = [r.getMessage() for r in caplog.records if "xxx" in r.getMessage()]
+    assert quoted  # the warning was given, with the value
+    for message in quoted:
+        assert fragments(message) == [], message
+
+
+@pytest.mark.parametrize("offset", [0, 5, 9, 13])
+async def test_an_unknown_id_quoted_in_an_error_shows_no_part_of_a_secret(offset: int) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    wanted = straddling(140, offset).replace(" ", "-")
+    with pytest.raises(ConfigurationError, match="no episode with id") as raised:
+        await memory.grade(wanted, outcome="success")
+    assert fragments(str(raised.value)) == []
+
+
+@pytest.mark.parametrize(
+    ("page", "name", "limit"),
+    [
+        ("/", "since", 60),
+        ("/", "per", 60),
+        ("/playground", "intent", 40),
+        ("/playground", "top_k", 60),
+        ("/overview", "by", 20),
+    ],
+)
+@pytest.mark.parametrize("offset", [0, 6, 13])
+async def test_a_bad_viewer_parameter_quoted_in_its_error_shows_no_part_of_a_secret(
+    page: str, name: str, limit: int, offset: int
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    app = create_app(memory, token="t" * 32, label="test")
+    transport = httpx.ASGITransport(app=app)
+    params = {name: straddling(limit, offset)}
+    if page == "/playground":
+        params["task"] = "rotate the key"
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as c:
+        c.cookies.set(COOKIE, "t" * 32)
+        answer = await c.get(page, params=params)
+    assert answer.status_code == 400, answer.text[:300]
+    assert "postgres://ap" in answer.text  # the value is quoted
+    assert fragments(answer.text) == []
+    assert "[REDACTED:url-password" not in answer.text or "[REDACTED:url-password]" in answer.text
+
+
+@pytest.mark.parametrize("offset", [0, 6, 13])
+async def test_a_wrong_grades_argument_quoted_in_restores_error_shows_no_part_of_a_secret(
+    offset: int,
+) -> None:
+    from deepcrew_episodic import InvalidEpisodeError
+
+    memory = EpisodicMemory(InMemoryProvider())
+    with pytest.raises(InvalidEpisodeError, match="grades must be a list") as raised:
+        await memory.restore(Episode(query="q"), grades=straddling(80, offset))  # type: ignore[arg-type]
+    assert fragments(str(raised.value)) == []
+    assert await memory.load() == []

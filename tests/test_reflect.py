@@ -56,6 +56,17 @@ async def test_the_lesson_is_stored_and_rendered(llm: ScriptedLLM) -> None:
     assert "kubectl" in request.last_user_text
 
 
+async def test_the_model_is_not_shown_a_score_that_contradicts_the_outcome(
+    llm: ScriptedLLM,
+) -> None:
+    llm.script(Reply.text("Check the manifest first."))
+    memory = reflecting(llm)
+    await memory.record(dataclasses.replace(RUN, outcome="success", score=0.1))
+    [request] = llm.requests
+    assert "Outcome: success\n" in request.last_user_text
+    assert "0.10" not in request.last_user_text
+
+
 @pytest.mark.parametrize(
     "answer", ["NONE", "none.", ' "NONE" ', "NONE - nothing new here", "Lesson: NONE"]
 )

@@ -828,6 +828,24 @@ async def test_until_a_bare_date_covers_the_day_even_with_z_or_far_away(
             assert len(row_ids(r.text)) == 3, until
 
 
+async def test_a_recorded_score_that_contradicts_its_outcome_is_not_shown(
+    memory: EpisodicMemory,
+) -> None:
+    episode = await memory.record(
+        Episode(query="rotate the signing key", outcome="failure", score=0.95)
+    )
+    async with client(memory) as c:
+        page = (await c.get(f"/episode/{episode.id}")).text
+        dl = re.search(r'<dl id="episode">(.*?)</dl>', page, re.S)[1]  # type: ignore[index]
+        assert "failure" in dl
+        assert "0.95" not in dl
+        listing = (await c.get("/")).text
+        row = re.search(r'<tr class="episode".*?</tr>', listing, re.S)[0]  # type: ignore[index]
+        assert "failure" in row
+        assert "0.95" not in row
+        assert "0.95" not in (await c.get("/", params={"q": "signing"})).text
+
+
 async def test_a_grade_without_a_score_shows_no_recorded_score(memory: EpisodicMemory) -> None:
     episode = await memory.record(Episode(query="rotate the signing key", score=0.1))
     await memory.grade(episode.id, outcome="success")

@@ -183,6 +183,9 @@ async def make_memory(
         return memory
     if command in READS or given > ring:
         return await EpisodicMemory.open(provider, max_episodes=given, **options)
+    if settings.namespace not in await EpisodicMemory.namespaces(provider):
+        # No log yet: the first write creates it with the ring asked for.
+        return await EpisodicMemory.open(provider, max_episodes=given, **options)
     note(
         f"--max-episodes {given} is smaller than the log's ring ({ring}): '{command}' keeps "
         f"{ring}; 'shrink {given}' deletes what falls outside a smaller ring"

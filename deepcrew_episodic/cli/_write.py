@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -202,7 +203,7 @@ def _validated(cls: type[Episode], item: Any, where: str) -> Episode:
     try:
         return cls.coerce(item)
     except InvalidEpisodeError as exc:
-        raise CliError(f"{where}: {exc}") from None
+        raise CliError(f"{where}: {exc}; nothing was written") from None
 
 
 def _report_redactions(before: Sequence[Episode], after: Sequence[Episode]) -> None:
@@ -340,14 +341,25 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         restored.append(extra)
     skipped = len(episodes) - len(fresh)
     _check_all(memory, fresh, where)
+    # The ring keeps the newest max_episodes in the order they were written: an episode of the
+    # file older than all that the ring keeps is left out, not written to push a newer stored
+    # one out (so importing a backup into a smaller ring twice changes nothing).
+    keep = _newest(held, fresh, memory.max_episodes)
+    left_out = len(fresh) - len(keep)
+    fresh, where, restored = (
+        [fresh[i] for i in keep],
+        [where[i] for i in keep],
+        [restored[i] for i in keep],
+    )
     # The ring keeps the newest max_episodes: an import that overflows it pushes the oldest
     # stored episodes out, for good, so it asks like every other command that deletes.
     pushed = held[: max(0, len(held) + len(fresh) - memory.max_episodes)]
     if args.dry_run:
         _list_doomed(memory, pushed)
         note(
-            f"import would add {len(fresh)} episodes from {name} ({skipped} already present) "
-            f"and push {len(pushed)} stored episodes out of the ring of {memory.max_episodes} "
+            f"import would add {len(fresh)} episodes from {name} ({skipped} already present"
+            f"{f', {left_out} older than the ring keeps' if left_out else ''}) and push "
+            f"{len(pushed)} stored episodes out of the ring of {memory.max_episodes} "
             f"(dry run: nothing was written)"
         )
         return 0
@@ -368,13 +380,35 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     _report_redactions(fresh, kept)
     already = f", {skipped} already present" if skipped else ""
     out(f"imported {added} episodes from {name}{already}")
-    if added > memory.max_episodes:
+    if left_out:
         note(
-            f"the ring keeps the newest {memory.max_episodes}: "
-            f"{added - memory.max_episodes} of the imported episodes fell out "
-            f"(pass --max-episodes to keep more)"
+            f"the ring keeps the newest {memory.max_episodes}: {left_out} older episodes of "
+            f"{name} were left out (pass --max-episodes to keep more)"
         )
     return 0
+
+
+def _newest(held: Sequence[Episode], fresh: Sequence[Episode], ring: int) -> list[int]:
+    """The positions in *fresh* of the episodes a ring of *ring* keeps among *held* and
+    *fresh*, newest first by time (a stored episode wins a tie; one of *fresh* without a
+    timestamp is recorded now, so it is the newest); all of them when everything fits."""
+    if len(held) + len(fresh) <= ring:
+        return list(range(len(fresh)))
+
+    def when(episode: Episode, undated: float) -> float:
+        try:
+            moment = episode.time()
+        except ValueError:  # a garbled stored time: the oldest
+            return -math.inf
+        return undated if moment is None else moment
+
+    # An episode of the file without a timestamp is recorded now: the newest.
+    ranked = sorted(
+        [(when(ep, -math.inf), 1, i) for i, ep in enumerate(held)]
+        + [(when(ep, math.inf), 0, i) for i, ep in enumerate(fresh)],
+        reverse=True,
+    )[:ring]
+    return sorted(i for _, stored_one, i in ranked if not stored_one)
 
 
 _BACKUP_FIELDS = ("grades", "uses")
@@ -396,7 +430,10 @@ def _backup_extras(item: Any, where: str) -> tuple[list[Grade], int]:
         return [], 0
     given = item.get("grades", [])
     if not isinstance(given, list):
-        raise CliError(f"{where}: grades: a list of grades, not a JSON {type(given).__name__}")
+        raise CliError(
+            f"{where}: grades: a list of grades, not a JSON {type(given).__name__}; "
+            "nothing was imported"
+        )
     grades: list[Grade] = []
     for i, grade in enumerate(given, 1):
         try:
@@ -405,7 +442,9 @@ def _backup_extras(item: Any, where: str) -> tuple[list[Grade], int]:
             raise CliError(f"{where}: grade {i}: {exc}; nothing was imported") from None
     uses = item.get("uses", 0)
     if isinstance(uses, bool) or not isinstance(uses, int):
-        raise CliError(f"{where}: uses: a whole number, not a JSON {type(uses).__name__}")
+        raise CliError(
+            f"{where}: uses: a whole number, not a JSON {type(uses).__name__}; nothing was imported"
+        )
     if not 0 <= uses <= 10**15:
         raise CliError(f"{where}: uses: a whole number from 0 to 10**15; nothing was imported")
     return grades, uses

@@ -404,7 +404,7 @@ async def _record_result(
         # of raising: the verdict is still the guardrail's.
         return await hook.after_run(
             query,
-            _rejection("output guardrail", tripped[0].guardrail.get_name(), tripped[0].output)
+            _rejection(hook, "output guardrail", tripped[0].guardrail.get_name(), tripped[0].output)
             + f"\nAnswer: {answer}",
             outcome="failure",
             tools_used=tools,
@@ -462,7 +462,7 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
     if isinstance(error, OutputGuardrailTripwireTriggered):
         checked = error.guardrail_result
         answer = _output_text(checked.agent_output)
-        text = _rejection("output guardrail", checked.guardrail.get_name(), checked.output)
+        text = _rejection(hook, "output guardrail", checked.guardrail.get_name(), checked.output)
         return await hook.after_run(
             query, f"{text}\nAnswer: {answer}", outcome="failure", tools_used=tools
         )
@@ -474,7 +474,7 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
         return await hook.unverified(query, _output_text(crashed), error, tools_used=tools)
     if isinstance(error, InputGuardrailTripwireTriggered):
         refused = error.guardrail_result
-        text = _rejection("input guardrail", refused.guardrail.get_name(), refused.output)
+        text = _rejection(hook, "input guardrail", refused.guardrail.get_name(), refused.output)
         return await hook.after_run(query, text, outcome="failure", tools_used=tools)
     if isinstance(error, ModelTimeoutError):
         # The SDK's own deadline on one model call (ModelSettings.timeout): the provider did not
@@ -503,8 +503,12 @@ def _crashed_guardrail(error: BaseException) -> Any | None:
     return None
 
 
-def _rejection(kind: str, name: str, verdict: GuardrailFunctionOutput) -> str:
+def _rejection(hook: EpisodicHook, kind: str, name: str, verdict: GuardrailFunctionOutput) -> str:
     info = _output_text(verdict.output_info)
+    redactor = hook.memory.redactor
+    if redactor is not None:
+        # Redacted before the cut: a cut secret is no longer recognisable when recorded.
+        info = redactor.redact(info)
     if len(info) > INFO_CHARS:
         info = info[: INFO_CHARS - 1].rstrip() + "…"
     return f"Rejected by {kind} {name}" + (f": {info}" if info else "")

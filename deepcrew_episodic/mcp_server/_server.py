@@ -21,6 +21,7 @@ from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import Field
 
+from .._unicode import search_form
 from ._results import (
     EpisodeItem,
     Forgotten,
@@ -502,7 +503,9 @@ class _Tools:
         ] = None,
         containing: Annotated[
             str | None,
-            Field(description="keep runs whose task, answer or lesson holds this text"),
+            Field(
+                description="keep runs any of whose texts (task, answer, lesson, notes) holds this text"
+            ),
         ] = None,
     ) -> Timeline:
         async with _as_tool_error(self.safe, ""):
@@ -512,7 +515,10 @@ class _Tools:
                 if since_days is not None
                 else None
             )
-            kept = [ep for ep in episodes if _matches(ep, outcome, tags, since, containing)]
+            searched = self.memory.searched_text
+            kept = [
+                ep for ep in episodes if _matches(ep, outcome, tags, since, containing, searched)
+            ]
             counts = await self._grade_counts()
             newest = list(reversed(kept))[:limit]
             return Timeline(
@@ -551,7 +557,9 @@ def _matches(
     tags: Collection[str] | None,
     since: float | None,
     containing: str | None,
+    searched: Callable[[Episode], str],
 ) -> bool:
+    # containing: by the rule forget(containing=...) uses (every text, as a person reads it).
     if outcomes and ep.outcome not in outcomes:
         return False
     if tags and not {t.casefold() for t in tags} & {t.casefold() for t in ep.tags}:
@@ -560,9 +568,4 @@ def _matches(
         when = ep.time()
         if when is None or when < since:
             return False
-    if containing:
-        needle = containing.casefold()
-        haystack = (ep.query, ep.response, ep.reflection or "")
-        if not any(needle in text.casefold() for text in haystack):
-            return False
-    return True
+    return not (containing and search_form(containing) not in searched(ep))

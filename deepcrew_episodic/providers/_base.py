@@ -337,8 +337,10 @@ def _parse_counter(key: str, raw: str | None, initial: int, repair: int | None =
         return int(raw)
     if repair is not None:
         return repair
+    from .._redact import safe_message
+
     raise CorruptDataError(
-        f"counter {key!r} holds {raw[:40]!r}, not an integer of at most 18 digits"
+        f"counter {key!r} holds {safe_message(raw, 40)!r}, not an integer of at most 18 digits"
     )
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
+from .._validate import shown
 from ._base import (
     Fresh,
     MemoryProvider,
@@ -517,7 +518,8 @@ def _decode(path: Path, raw: bytes) -> dict[str, str]:
     for key, value in data.items():
         if not isinstance(value, str):
             raise CorruptDataError(
-                f"{path}: the value of {key!r} is a JSON {type(value).__name__}, not a string; "
+                f"{path}: the value of {shown(key)} is a JSON {type(value).__name__}, not a "
+                "string; "
                 f"the file was left untouched."
             )
     return data
@@ -528,5 +530,5 @@ def _check_values(items: Mapping[str, str]) -> None:
         if not isinstance(key, str) or not isinstance(value, str):
             raise ConfigurationError(
                 f"FileMemoryProvider stores strings only; got {type(value).__name__} "
-                f"for key {key!r}"
+                f"for key {shown(key)}"
             )

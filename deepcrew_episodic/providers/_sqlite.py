@@ -486,7 +486,8 @@ def _check_strings(keys: Iterable[object], values: Iterable[object]) -> None:
     for item in (*keys, *values):
         if not isinstance(item, str):
             raise ConfigurationError(
-                f"SQLiteMemoryProvider stores strings only; got {type(item).__name__} {item!r:.60}"
+                f"SQLiteMemoryProvider stores strings only; got {type(item).__name__} "
+                f"{safe_message(repr(item), 60)}"
             )
 
 

@@ -50,7 +50,7 @@ from ._data import (
     top,
     week_of,
 )
-from ._safe import Multiline, Plain, Raw, Verbatim, make_attribute, make_finalize
+from ._safe import Multiline, Plain, Raw, Verbatim, make_attribute, make_finalize, quoted
 
 if TYPE_CHECKING:
     from .. import Episode, EpisodicMemory
@@ -333,7 +333,9 @@ class _Viewer:
         }
         try:
             if intent not in INTENTS:
-                raise BadRequest(f"intent: {intent[:40]!r} is not one of {', '.join(INTENTS)}")
+                raise BadRequest(
+                    f"intent: {quoted(intent, 40)!r} is not one of {', '.join(INTENTS)}"
+                )
             top_k = parse_count(
                 "top_k", params.get("top_k"), default=self.memory.recall_k, maximum=MAX_TOP_K
             )
@@ -383,7 +385,9 @@ class _Viewer:
     async def overview(self, request: Request) -> Response:
         by = request.query_params.get("by") or "day"
         if by not in ("day", "week"):
-            return await self.error(400, "Bad request", f"by: {by[:20]!r} is not 'day' or 'week'")
+            return await self.error(
+                400, "Bad request", f"by: {quoted(by, 20)!r} is not 'day' or 'week'"
+            )
         snapshot = await self.source.snapshot()
         stats = await self.source.stats(snapshot)
         key = f"overview:{by}"

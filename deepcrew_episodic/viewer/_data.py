@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._unicode import search_form
+from ._safe import quoted
+
 if TYPE_CHECKING:
     from .. import Episode, EpisodicMemory, MemoryStats
 
@@ -193,7 +196,7 @@ class Filter:
             high = math.inf if self.until is None else self.until
             keep = [i for i in keep if (t := times[i]) is not None and low <= t < high]
         if self.q:
-            needle = self.q.casefold()
+            needle = search_form(self.q)
             texts = source.texts(snapshot)
             keep = [i for i in keep if needle in texts[i]]
         return [episodes[i] for i in keep]
@@ -217,10 +220,13 @@ def parse_filter(params: Mapping[str, Sequence[str]]) -> Filter:
     outcomes = tuple(v for v in params.get("outcome", ()) if v)
     unknown = [o for o in outcomes if o not in OUTCOMES]
     if unknown:
-        raise BadRequest(f"outcome: {unknown[0]!r} is not one of {', '.join(OUTCOMES)}")
+        raise BadRequest(f"outcome: {quoted(unknown[0], 60)!r} is not one of {', '.join(OUTCOMES)}")
     if outcomes:
         raw["outcome"] = list(outcomes)
     tag, agent, run, q = one("tag"), one("agent"), one("run"), one("q")
+    if q and not search_form(q):
+        # Hidden characters only would match every episode (and the forget page delete them).
+        raise BadRequest(f"q: {quoted(q, 60)!r} holds no visible text")
     since_text, until_text = one("since"), one("until")
     since = parse_date("since", since_text) if since_text else None
     until = parse_date("until", until_text, end_of_day=True) if until_text else None
@@ -251,7 +257,7 @@ def parse_date(name: str, text: str, *, end_of_day: bool = False) -> float:
         return moment.timestamp() + (_DAY if end_of_day and bare_date else 0.0)
     except (ValueError, OverflowError):
         raise BadRequest(
-            f"{name}: {text[:60]!r} is not a date (YYYY-MM-DD) or an ISO-8601 time"
+            f"{name}: {quoted(text, 60)!r} is not a date (YYYY-MM-DD) or an ISO-8601 time"
         ) from None
 
 
@@ -260,7 +266,7 @@ def parse_count(name: str, text: str | None, *, default: int, maximum: int) -> i
     if text is None or not text.strip():
         return default
     if not _INTEGER.fullmatch(text.strip()):
-        raise BadRequest(f"{name}: {text[:60]!r} is not a whole number")
+        raise BadRequest(f"{name}: {quoted(text, 60)!r} is not a whole number")
     value = int(text.strip())
     if not 1 <= value <= maximum:
         raise BadRequest(f"{name}: must be between 1 and {maximum}, not {value}")

@@ -10,6 +10,7 @@ script, flip the direction of a line or hide a word from the person reading it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -24,10 +25,33 @@ __all__ = [
     "Verbatim",
     "make_attribute",
     "make_finalize",
+    "quoted",
     "shown",
     "visible",
     "visible_markup",
 ]
+
+
+_MARKER = re.compile(r"\[REDACTED:[a-z0-9-]*\]")
+_QUOTING: list[Callable[[str], str]] = []
+
+
+def quoted(text: str, limit: int) -> str:
+    """A request's value as an error quotes it: on one line, redacted with the default rules,
+    then cut to *limit* characters (never inside a marker): a cut secret is no longer
+    recognisable, so the cut comes last."""
+    if not _QUOTING:
+        from .. import Redactor  # the package imports this module: its API is ready by now
+
+        _QUOTING.append(Redactor().redact)
+    flat = _QUOTING[0](" ".join(text.split()))
+    if len(flat) <= limit:
+        return flat
+    end = max(0, limit - 1)
+    for marker in _MARKER.finditer(flat, max(0, end - 64), end + 64):
+        if marker.start() < end < marker.end():
+            end = marker.start()
+    return flat[:end].rstrip() + "…"
 
 
 class Multiline(str):
