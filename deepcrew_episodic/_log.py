@@ -942,6 +942,25 @@ class EpisodeLog:
                 return [self.entry_key(below, legacy)] if below > initial else []
             return []
 
+        # The ring read in the step can understate what the records keep (a __max__ lowered
+        # by hand): the episode one below what this append evicts by its best guess of the ring
+        # is read in the same step. In a consistent log the previous append evicted it; one
+        # there means the records keep more, so nothing is evicted and the ring is rebuilt
+        # from them (_rebuild_ring). Only where the step is atomic (no append in flight below
+        # this one), and not on deepcrew-ai's slots, which are kept in place.
+        guess = max(self.max, hint or 0, legacy.count if legacy else 0)
+        checking = self.provider.atomic_increment_and_write and legacy is None
+
+        def ring_probe(seq: int) -> list[str]:
+            # The ring in the step is the guess, or this writer's own when the stored one was
+            # lowered since the guess was read.
+            below = sorted({seq - guess - 1, seq - self.max - 1})
+            return [self.entry_key(n, legacy) for n in below if checking and n > initial]
+
+        def probes(seq: int) -> list[str]:
+            return [*probe(seq), *ring_probe(seq)]
+
+        understated: list[int] = []
         body = episode.to_json()
         stored_vector = [False]
 
@@ -988,6 +1007,11 @@ class EpisodeLog:
                 # workers may go on appending (their episodes are read past it, never in place
                 # of ours).
                 items[self.base_key] = str(min(seq - 1, legacy.count if legacy else 0))
+            understated.clear()
+            check = self.entry_key(seq - ring - 1, legacy)
+            if check in ring_probe(seq) and values.get(check):
+                understated.append(seq)
+                return items, []
             evicted = seq - ring
             if evicted < 1:
                 return items, []
@@ -1011,7 +1035,7 @@ class EpisodeLog:
                 initial=initial,
                 read=read,
                 fresh=lambda seq: [self.entry_key(seq, legacy)],
-                probe=probe,
+                probe=probes,
             )
         except CounterAhead:
             # Nothing just below the number the counter gave, a whole view past this writer's
@@ -1028,9 +1052,58 @@ class EpisodeLog:
                 initial=initial,
                 read=read,
                 fresh=lambda seq: [self.entry_key(seq, legacy)],
+                probe=ring_probe,
             )
+        if understated:
+            await self._rebuild_ring(seq)
         self._appended = seq
         return seq, stored_vector[0]
+
+    async def _rebuild_ring(self, seq: int) -> None:
+        """After the append of *seq* found an episode its ring should have evicted: rebuild
+        the ring from the records (the run of episodes just below *seq*, across gaps shorter
+        than it, never below the stored ring), raise ``__max__`` to it (only upwards), and make the eviction the
+        append held back, by the rebuilt ring. A stray record below the ring (not part of the
+        run) leaves the ring as stored, and is listed once."""
+        # Walk down from *seq* through the episodes stored below it; a gap (episodes forgotten)
+        # no longer than the run so far is part of it, a longer one leaves a stray below.
+        low = seq
+        for number in sorted(
+            (n for n in await self._numbers(_ENTRY, "e:") if n < seq), reverse=True
+        ):
+            if low - number - 1 > seq - low:
+                break
+            low = number
+        run = seq - low
+        while True:
+            raw = (await self.provider.retrieve_many([self.ring_key]))[0] or None
+            stored = parse_ring(raw) or 0
+            ring = max(self.max, stored, min(run, MAX_RING))
+            if ring > stored:
+                if not await self.provider.write_if(
+                    {self.ring_key: raw}, {self.ring_key: str(ring)}
+                ):
+                    continue
+                self.counters.recovered_indexes += 1
+                log.warning(
+                    "episodic log %r: ring size %r is below the %d episodes the log keeps; "
+                    "raised to %d",
+                    self.namespace,
+                    safe_message(str(raw), 40),
+                    run,
+                    ring,
+                )
+            break
+        self._ring_hint = ring
+        evicted = seq - ring
+        if evicted >= 1:
+            # Only while the ring is still the one decided on: a writer that raised it since
+            # keeps that episode.
+            await self.provider.write_if(
+                {self.ring_key: str(ring)},
+                {},
+                [self.entry_key(evicted, None), self.vector_key(evicted)],
+            )
 
     async def _apply_seq_repair(self, legacy: Legacy | None) -> None:
         """Move the episode counter to where a read found it should be (past the episodes

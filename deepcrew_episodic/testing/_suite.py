@@ -596,6 +596,60 @@ class ProviderConformance:
         ]
         assert await provider.retrieve_many(["episodic:dmg:__max__"]) == ["10"]
 
+    @pytest.mark.parametrize("lowered", ["1", "3"])
+    async def test_a_ring_size_lowered_by_hand_deletes_nothing_the_records_keep(
+        self, provider: MemoryProvider, lowered: str
+    ) -> None:
+        if not provider.atomic_increment_and_write:
+            pytest.skip(
+                "where the counter is raised in a step of its own, an append cannot tell an "
+                "episode kept by a larger ring from one whose eviction is still in flight"
+            )
+        big = EpisodicMemory(provider, namespace="low", max_episodes=10)
+        for i in range(10):
+            await big.record(ep(f"task {i}"))
+        await provider.write({"episodic:low:__max__": lowered})
+        small = EpisodicMemory(provider, namespace="low", max_episodes=2)
+        await small.record(ep("small 0"))
+        await small.record(ep("small 1"))
+        assert small.counters.recovered_indexes >= 1
+        # The records kept ten: the ring is ten again, and only what a ring of ten lets fall
+        # out (the two oldest, as two more were recorded) is gone.
+        assert await provider.retrieve_many(["episodic:low:__max__"]) == ["10"]
+        kept = [*(f"task {i}" for i in range(2, 10)), "small 0", "small 1"]
+        fresh = EpisodicMemory(provider, namespace="low", max_episodes=10)
+        assert [e.query for e in await fresh.load()] == kept
+        assert [e.query for e in await small.load()] == kept[-2:]
+        stored = await provider.keys("episodic:low:e:")
+        assert sorted(int(k.rpartition(":")[2]) for k in stored) == list(range(3, 13))
+        # Rebuilt once: the next records evict by the ring of ten, and find nothing to repair.
+        repairs = small.counters.recovered_indexes
+        for i in range(2, 5):
+            await small.record(ep(f"small {i}"))
+        assert small.counters.recovered_indexes == repairs
+        assert await provider.retrieve_many(["episodic:low:__max__"]) == ["10"]
+        stored = await provider.keys("episodic:low:e:")
+        assert sorted(int(k.rpartition(":")[2]) for k in stored) == list(range(6, 16))
+
+    async def test_a_ring_lowered_by_hand_is_rebuilt_across_forgotten_episodes(
+        self, provider: MemoryProvider
+    ) -> None:
+        if not provider.atomic_increment_and_write:
+            pytest.skip("see test_a_ring_size_lowered_by_hand_deletes_nothing_the_records_keep")
+        big = EpisodicMemory(provider, namespace="lowgap", max_episodes=10)
+        for i in range(10):
+            await big.record(ep(f"task {i}", id=f"run-{i}"))
+        await big.forget(["run-4", "run-5"])
+        await provider.write({"episodic:lowgap:__max__": "2"})
+        small = EpisodicMemory(provider, namespace="lowgap", max_episodes=2)
+        await small.record(ep("small"))
+        assert await provider.retrieve_many(["episodic:lowgap:__max__"]) == ["10"]
+        fresh = EpisodicMemory(provider, namespace="lowgap", max_episodes=10)
+        assert [e.query for e in await fresh.load()] == [
+            *(f"task {i}" for i in (1, 2, 3, 6, 7, 8, 9)),
+            "small",
+        ]
+
     @pytest.mark.parametrize("damage", ["", "0", None])
     async def test_a_counter_behind_the_stored_episodes_is_moved_past_them(
         self, provider: MemoryProvider, damage: str | None
