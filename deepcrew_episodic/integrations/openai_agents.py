@@ -79,8 +79,31 @@ RunVerifier = Callable[[str, RunResultBase], Verdict | Awaitable[Verdict]]
 INFO_CHARS = 500
 
 
+class _WhatMemoryDid:
+    """The ids and outcome a run's memory side reports, shared by :class:`EpisodicRun` and
+    :class:`EpisodicStream`."""
+
+    recalled: list[Episode]
+    recorded: Episode | None
+
+    @property
+    def recalled_ids(self) -> list[str]:
+        """The ids of the episodes injected into this run, in the order shown."""
+        return [episode.id for episode in self.recalled]
+
+    @property
+    def recorded_id(self) -> str | None:
+        """The id of the episode recorded for this run, or ``None`` when nothing was stored."""
+        return None if self.recorded is None else self.recorded.id
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The recorded episode's outcome, or ``None`` when nothing was stored."""
+        return None if self.recorded is None else self.recorded.outcome
+
+
 @dataclass(frozen=True)
-class EpisodicRun:
+class EpisodicRun(_WhatMemoryDid):
     """What :func:`run` returns: the SDK's :class:`~agents.RunResult` and what memory did.
 
     ``recalled`` are the episodes the model was shown (best first), ``recorded`` the episode
@@ -101,21 +124,6 @@ class EpisodicRun:
     def final_output(self) -> Any:
         """The run's final output (``result.final_output``)."""
         return self.result.final_output
-
-    @property
-    def recalled_ids(self) -> list[str]:
-        """The ids of the episodes injected into this run, in the order shown."""
-        return [episode.id for episode in self.recalled]
-
-    @property
-    def recorded_id(self) -> str | None:
-        """The id of the episode recorded for this run, or ``None`` when nothing was stored."""
-        return None if self.recorded is None else self.recorded.id
-
-    @property
-    def outcome(self) -> Outcome | None:
-        """The recorded episode's outcome, or ``None`` when nothing was stored."""
-        return None if self.recorded is None else self.recorded.outcome
 
     @property
     def interrupted(self) -> bool:
@@ -204,7 +212,7 @@ def run_streamed(
     return EpisodicStream(setup, runner_kwargs)
 
 
-class EpisodicStream:
+class EpisodicStream(_WhatMemoryDid):
     """What :func:`run_streamed` returns. Until :meth:`stream_events` starts, :attr:`result`
     is ``None``; after it ends, the fields say what memory did, as on :class:`EpisodicRun`.
     A stream you stop reading before its end records nothing."""
@@ -244,21 +252,6 @@ class EpisodicStream:
     def final_output(self) -> Any:
         """The run's final output (``None`` until the stream has ended)."""
         return None if self.result is None else self.result.final_output
-
-    @property
-    def recalled_ids(self) -> list[str]:
-        """The ids of the episodes injected into this run, in the order shown."""
-        return [episode.id for episode in self.recalled]
-
-    @property
-    def recorded_id(self) -> str | None:
-        """The id of the episode recorded for this run, or ``None`` when nothing was stored."""
-        return None if self.recorded is None else self.recorded.id
-
-    @property
-    def outcome(self) -> Outcome | None:
-        """The recorded episode's outcome, or ``None`` when nothing was stored."""
-        return None if self.recorded is None else self.recorded.outcome
 
     @property
     def interrupted(self) -> bool:
