@@ -25,6 +25,7 @@ from ._exceptions import ConfigurationError
 from ._validate import integer, number
 
 if TYPE_CHECKING:
+    from ._followup import FollowUpGrader
     from ._memory import EpisodicMemory
     from ._verify import LoopConfig
 
@@ -83,6 +84,12 @@ class Agent:
         A directory where each recorded run's transcript is written as JSONL (one message a
         line, redacted like the episodes, file mode 0600, never overwritten); the episode's
         ``transcript_ref`` is the file's path.
+    grade_followups:
+        In a conversation (``run_agent(..., conversation_id=...)``), the user's next message
+        grades the conversation's previous run (``True``: by the documented rule; or a
+        :class:`~deepcrew_episodic.FollowUpModel` or a function of the message and the
+        previous episode), and a message that is only a thank-you is not recorded. See
+        :class:`~deepcrew_episodic.EpisodicHook`.
 
     Example::
 
@@ -112,6 +119,7 @@ class Agent:
     distill_timeout: float = 30.0
     min_turns: int = 2
     transcript_dir: str | os.PathLike[str] | None = None
+    grade_followups: bool | FollowUpGrader = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -153,6 +161,11 @@ class Agent:
             raise ConfigurationError(
                 f"Agent.transcript_dir must be a directory path or None, not "
                 f"{self.transcript_dir!r}"
+            )
+        if not isinstance(self.grade_followups, bool) and not callable(self.grade_followups):
+            raise ConfigurationError(
+                f"Agent.grade_followups must be True, False, a FollowUpModel or a function, "
+                f"not {type(self.grade_followups).__name__}"
             )
         self.tool_specs()  # a tool that cannot be described fails here, not mid-run
 

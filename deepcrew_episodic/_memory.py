@@ -40,6 +40,7 @@ from ._episode import (
     now_iso,
     outcome_for_score,
     parse_time,
+    run_key,
     score_fits,
     stored_texts,
 )
@@ -215,7 +216,7 @@ class EpisodicMemory:
         self._grades: dict[str, list[Grade]] = {}
         self._graded_by: dict[int, str] = {}
         self._uses: dict[int, int] = {}  # seq -> times used in a run
-        self._runs: dict[str, list[int]] = {}  # run_id -> its seqs, in order
+        self._runs: dict[str, list[int]] = {}  # run_key (run and phase) -> its seqs, in order
         self._reinforce = boolean("reinforce", reinforce)
         self._revision = 0  # bumped whenever a sync changed what this memory shows
         self._embedder = as_embedder(embedder)
@@ -502,6 +503,30 @@ class EpisodicMemory:
         if seq is not None:
             return self._expired(seq, now)
         return self._expired_episode(episode, now)
+
+    async def latest(self, conversation_id: str) -> Episode | None:
+        """The newest unexpired episode recorded in conversation *conversation_id* (its
+        ``conversation_id`` field), as its grades make it; ``None`` when this memory shows
+        none (never recorded, forgotten, evicted or expired). Read from the store, so a
+        process that handles one turn of a chat finds the run the turn before recorded in
+        another. A copy.
+
+        Example::
+
+            previous = await memory.latest("thread-42")
+            if previous is not None:
+                await memory.grade(previous.id, outcome="success", note="user: that worked")
+        """
+        if not isinstance(conversation_id, str) or not conversation_id:
+            raise ConfigurationError(
+                f"conversation_id must be a non-empty string, not {shown(conversation_id)}"
+            )
+        await self._sync()
+        now = self._clock()
+        for seq, episode in reversed(list(self._log.cached())):
+            if episode.conversation_id == conversation_id and not self._expired(seq, now):
+                return self._view(episode).copy()
+        return None
 
     @classmethod
     async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:
@@ -1469,10 +1494,10 @@ class EpisodicMemory:
             self._index.add(seq, self._view(episode), when=recorded)
             self._ids[episode.id] = seq
             self._known[seq] = _Known(
-                episode.id, _time_or_none(episode.forget_after), recorded, dated, episode.run_id
+                episode.id, _time_or_none(episode.forget_after), recorded, dated, run_key(episode)
             )
-            if episode.run_id:
-                self._runs.setdefault(episode.run_id, []).append(seq)
+            if run_key(episode):
+                self._runs.setdefault(run_key(episode), []).append(seq)
         if self._newest is None or added[-1][0] > self._newest[0]:
             self._newest = (added[-1][0], previous)
         fresh = {seq for seq, _ in added}
@@ -1522,7 +1547,7 @@ class EpisodicMemory:
             items: list[tuple[float, float, int, Scored]] = []
             taken: set[str] = set()
             for seq, scored in found:
-                run = scored.episode.run_id
+                run = run_key(scored.episode)  # one item per run and phase
                 if run:
                     if run in taken:
                         continue
@@ -1562,7 +1587,7 @@ class EpisodicMemory:
     def _as_run(self, seq: int, scored: Scored, now: float) -> Scored:
         """*scored* (a run's chosen iteration) with the lessons of the iterations of its run
         that failed before it and have not expired."""
-        run = scored.episode.run_id
+        run = run_key(scored.episode)
         seqs = self._runs.get(run, []) if run else []
         if len(seqs) < 2:
             return scored
@@ -1693,7 +1718,7 @@ class _Known:
     forget_at: float | None
     recorded: float  # POSIX seconds; see _apply for an unusable timestamp
     dated: bool  # the episode's own timestamp was usable
-    run_id: str = ""
+    run_id: str = ""  # its run_key: the run and the phase
 
 
 def _checked_copy(episode: Any) -> Episode:

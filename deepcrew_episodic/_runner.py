@@ -25,7 +25,14 @@ import anyio
 from ._agent import Agent, Tool, ToolArgumentsError
 from ._events import EventType, StreamEvent, StreamPolicy, emit
 from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
-from ._hook import EpisodicHook, Recorded, describe, user_query
+from ._hook import (
+    EpisodicHook,
+    Recorded,
+    conversation_arg,
+    describe,
+    phase_arg,
+    user_query,
+)
 from ._litellm import load_litellm
 from ._loop import Recording, Refinement, Task, record_answer, recorded_attempt
 from ._redact import safe_message
@@ -41,6 +48,9 @@ async def run_agent(
     messages: Sequence[dict[str, Any]],
     *,
     agent_id: str | None = None,
+    conversation_id: str | None = None,
+    run_id: str | None = None,
+    phase: str = "",
 ) -> AgentResult:
     """Run *agent* on *messages* (OpenAI format, without the system prompt) to completion.
 
@@ -52,13 +62,18 @@ async def run_agent(
     ``VerifierError`` after recording the ungraded answer (outcome ``unknown``, tag
     ``unverified``). ``result.recorded_ids`` are the stored episodes' ids, to grade later.
 
+    *conversation_id* names the chat this run answers in: stored on its episodes, and with
+    ``agent.grade_followups`` the run's message first grades the conversation's previous run.
+    *run_id* and *phase* record the run as one phase of a longer one: give every phase the
+    same *run_id* and its own *phase* (default: a new run id, no phase).
+
     Example::
 
         result = await run_agent(agent, [{"role": "user", "content": "Rotate the API key"}])
         print(result.text, result.episodes_recalled, result.recorded[0].outcome)
         await memory.grade(result.recorded_ids[-1], outcome="success")  # the user confirmed
     """
-    run = _Run(agent, messages, agent_id)
+    run = _Run(agent, messages, agent_id, conversation_id, run_id, phase)
     async with aclosing(run.events()) as events:
         async for _ in events:
             pass
@@ -72,12 +87,16 @@ def stream_agent(
     *,
     policy: StreamPolicy | None = None,
     agent_id: str | None = None,
+    conversation_id: str | None = None,
+    run_id: str | None = None,
+    phase: str = "",
 ) -> AgentStream:
     """Run *agent* like :func:`run_agent`, yielding its :class:`StreamEvent` as they happen.
 
     The stream ends with ``DONE`` (the final text and token counts); the result is then on
     ``stream.result``. A failing run yields ``ERROR`` and then raises the error. ``policy``
     filters what is yielded (the episode events are in ``StreamPolicy.verbose()`` only).
+    *conversation_id*, *run_id* and *phase* as in :func:`run_agent`.
 
     Example::
 
@@ -86,7 +105,10 @@ def stream_agent(
             print(event.to_sse(), end="")
         print(stream.result.episodes_recalled)
     """
-    return AgentStream(_Run(agent, messages, agent_id), policy or StreamPolicy.verbose())
+    return AgentStream(
+        _Run(agent, messages, agent_id, conversation_id, run_id, phase),
+        policy or StreamPolicy.verbose(),
+    )
 
 
 class AgentStream:
@@ -142,7 +164,13 @@ class _Run:
     """One call of ``run_agent``: memory through the hook, turns through :class:`_Attempt`."""
 
     def __init__(
-        self, agent: Agent, messages: Sequence[dict[str, Any]], agent_id: str | None
+        self,
+        agent: Agent,
+        messages: Sequence[dict[str, Any]],
+        agent_id: str | None,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        phase: str = "",
     ) -> None:
         if not isinstance(agent, Agent):
             raise ConfigurationError(f"run_agent takes an Agent, not {type(agent).__name__}")
@@ -153,12 +181,22 @@ class _Run:
         self.agent = agent
         self.messages = list(messages)
         self.agent_id = agent_id or agent.name
-        self.run_id = uuid.uuid4().hex
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise ConfigurationError(f"run_id must be a non-empty string or None, not {run_id!r}")
+        # Transcripts are named for this call: the phases of one run share its run_id.
+        self.call_id = uuid.uuid4().hex
+        self.run_id = run_id or self.call_id
+        self.conversation_id = conversation_arg(conversation_id)
+        self.phase = phase_arg(phase)
         self.result: AgentResult | None = None
 
     def _hook(self, memory: Any) -> EpisodicHook | None:
         # The hook's events come back on its results; the run yields them in order.
-        return None if memory is None else EpisodicHook(memory, agent_id=self.agent_id)
+        if memory is None:
+            return None
+        return EpisodicHook(
+            memory, agent_id=self.agent_id, grade_followups=self.agent.grade_followups
+        )
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         agent, aid = self.agent, self.agent_id
@@ -172,8 +210,13 @@ class _Run:
         recall_hook = self._hook(agent.episodic_memory)
         recalled = None
         if recall_hook is not None:
-            recalled = await recall_hook.before_run(history, query=query)
+            recalled = await recall_hook.before_run(
+                history, query=query, conversation_id=self.conversation_id
+            )
             history = recalled.messages
+            # A message that only said the previous run failed: this run is another try at
+            # that run's task, recorded under it.
+            query = recalled.query
             for event in recalled.events:
                 yield event
 
@@ -190,6 +233,9 @@ class _Run:
             record_hook,
             lambda msgs: _Attempt(agent, tools, msgs, aid),
             run_id=self.run_id,
+            conversation_id=self.conversation_id,
+            phase=self.phase,
+            transcript_name=self.call_id,
             recording=Recording(
                 min_turns=agent.min_turns,
                 distill_model=agent.distill_model,
