@@ -49,8 +49,7 @@ def test_positional_arguments_follow_deepcrew_ai() -> None:
     assert dataclasses.asdict(theirs) == {
         k: v
         for k, v in dataclasses.asdict(ours).items()
-        if k
-        not in ("id", "forget_after", "approach", "transcript_ref", "run_id", "phase")
+        if k not in ("id", "forget_after", "approach", "transcript_ref", "run_id", "phase")
         and k != "conversation_id"
     }
 
@@ -202,4 +201,6 @@ def test_deepcrew_ai_records_decode_unchanged() -> None:
         "approach": "",
         "transcript_ref": None,
         "run_id": "",
+        "phase": "",
+        "conversation_id": "",
     }
