@@ -360,12 +360,13 @@ class EpisodicMemory:
         stored = self._redact(_checked_copy(episode))
         if stored.outcome == "unknown" and stored.score is not None:
             stored.outcome = outcome_for_score(stored.score)  # the one rule, on every path
-        if stored.id and self._redactor is not None:
-            kind = self._redactor.find(stored.id)
+        for name in ("id", "conversation_id"):
+            value = getattr(stored, name)
+            kind = self._redactor.find(value) if value and self._redactor is not None else None
             if kind is not None:
                 raise InvalidEpisodeError(
-                    f"invalid episode: id: it looks like a secret ({kind}); ids are stored and "
-                    f"shown as they are, so they are never redacted"
+                    f"invalid episode: {name}: it looks like a secret ({kind}); ids are stored "
+                    f"and shown as they are, so they are never redacted"
                 )
         if stored.timestamp:
             when = parse_time(stored.timestamp)
