@@ -9,9 +9,12 @@ A grading model and the runner: tests/test_followups_runner.py.
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from conftest import Clock
 from stores import Store
@@ -23,7 +26,7 @@ from deepcrew_episodic import (
     EpisodicMemory,
     FollowUp,
 )
-from deepcrew_episodic.providers import InMemoryProvider, MemoryProvider
+from deepcrew_episodic.providers import InMemoryProvider, MemoryProvider, SQLiteMemoryProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -180,6 +183,38 @@ async def test_a_fresh_worker_per_turn_finds_the_previous_run_in_the_store(store
         assert graded.outcome == "failure"
     finally:
         await provider.aclose()
+
+
+TURN_IN_ANOTHER_PROCESS = """
+import sys, anyio
+from deepcrew_episodic import EpisodicHook, EpisodicMemory
+from deepcrew_episodic.providers import SQLiteMemoryProvider
+
+async def main():
+    async with SQLiteMemoryProvider(sys.argv[1]) as backend:
+        hook = EpisodicHook(EpisodicMemory(backend, namespace="chat"), grade_followups=True)
+        messages = [{"role": "user", "content": sys.argv[2]}]
+        recalled = await hook.before_run(messages, conversation_id="t-7")
+        recorded = await hook.after_run(recalled.query, "Rotate it.", conversation_id="t-7")
+        print(recorded.id)
+
+anyio.run(main)
+"""
+
+
+async def test_the_previous_run_recorded_by_another_process_is_graded(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    done = await anyio.run_process(
+        [sys.executable, "-c", TURN_IN_ANOTHER_PROCESS, str(db), "Webhook deliveries fail with 401"]
+    )
+    first = done.stdout.decode().strip()
+    async with SQLiteMemoryProvider(db) as backend:
+        memory = EpisodicMemory(backend, namespace="chat")
+        recalled = await graded_hook(memory).before_run(
+            ask("Webhook deliveries fail with 401", "Nope, still 401."), conversation_id="t-7"
+        )
+        assert recalled.grade.episode_id == first
+        assert [e.outcome for e in await memory.load()] == ["failure"]
 
 
 async def test_a_turn_handled_twice_grades_once() -> None:
