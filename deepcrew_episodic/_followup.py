@@ -11,6 +11,10 @@ and "but"/"however"/"though"):
 
 - A clause that asks (ends with ``?``, or opens with a question word or "please") is never a
   verdict: "this doesn't work?" and "why is it still failing?" ask, the next message says.
+- A clause longer than three words reports a verdict by one word only when it refers back to
+  the answer ("it", "that", "still", "now", "again", "your", "the fix", ...): "the login page
+  is broken" reports a new problem, "it is still broken" a verdict. Phrases ("no luck", "did
+  the trick", "same error") always refer back.
 - A clause reports a failure when it says "still" (not "still works"), "broken", "fails",
   "crashed", "nope", "no luck", "same error", "another error", "no change", "worse",
   "wrong", "not quite", or negates a success word ("not fixed", "didn't help", "doesn't
@@ -106,6 +110,7 @@ _SUCCESS_PHRASES = (
     ("all", "good"),
     ("problem", "solved"),
     ("sorted", "it"),
+    ("like", "a", "charm"),
 )
 _FAILURE_WORDS = frozenset(
     {
@@ -143,6 +148,49 @@ _FAILURE_PHRASES = (
     ("another", "issue"),
     ("new", "error"),
     ("an", "error"),
+)
+# A clause of more words than this reports a verdict by a single word only when it refers back
+# to the answer: "the login page is broken" is a new problem, not a verdict on the answer
+# before; "it is still broken" and "not fixed" are verdicts. (A phrase such as "no luck" or
+# "did the trick" always refers back.)
+SHORT_CLAUSE = 3
+_BACK_REFERENCES = frozenset(
+    {
+        "it",
+        "it's",
+        "its",
+        "that",
+        "that's",
+        "this",
+        "these",
+        "those",
+        "they",
+        "them",
+        "still",
+        "same",
+        "again",
+        "now",
+        "anymore",
+        "more",
+        "longer",
+        "your",
+        "you",
+        "you're",
+        "suggestion",
+        "suggestions",
+        "answer",
+        "fix",
+        "solution",
+        "tip",
+        "advice",
+        "idea",
+        "step",
+        "steps",
+        "trick",
+        "tried",
+        "first",
+        "either",
+    }
 )
 # "still" reports that the problem is still there, except in these.
 _STILL_FINE = frozenset({"works", "working", "work", "fine", "good", "holds", "valid"})
@@ -355,7 +403,8 @@ def _opens_an_ask(words: tuple[str, ...]) -> bool:
 def _verdict(words: tuple[str, ...]) -> str | None:
     """``"success"``, ``"failure"``, ``"both"`` or ``None`` for one clause's words."""
     worked = failed = False
-    for i, word in enumerate(words):
+    refers = len(words) <= SHORT_CLAUSE or not _BACK_REFERENCES.isdisjoint(words)
+    for i, word in enumerate(words if refers else ()):
         negated = bool(_NEGATIONS.intersection(words[max(0, i - 3) : i])) or (
             i >= 2 and words[i - 2 : i] == ("no", "longer")
         )

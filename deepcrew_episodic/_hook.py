@@ -122,7 +122,9 @@ class Recorded:
     """What :meth:`EpisodicHook.after_run` stored: the episode (with its :attr:`id`, to grade
     it later with ``memory.grade``), or why it could not, and the stream events the call
     emitted (also sent to ``on_event``). ``error`` is also set when the episode was stored
-    without something it should have had (the run's transcript file could not be written)."""
+    without something it should have had (the run's transcript file could not be written).
+    Neither an episode nor an error: nothing was meant to be stored (with ``grade_followups``,
+    a turn whose message only thanked for, or acknowledged, the run before)."""
 
     episode: Episode | None
     error: str | None = None

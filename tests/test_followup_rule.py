@@ -66,6 +66,14 @@ VERDICTS = [
     ("Great, how do I add a user?", None, True),
     ("Thanks! Please also rotate the key.", None, True),
     ("Export the March invoices as CSV", None, True),
+    # a new problem told as a statement is not a verdict on the answer before
+    ("The login page is broken for our EU users", None, True),
+    ("Sync fails for files over 2 GB", None, True),
+    ("The mobile app crashed on startup today", None, True),
+    ("Our SSO setup works with Okta, how about Azure AD?", None, True),
+    # ... but the same words referring back are
+    ("The login page is still broken", "failure", False),
+    ("the sync fails again with your settings", "failure", False),
 ]
 
 
