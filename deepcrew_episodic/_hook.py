@@ -555,7 +555,8 @@ class EpisodicHook:
         try:
             with anyio.fail_after(self.record_timeout):
                 previous = await self._previous(cid, previous_id)
-                if previous is None:
+                if previous is None or previous.outcome == "abandoned":
+                    # An outage's turn gave the user no answer to judge.
                     return None, None, None
                 followup = await self._judge(message, previous)
                 grade = None

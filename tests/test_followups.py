@@ -262,6 +262,19 @@ async def test_a_follow_up_after_the_run_was_forgotten_or_expired_grades_nothing
     assert memory.counters.grading_failures == 0  # nothing to grade is not a failure
 
 
+async def test_a_run_the_provider_never_answered_is_not_graded() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = graded_hook(memory)
+    await turn(hook, "c", ask(TASK), ANSWER)
+    outage = await hook.failed(
+        TASK, TimeoutError("no answer"), infrastructure=True, conversation_id="c"
+    )
+    assert outage.episode.outcome == "abandoned"
+    recalled, recorded = await turn(hook, "c", ask(TASK, "still broken"), "Retry.")
+    assert (recalled.followup, recalled.grade) == (None, None)
+    assert recorded.episode.query == "still broken"
+
+
 async def test_previous_id_names_the_run_to_grade() -> None:
     memory = EpisodicMemory(InMemoryProvider())
     hook = graded_hook(memory)
