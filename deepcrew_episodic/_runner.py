@@ -35,6 +35,7 @@ from ._hook import (
 )
 from ._litellm import load_litellm
 from ._loop import Recording, Refinement, Task, record_answer, recorded_attempt
+from ._phases import PHASE_TOOL, PhaseRecorder, phase_tool_spec
 from ._redact import safe_message
 from ._result import AgentResult
 
@@ -226,12 +227,16 @@ class _Run:
         record_hook = recall_hook
         if cfg is not None and cfg.episodic_memory is not None:
             record_hook = self._hook(cfg.episodic_memory)
+        # With record_phases, the model's finish_phase calls record episodes of this run.
+        phases = None
+        if agent.record_phases and record_hook is not None:
+            phases = PhaseRecorder(record_hook, self.run_id, self.conversation_id, recorded)
         task = Task(
             query,
             history,
             aid,
             record_hook,
-            lambda msgs: _Attempt(agent, tools, msgs, aid),
+            lambda msgs: _Attempt(agent, tools, msgs, aid, phases),
             run_id=self.run_id,
             conversation_id=self.conversation_id,
             phase=self.phase,
@@ -247,7 +252,7 @@ class _Run:
         )
         attempt: _Attempt | None = None
         if cfg is None:
-            attempt = _Attempt(agent, tools, history, aid)
+            attempt = _Attempt(agent, tools, history, aid, phases)
             async with aclosing(recorded_attempt(attempt, task, recorded)) as events:
                 async for event in events:
                     yield event
@@ -290,10 +295,17 @@ class _Attempt:
     """The model/tool turns of one run (one loop iteration)."""
 
     def __init__(
-        self, agent: Agent, tools: dict[str, Tool], history: list[dict[str, Any]], agent_id: str
+        self,
+        agent: Agent,
+        tools: dict[str, Tool],
+        history: list[dict[str, Any]],
+        agent_id: str,
+        phases: PhaseRecorder | None = None,
     ) -> None:
         self.agent = agent
         self.tools = tools
+        self.phases = phases
+        self._phase_events: list[StreamEvent] = []
         self.history = list(history)
         self.agent_id = agent_id
         self.text = ""
@@ -303,7 +315,11 @@ class _Attempt:
 
     @property
     def tools_used(self) -> list[str]:
-        return sorted({str(c["tool"]) for c in self.tool_calls})
+        # finish_phase is the runner's own bookkeeping, not a tool of the agent's.
+        used = {str(c["tool"]) for c in self.tool_calls}
+        if self.phases is not None:
+            used.discard(PHASE_TOOL)
+        return sorted(used)
 
     def transcript(self) -> list[dict[str, Any]]:
         """The conversation as the model saw it, then its final (or partial) answer."""
@@ -328,8 +344,11 @@ class _Attempt:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if self.tools:
-            kwargs["tools"] = [tool.spec() for tool in self.tools.values()]
+        specs = [tool.spec() for tool in self.tools.values()]
+        if self.phases is not None:
+            specs.append(phase_tool_spec())
+        if specs:
+            kwargs["tools"] = specs
             kwargs["tool_choice"] = "auto"
         if agent.temperature is not None:
             kwargs["temperature"] = agent.temperature
@@ -456,8 +475,19 @@ class _Attempt:
                 aid,
             )
             self.history.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+        # The episodes the model's finish_phase calls recorded, after their tool results.
+        pending, self._phase_events = self._phase_events, []
+        for event in pending:
+            yield event
 
     async def _call(self, name: str, args: dict[str, Any]) -> str:
+        if name == PHASE_TOOL and self.phases is not None:
+            try:
+                text, events = await self.phases(args)
+            except ConfigurationError as exc:
+                raise ToolArgumentsError(str(exc)) from None  # sent back to the model
+            self._phase_events.extend(events)
+            return text
         tool = self.tools.get(name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"

@@ -19,8 +19,10 @@ from deepcrew_episodic import (
     Episode,
     EpisodicHook,
     EpisodicMemory,
+    EventType,
     InvalidEpisodeError,
     run_agent,
+    stream_agent,
 )
 from deepcrew_episodic._episode import run_key
 from deepcrew_episodic.providers import InMemoryProvider
@@ -218,3 +220,101 @@ class TestTheRunner:
             await run_agent(agent, ask, run_id="")
         with pytest.raises(ConfigurationError, match="one line of visible characters"):
             await run_agent(agent, ask, run_id=RUN, phase="a\nb")
+
+
+class TestTheModelEndsPhases:
+    """``Agent(record_phases=True)``: the model's finish_phase calls record the phases of one
+    run, through litellm (asyncio only) to the scripted server."""
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"
+
+    def agent(self, llm: ScriptedLLM, memory: EpisodicMemory | None, **options: Any) -> Agent:
+        return Agent(
+            name="oncall",
+            model="openai/scripted",
+            extra_params={**llm.params, "max_retries": 0},
+            episodic_memory=memory,
+            record_phases=True,
+            **options,
+        )
+
+    async def test_each_finish_phase_call_records_a_phase_of_the_run(
+        self, llm: ScriptedLLM
+    ) -> None:
+        memory = EpisodicMemory(InMemoryProvider())
+        first = {
+            "phase": "reproduce",
+            "task": PHASES[0][1],
+            "approach": PHASES[0][2],
+            "outcome": "success",
+            "lesson": PHASES[0][3],
+        }
+        second = {"phase": "find the cause", "task": PHASES[1][1], "outcome": "failure"}
+        llm.script(
+            Reply.tool_call("finish_phase", first),
+            Reply.tool_call("finish_phase", second),
+            Reply.text("Reproduced it; the cause is still open."),
+        )
+        events = []
+        stream = stream_agent(
+            self.agent(llm, memory), [{"role": "user", "content": "Fix the CSV export timeout"}]
+        )
+        async for event in stream:
+            events.append(event)
+        result = stream.result
+        assert result is not None
+        reproduce, cause, final = result.recorded
+        assert [(e.phase, e.run_id) for e in (reproduce, cause, final)] == [
+            ("reproduce", result.run_id),
+            ("find the cause", result.run_id),
+            ("", result.run_id),
+        ]
+        # The model's own word: a success it claims is claimed_success.
+        assert (reproduce.query, reproduce.outcome) == (PHASES[0][1], "claimed_success")
+        assert (reproduce.approach, reproduce.reflection) == (PHASES[0][2], PHASES[0][3])
+        assert (cause.outcome, cause.reflection) == ("failure", None)
+        assert final.query == "Fix the CSV export timeout"
+        assert final.tools_used == []  # finish_phase is bookkeeping, not the agent's tool
+        recorded = [e.data["id"] for e in events if e.event == EventType.EPISODE_RECORDED]
+        assert recorded == [reproduce.id, cause.id, final.id]
+        [tool] = llm.requests[0].tools
+        assert tool["function"]["name"] == "finish_phase"
+        assert "phase 'reproduce' recorded" in llm.requests[1].texts("tool")[0]
+        found = await memory.recall("reproduce the CSV export timeout", top_k=3)
+        assert reproduce.id in [e.id for e in found]
+
+    async def test_a_call_that_does_not_fit_is_sent_back_to_the_model(
+        self, llm: ScriptedLLM
+    ) -> None:
+        memory = EpisodicMemory(InMemoryProvider())
+        llm.script(
+            Reply.tool_call("finish_phase", {"phase": "plan", "outcome": "great"}),
+            Reply.tool_call(
+                "finish_phase", {"phase": "x" * 300, "task": "t", "outcome": "partial"}
+            ),
+            Reply.tool_call("finish_phase", {"phase": "a\n b", "task": "t", "outcome": "partial"}),
+            Reply.text("Done."),
+        )
+        result = await run_agent(self.agent(llm, memory), [{"role": "user", "content": "task"}])
+        errors = [c["error"] for c in result.tool_calls]
+        assert "'phase' and 'task' are required" in errors[0]
+        assert "'outcome' must be one of success, partial, failure" in errors[0]
+        assert "at most 200 characters" in errors[1]
+        assert errors[2] is None  # white space in a model's phase name is folded
+        assert [e.phase for e in result.recorded] == ["a b", ""]
+
+    async def test_without_memory_the_tool_is_not_offered(self, llm: ScriptedLLM) -> None:
+        llm.script(Reply.text("Done."))
+        await run_agent(self.agent(llm, None), [{"role": "user", "content": "task"}])
+        assert llm.requests[0].tools == []
+
+    def test_a_tool_of_the_same_name_is_refused(self) -> None:
+        def finish_phase(phase: str) -> str:
+            return phase
+
+        with pytest.raises(ConfigurationError, match="a tool is named 'finish_phase'"):
+            Agent(name="a", model="openai/x", tools=[finish_phase], record_phases=True)
+        with pytest.raises(ConfigurationError, match=r"Agent\.record_phases must be True or False"):
+            Agent(name="a", model="openai/x", record_phases="yes")  # type: ignore[arg-type]
