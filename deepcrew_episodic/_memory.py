@@ -217,6 +217,7 @@ class EpisodicMemory:
         self._graded_by: dict[int, str] = {}
         self._uses: dict[int, int] = {}  # seq -> times used in a run
         self._runs: dict[str, list[int]] = {}  # run_key (run and phase) -> its seqs, in order
+        self._conversations: dict[str, list[int]] = {}  # conversation_id -> its seqs, in order
         self._reinforce = boolean("reinforce", reinforce)
         self._revision = 0  # bumped whenever a sync changed what this memory shows
         self._embedder = as_embedder(embedder)
@@ -524,9 +525,9 @@ class EpisodicMemory:
             )
         await self._sync()
         now = self._clock()
-        for seq, episode in reversed(list(self._log.cached())):
-            if episode.conversation_id == conversation_id and not self._expired(seq, now):
-                return self._view(episode).copy()
+        for seq in reversed(self._conversations.get(conversation_id, [])):
+            if seq in self._known and not self._expired(seq, now):
+                return self._view(self._log.episode(seq)).copy()
         return None
 
     @classmethod
@@ -1446,6 +1447,7 @@ class EpisodicMemory:
             self._grades.clear()
             self._graded_by.clear()
             self._runs.clear()
+            self._conversations.clear()
             if vectors is not None:
                 vectors.reset()
         for seq in changes.removed:
@@ -1461,6 +1463,12 @@ class EpisodicMemory:
                     run.remove(seq)
                 if not run:
                     self._runs.pop(gone.run_id, None)
+            if gone is not None and gone.conversation_id:
+                turns = self._conversations.get(gone.conversation_id, [])
+                if seq in turns:
+                    turns.remove(seq)
+                if not turns:
+                    self._conversations.pop(gone.conversation_id, None)
         if changes.uses is not None:
             self._uses = changes.uses
         if vectors is not None and changes.vectors:
@@ -1495,10 +1503,17 @@ class EpisodicMemory:
             self._index.add(seq, self._view(episode), when=recorded)
             self._ids[episode.id] = seq
             self._known[seq] = _Known(
-                episode.id, _time_or_none(episode.forget_after), recorded, dated, run_key(episode)
+                episode.id,
+                _time_or_none(episode.forget_after),
+                recorded,
+                dated,
+                run_key(episode),
+                episode.conversation_id,
             )
             if run_key(episode):
                 self._runs.setdefault(run_key(episode), []).append(seq)
+            if episode.conversation_id:
+                self._conversations.setdefault(episode.conversation_id, []).append(seq)
         if self._newest is None or added[-1][0] > self._newest[0]:
             self._newest = (added[-1][0], previous)
         fresh = {seq for seq, _ in added}
@@ -1511,6 +1526,8 @@ class EpisodicMemory:
                 )
         for run in self._runs.values():
             run.sort()
+        for conversation in {ep.conversation_id for _, ep in added if ep.conversation_id}:
+            self._conversations[conversation].sort()
 
     def _boost(self, seq: int) -> float:
         """The reinforcement factor of an episode used *n* times: 1 + min(0.2, ln(1 + n) / 10)."""
@@ -1720,6 +1737,7 @@ class _Known:
     recorded: float  # POSIX seconds; see _apply for an unusable timestamp
     dated: bool  # the episode's own timestamp was usable
     run_id: str = ""  # its run_key: the run and the phase
+    conversation_id: str = ""
 
 
 def _checked_copy(episode: Any) -> Episode:

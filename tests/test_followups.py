@@ -392,5 +392,15 @@ async def test_latest_is_the_newest_unexpired_episode_of_the_conversation(clock:
     await memory.record(Episode(query="c", conversation_id="c", forget_after="2000-01-01T00:00Z"))
     assert (await memory.latest("c")).id == first.id  # the newer one has expired
     assert await memory.latest("nobody") is None
+    ring = EpisodicMemory(InMemoryProvider(), max_episodes=2)
+    evicted = await ring.record(Episode(query="a", conversation_id="c"))
+    assert (await ring.latest("c")).id == evicted.id
+    for n in range(2):
+        await ring.record(Episode(query=f"other {n}"))
+    assert await ring.latest("c") is None  # evicted from the ring
+    kept = await ring.record(Episode(query="b", conversation_id="c"))
+    assert (await ring.latest("c")).id == kept.id
+    await ring.clear()
+    assert await ring.latest("c") is None
     with pytest.raises(ConfigurationError, match="conversation_id must be a non-empty string"):
         await memory.latest("")
