@@ -14,9 +14,11 @@ from deepcrew_episodic import (
     ConfigurationError,
     EpisodicHook,
     EpisodicMemory,
+    EventType,
     FollowUp,
     FollowUpModel,
     run_agent,
+    stream_agent,
 )
 from deepcrew_episodic.providers import InMemoryProvider
 
@@ -144,3 +146,18 @@ async def test_run_agent_refuses_a_bad_conversation_id() -> None:
     agent = Agent(name="a", model="openai/x", episodic_memory=EpisodicMemory(InMemoryProvider()))
     with pytest.raises(ConfigurationError, match="conversation_id: no white space"):
         await run_agent(agent, ask(TASK), conversation_id="a b")
+
+
+async def test_stream_agent_takes_the_conversation_too(llm: ScriptedLLM) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    agent = make_agent(llm, memory, grade_followups=True)
+    llm.script(Reply.text(ANSWER))
+    await run_agent(agent, ask(TASK), conversation_id="t-3")
+    llm.script(Reply.text("Glad!"))
+    stream = stream_agent(agent, ask(TASK, "solved, thanks"), conversation_id="t-3")
+    kinds = [event.event async for event in stream]
+    assert stream.result is not None
+    assert stream.result.recorded == []
+    assert EventType.EPISODE_RECORDED not in kinds
+    [episode] = await memory.load()
+    assert episode.outcome == "success"
