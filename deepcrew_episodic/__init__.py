@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         EmbedderMismatchError,
         EmbeddingError,
         EpisodicMemoryError,
+        FollowUpError,
         InvalidEpisodeError,
         MaxTurnsError,
         MissingDependencyError,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         ToolError,
         VerifierError,
     )
+    from ._followup import FollowUp, FollowUpModel, read_followup
     from ._grade import Grade
     from ._hook import EpisodicHook, Recalled, Recorded
     from ._log import Counters
@@ -74,6 +76,9 @@ _EXPORTS: dict[str, str] = {
     "EpisodicMemory": "._memory",
     "EpisodicMemoryError": "._exceptions",
     "EventType": "._events",
+    "FollowUp": "._followup",
+    "FollowUpError": "._exceptions",
+    "FollowUpModel": "._followup",
     "Grade": "._grade",
     "InvalidEpisodeError": "._exceptions",
     "LLMVerifier": "._verify",
@@ -85,6 +90,7 @@ _EXPORTS: dict[str, str] = {
     "Outcome": "._episode",
     "outcome_for_score": "._episode",
     "distill": "._distill",
+    "read_followup": "._followup",
     "Ranking": "._recall",
     "Recalled": "._hook",
     "Recorded": "._hook",
@@ -120,6 +126,9 @@ __all__ = [
     "EpisodicMemory",
     "EpisodicMemoryError",
     "EventType",
+    "FollowUp",
+    "FollowUpError",
+    "FollowUpModel",
     "Grade",
     "InvalidEpisodeError",
     "LLMVerifier",
@@ -146,6 +155,7 @@ __all__ = [
     "__version__",
     "distill",
     "outcome_for_score",
+    "read_followup",
     "run_agent",
     "stream_agent",
 ]

@@ -22,9 +22,11 @@ import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from ._exceptions import ConfigurationError
+from ._phases import PHASE_TOOL
 from ._validate import integer, number
 
 if TYPE_CHECKING:
+    from ._followup import FollowUpGrader
     from ._memory import EpisodicMemory
     from ._verify import LoopConfig
 
@@ -83,6 +85,17 @@ class Agent:
         A directory where each recorded run's transcript is written as JSONL (one message a
         line, redacted like the episodes, file mode 0600, never overwritten); the episode's
         ``transcript_ref`` is the file's path.
+    grade_followups:
+        In a conversation (``run_agent(..., conversation_id=...)``), the user's next message
+        grades the conversation's previous run (``True``: by the documented rule; or a
+        :class:`~deepcrew_episodic.FollowUpModel` or a function of the message and the
+        previous episode), and a message that is only a thank-you is not recorded. See
+        :class:`~deepcrew_episodic.EpisodicHook`.
+    record_phases:
+        Give the model a ``finish_phase`` tool: each call records one episode of the run for
+        the phase that ended (its name, task, approach, outcome and lesson; the run's
+        ``run_id``), so a long run is remembered phase by phase. The run's final answer is
+        recorded as usual. Needs ``episodic_memory``.
 
     Example::
 
@@ -112,6 +125,8 @@ class Agent:
     distill_timeout: float = 30.0
     min_turns: int = 2
     transcript_dir: str | os.PathLike[str] | None = None
+    grade_followups: bool | FollowUpGrader = False
+    record_phases: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -154,7 +169,21 @@ class Agent:
                 f"Agent.transcript_dir must be a directory path or None, not "
                 f"{self.transcript_dir!r}"
             )
-        self.tool_specs()  # a tool that cannot be described fails here, not mid-run
+        if not isinstance(self.grade_followups, bool) and not callable(self.grade_followups):
+            raise ConfigurationError(
+                f"Agent.grade_followups must be True, False, a FollowUpModel or a function, "
+                f"not {type(self.grade_followups).__name__}"
+            )
+        if not isinstance(self.record_phases, bool):
+            raise ConfigurationError(
+                f"Agent.record_phases must be True or False, not {self.record_phases!r}"
+            )
+        tools = self.tool_specs()  # a tool that cannot be described fails here, not mid-run
+        if self.record_phases and PHASE_TOOL in tools:
+            raise ConfigurationError(
+                "a tool is named 'finish_phase', the tool record_phases=True gives the model; "
+                "rename it"
+            )
 
     def tool_specs(self) -> dict[str, Tool]:
         """The agent's tools by name (raises ``ConfigurationError`` for a bad tool)."""

@@ -91,7 +91,10 @@ class Episode:
     The fields are deepcrew-ai 0.6's, in its order, plus ``id`` (filled on record),
     ``forget_after`` (retention), ``approach`` (how the agent went about it, from a distilled
     run), ``transcript_ref`` (where the raw transcript lives) and ``run_id`` (the iterations of
-    one run or refinement loop share it). ``score`` is in [0, 1]; recorded without an outcome
+    one run or refinement loop share it), ``phase`` (a long run's subtask: the episodes of one
+    run with different phases are different subtasks, recalled apart; see :func:`run_key`) and
+    ``conversation_id`` (the chat the run answered in, by which a follow-up finds the run it
+    grades). ``score`` is in [0, 1]; recorded without an outcome
     (``unknown``), a score stands for one (:func:`outcome_for_score`). Every field is checked
     on construction and on assignment:
     a wrong value raises :class:`~deepcrew_episodic.InvalidEpisodeError` (a ``ValueError``)
@@ -117,6 +120,8 @@ class Episode:
     approach: str = ""
     transcript_ref: str | None = None
     run_id: str = ""
+    phase: str = ""
+    conversation_id: str = ""
 
     @property
     def verified(self) -> bool:
@@ -270,6 +275,28 @@ def _episode_id(value: Any) -> str:
     return text
 
 
+PHASE_CHARS = 200
+
+
+def _phase(value: Any) -> str:
+    # A label shown beside the run in every listing: one line, visible characters.
+    text = _text(value)
+    if len(text) > PHASE_CHARS:
+        raise _Invalid(f"at most {PHASE_CHARS} characters, not {len(text)}")
+    for i, c in enumerate(text):
+        if is_hidden(c) or (c.isspace() and c != " "):
+            raise _Invalid(
+                f"one line of visible characters ({c!r} at position {i}); name the phase in "
+                f"words, e.g. 'reproduce the bug'"
+            )
+    return text
+
+
+def _conversation_id(value: Any) -> str:
+    # Looked up as given (never redacted): one visible token, like an episode id.
+    return _episode_id(value)
+
+
 def _optional_text(value: Any) -> str | None:
     return None if value is None else _text(value)
 
@@ -369,6 +396,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "approach": _text,
     "transcript_ref": _optional_text,
     "run_id": _text,
+    "phase": _phase,
+    "conversation_id": _conversation_id,
 }
 
 
@@ -393,7 +422,7 @@ register_text_fields(
     tuple(
         name
         for name, check in _CHECKS.items()
-        if check in (_text, _optional_text, _texts) and name != "id"
+        if check in (_text, _optional_text, _texts, _phase) and name != "id"
     )
 )
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
@@ -440,6 +469,29 @@ def _text_field_names(model: type) -> tuple[str, ...]:
             if spec.name not in TIME_FIELDS and str(spec.type) in _TEXT_TYPES
         )
     return names
+
+
+def check_field(name: str, value: Any) -> Any:
+    """*value* checked as the :class:`Episode` field *name* checks it (for an argument that
+    ends up in that field: a phase, a conversation id); raises
+    :class:`~deepcrew_episodic.InvalidEpisodeError` naming the field."""
+    return _checked(name, _CHECKS[name], value)
+
+
+def run_key(episode: Episode) -> str:
+    """What groups *episode* with the others of its run in recall (one item per key): its
+    ``run_id`` and its ``phase``, so that the iterations of one phase are one item and the
+    phases of one run are items of their own; ``""`` (no group) without a ``run_id``.
+
+    A phase holds no NUL (it is one line of visible characters): ``run_id + NUL + phase`` for
+    a phased episode, the ``run_id`` alone otherwise (with a trailing NUL when it holds one
+    itself), so no two different pairs share a key."""
+    run, phase = episode.run_id, episode.phase
+    if not run:
+        return ""
+    if not phase and "\x00" not in run:
+        return run
+    return f"{run}\x00{phase}"
 
 
 def new_id() -> str:

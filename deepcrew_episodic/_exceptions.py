@@ -9,6 +9,7 @@
      ├── MissingDependencyError (also ImportError) an optional extra is not installed
      ├── EmbeddingError                          an embedder failed or answered unusable vectors
      ├── DistillationError                       a distillation model failed or answered nonsense
+     ├── FollowUpError                           a follow-up grader failed or answered no verdict
      └── AgentError                              a run of an agent failed (runner, loop)
           ├── MaxTurnsError                      no final answer within ``max_turns``
           ├── ToolError                          a tool crashed (``tool_errors="raise"``)
@@ -29,6 +30,7 @@ __all__ = [
     "EmbedderMismatchError",
     "EmbeddingError",
     "EpisodicMemoryError",
+    "FollowUpError",
     "InvalidEpisodeError",
     "MaxTurnsError",
     "MissingDependencyError",
@@ -60,6 +62,12 @@ class EmbeddingError(EpisodicMemoryError):
 class DistillationError(EpisodicMemoryError):
     """The distillation model failed, timed out, or answered without the four lines (the
     message quotes the start of its reply). Nothing was made of the run."""
+
+
+class FollowUpError(EpisodicMemoryError):
+    """A follow-up grader (a grading model) failed, timed out, or answered without a usable
+    verdict. The hook tolerates it: nothing is graded (logged, counted in
+    ``memory.counters.grading_failures``), and the run goes on."""
 
 
 class InvalidEpisodeError(EpisodicMemoryError, ValueError):

@@ -12,14 +12,21 @@ rate-limited, overloaded, refusing the credentials or the bill: :func:`infrastru
 says nothing about the task: :meth:`EpisodicHook.failed` records it as ``abandoned``, tag
 ``infrastructure``, which recall leaves out unless asked for.
 
+With ``grade_followups``, the user's next message in the same conversation (the
+``conversation_id`` given to each call) grades the run before it (:meth:`EpisodicHook.before_run`;
+see docs/runner.md): a verdict is recorded with ``memory.grade``, and a message that is only a
+thank-you is not recorded as a run of its own.
+
 ``run_agent`` and the refinement loop use this hook; nothing else in the runner touches memory.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,13 +34,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._distill import message_text
-from ._episode import OUTCOMES, Episode, Outcome, outcome_for_score
+from ._episode import OUTCOMES, Episode, Outcome, check_field, outcome_for_score
 from ._events import EventType, StreamEvent, emit
-from ._exceptions import ConfigurationError
-from ._redact import safe_message
+from ._exceptions import ConfigurationError, FollowUpError
+from ._followup import FollowUp, FollowUpGrader, read_followup
+from ._redact import redact_then_cut, safe_message
 from ._validate import number, optional_integer, optional_number
 
 if TYPE_CHECKING:
+    from ._grade import Grade
     from ._memory import EpisodicMemory
 
 __all__ = [
@@ -75,6 +84,8 @@ INFRASTRUCTURE_ERRORS = (
 # Unauthorized, payment required, forbidden, request timeout, rate-limited (5xx: any).
 INFRASTRUCTURE_STATUSES = frozenset({401, 402, 403, 408, 429})
 ERROR_CHARS = 500
+NOTE_CHARS = 300  # of the user's follow-up, kept in the note of the grade it gave
+MAX_TURNS = 4096  # conversations whose latest message this hook remembers
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,12 @@ class Recalled:
     ``messages`` is the conversation to send to the model: the input with the block inserted
     (or the input unchanged when nothing was recalled or recall failed). ``events`` are the
     stream events this call emitted (also sent to ``on_event``), for a runner to yield.
+
+    With ``grade_followups`` and a ``conversation_id``: ``followup`` is what the message said
+    of the conversation's previous run (``None`` when there was none, or it could not be
+    read), ``grade`` the grade it gave that run. ``query`` is the task to record this run
+    under: the message, or the previous run's task when the message only said it failed (the
+    run is another try at that task).
     """
 
     messages: list[dict[str, Any]]
@@ -92,6 +109,8 @@ class Recalled:
     block: str = ""
     error: str | None = None
     events: tuple[StreamEvent, ...] = ()
+    followup: FollowUp | None = None
+    grade: Grade | None = None
 
     @property
     def count(self) -> int:
@@ -103,7 +122,9 @@ class Recorded:
     """What :meth:`EpisodicHook.after_run` stored: the episode (with its :attr:`id`, to grade
     it later with ``memory.grade``), or why it could not, and the stream events the call
     emitted (also sent to ``on_event``). ``error`` is also set when the episode was stored
-    without something it should have had (the run's transcript file could not be written)."""
+    without something it should have had (the run's transcript file could not be written).
+    Neither an episode nor an error: nothing was meant to be stored (with ``grade_followups``,
+    a turn whose message only thanked for, or acknowledged, the run before)."""
 
     episode: Episode | None
     error: str | None = None
@@ -140,6 +161,13 @@ class EpisodicHook:
         back (``None``: no limit).
     tags:
         Added to every recorded episode.
+    grade_followups:
+        ``True``: in a conversation (``conversation_id=`` on each call), the user's next
+        message grades the conversation's previous run by the documented rule
+        (:func:`~deepcrew_episodic.read_followup`), or by a grader given here (a
+        :class:`~deepcrew_episodic.FollowUpModel`, or any function of the message and the
+        previous episode returning a :class:`~deepcrew_episodic.FollowUp`). ``False``
+        (default): a follow-up is a run like any other.
 
     Example (a plain litellm loop)::
 
@@ -161,6 +189,7 @@ class EpisodicHook:
         recall_timeout: float | None = 10.0,
         tags: Sequence[str] = (),
         record_timeout: float | None = 60.0,
+        grade_followups: bool | FollowUpGrader = False,
     ) -> None:
         top_k = optional_integer("top_k", top_k, minimum=1)
         recall_timeout = optional_number(
@@ -178,21 +207,52 @@ class EpisodicHook:
         self.recall_timeout = recall_timeout
         self.record_timeout = record_timeout
         self.tags = list(tags)
+        self.grade_followups = _grader(grade_followups)
+        # What before_run read from each conversation's latest message, for the recording of
+        # the same turn (bounded: a turn whose run is never recorded must not leak).
+        self._turns: OrderedDict[str, FollowUp] = OrderedDict()
 
     async def before_run(
-        self, messages: Sequence[dict[str, Any]], *, query: str | None = None
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        query: str | None = None,
+        conversation_id: str | None = None,
+        previous_id: str | None = None,
     ) -> Recalled:
         """Recall episodes relevant to *query* (default: the last user message) and return the
         messages with the block inserted after the leading system messages.
 
+        With ``grade_followups`` and a *conversation_id*, the message first grades the
+        conversation's previous run (its newest episode in the store, or the episode
+        *previous_id* names), so that this run's recall already sees the grade; see
+        :class:`Recalled` for what it reports, docs/runner.md for the rule.
+
         Never raises for a memory failure: the run goes on without past experience, and the
         failure is logged, counted (``memory.counters.recall_failures``) and emitted as
-        ``EPISODE_RECALL_FAILED``.
+        ``EPISODE_RECALL_FAILED``. A follow-up that cannot be read or graded is logged and
+        counted (``memory.counters.grading_failures``) and grades nothing.
         """
         original = list(messages)
         text = user_query(original) if query is None else query
+        cid = conversation_arg(conversation_id)
+        if previous_id is not None and (not isinstance(previous_id, str) or not previous_id):
+            raise ConfigurationError(
+                f"previous_id must be an episode id (a non-empty string), not {previous_id!r}"
+            )
+        followup: FollowUp | None = None
+        grade: Grade | None = None
+        if cid and self.grade_followups is not None and text.strip():
+            followup, grade, task = await self._read_followup(text, cid, previous_id)
+            text = task or text
         if not text.strip():
             return Recalled(original, text)
+        recalled = await self._recall(original, text)
+        if followup is None:
+            return recalled
+        return dataclasses.replace(recalled, followup=followup, grade=grade)
+
+    async def _recall(self, original: list[dict[str, Any]], text: str) -> Recalled:
         try:
             with anyio.fail_after(self.recall_timeout):
                 ranking = await self.memory.explain(text, self.top_k)
@@ -238,6 +298,8 @@ class EpisodicHook:
         tags: Sequence[str] = (),
         run_id: str | None = None,
         transcript_ref: str | None = None,
+        conversation_id: str | None = None,
+        phase: str = "",
     ) -> Recorded:
         """Record one episode for a finished run.
 
@@ -246,7 +308,11 @@ class EpisodicHook:
         outcome is ``unknown`` (an answer nobody checked). *score* must be in [0, 1] and
         *outcome* one of the outcomes: anything else raises ``ConfigurationError`` (a caller's
         mistake, not a memory failure). *run_id* groups the episodes of one run or refinement
-        loop; *transcript_ref* says where the run's raw transcript is kept.
+        loop; *transcript_ref* says where the run's raw transcript is kept. *phase* names the
+        subtask of a long run this episode is (see :meth:`record_phase`); *conversation_id*
+        the chat it answered in. With ``grade_followups``, a run whose message was only a
+        thank-you or an acknowledgement of the previous run is not recorded (the returned
+        :class:`Recorded` has no episode and no error).
 
         Never raises for a memory failure: it is logged, counted
         (``memory.counters.record_failures``), emitted as ``EPISODE_RECORD_FAILED`` and
@@ -269,7 +335,73 @@ class EpisodicHook:
             tags,
             run_id=run_id,
             transcript_ref=transcript_ref,
+            conversation_id=conversation_arg(conversation_id),
+            phase=phase_arg(phase),
+            answer=True,
         )
+
+    async def record_phase(
+        self,
+        run_id: str,
+        phase: str,
+        task: str,
+        *,
+        approach: str = "",
+        lesson: str | None = None,
+        response: str = "",
+        outcome: Outcome | None = None,
+        score: float | None = None,
+        tools_used: Collection[str] = (),
+        tags: Sequence[str] = (),
+        conversation_id: str | None = None,
+        transcript_ref: str | None = None,
+    ) -> Recorded:
+        """Record one phase of a long run as an episode of its own: *task* is the phase's own
+        task (what this phase set out to do), *approach* how it went about it, *lesson* what it
+        taught, *outcome*/*score* how it ended (as in :meth:`after_run`). Every phase of one
+        run shares *run_id*; *phase* (one line, e.g. ``"reproduce the bug"``) tells them apart.
+
+        Recall shows one item per run and phase: a query about one phase's work finds that
+        phase's episode, and two episodes of the same phase (a phase tried again) are one item,
+        the later first. Failures are tolerated as in :meth:`after_run`.
+
+        Example::
+
+            run = uuid.uuid4().hex
+            await hook.record_phase(run, "reproduce", "Reproduce the CSV export timeout",
+                                    approach="Exported a 2 GB account on staging",
+                                    lesson="It times out at 30 s, in the PDF step", outcome="success")
+            await hook.record_phase(run, "fix", "Make large CSV exports finish", ...)
+        """
+        if not isinstance(run_id, str) or not run_id:
+            raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
+        if not phase_arg(phase):
+            raise ConfigurationError("phase must name the phase (one line of text), not ''")
+        if score is not None:
+            score = number("score", score, minimum=0.0, maximum=1.0)
+        if outcome is None:
+            outcome = "unknown" if score is None else outcome_for_score(score)
+        elif outcome not in OUTCOMES:
+            raise ConfigurationError(
+                f"outcome must be one of {', '.join(OUTCOMES)} or None, not {outcome!r}"
+            )
+        try:
+            episode = Episode(
+                query=task,
+                response=response,
+                outcome=outcome,
+                score=score,
+                tools_used=sorted(set(tools_used)),
+                reflection=lesson,
+                tags=list(tags),
+                approach=approach,
+                run_id=run_id,
+                phase=phase,
+                transcript_ref=transcript_ref,
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"record_phase: {exc}") from None
+        return await self.record(episode, conversation_id=conversation_id, answer=False)
 
     async def failed(
         self,
@@ -282,6 +414,8 @@ class EpisodicHook:
         run_id: str | None = None,
         transcript_ref: str | None = None,
         infrastructure: bool | None = None,
+        conversation_id: str | None = None,
+        phase: str = "",
     ) -> Recorded:
         """Record a run that raised *error*; the response names the error (and keeps any
         partial answer). The caller re-raises.
@@ -314,6 +448,8 @@ class EpisodicHook:
             [*extra, *tags],
             run_id=run_id,
             transcript_ref=transcript_ref,
+            conversation_id=conversation_arg(conversation_id),
+            phase=phase_arg(phase),
         )
 
     async def unverified(
@@ -326,6 +462,8 @@ class EpisodicHook:
         tags: Sequence[str] = (),
         run_id: str | None = None,
         transcript_ref: str | None = None,
+        conversation_id: str | None = None,
+        phase: str = "",
     ) -> Recorded:
         """Record a finished run whose grading failed (*error*, e.g. a ``VerifierError``):
         outcome ``unknown``, no score, tag ``unverified``, the answer followed by a line naming
@@ -342,20 +480,30 @@ class EpisodicHook:
             [UNVERIFIED_TAG, *tags],
             run_id=run_id,
             transcript_ref=transcript_ref,
+            conversation_id=conversation_arg(conversation_id),
+            phase=phase_arg(phase),
         )
 
-    async def record(self, episode: Episode) -> Recorded:
+    async def record(
+        self, episode: Episode, *, conversation_id: str | None = None, answer: bool = True
+    ) -> Recorded:
         """Store a prepared *episode* (for example one made by
         :func:`~deepcrew_episodic._distill.distill`) as this hook stores a run: with the
-        hook's ``agent_id`` when the episode has none, the hook's tags added, and a failure
-        tolerated as in :meth:`after_run` (logged, counted, emitted, on
-        :attr:`Recorded.error`)."""
+        hook's ``agent_id`` when the episode has none, the hook's tags added, in
+        *conversation_id* when given, and a failure tolerated as in :meth:`after_run`
+        (logged, counted, emitted, on :attr:`Recorded.error`). *answer* says the episode is a
+        finished run's answer (which a thank-you turn does not record, as in :meth:`after_run`)."""
+        cid = conversation_arg(conversation_id)
         episode = episode.copy()
         try:
             episode.agent_id = episode.agent_id or self.agent_id
             episode.tags = list(dict.fromkeys([*self.tags, *episode.tags]))
+            if cid:
+                episode.conversation_id = cid
         except Exception as exc:  # a tag of the hook's that no episode can hold
             return await self._failed_record(episode.outcome, exc)
+        if answer and self._only_courtesy(episode.conversation_id):
+            return Recorded(None)
         return await self._store(episode)
 
     # --- internals ------------------------------------------------------------------------
@@ -371,7 +519,12 @@ class EpisodicHook:
         *,
         run_id: str | None = None,
         transcript_ref: str | None = None,
+        conversation_id: str = "",
+        phase: str = "",
+        answer: bool = False,
     ) -> Recorded:
+        if answer and self._only_courtesy(conversation_id):
+            return Recorded(None)
         try:
             episode = Episode(
                 query=query,
@@ -383,10 +536,98 @@ class EpisodicHook:
                 agent_id=self.agent_id,
                 run_id=run_id or "",
                 transcript_ref=transcript_ref,
+                conversation_id=conversation_id,
+                phase=phase,
             )
         except Exception as exc:
             return await self._failed_record(outcome, exc)
         return await self._store(episode)
+
+    # --- follow-ups -----------------------------------------------------------------------
+
+    async def _read_followup(
+        self, message: str, cid: str, previous_id: str | None
+    ) -> tuple[FollowUp | None, Grade | None, str | None]:
+        """Read *message* as a verdict on conversation *cid*'s previous run and grade it: the
+        follow-up, the grade given, and the task to recall and record this run under when it
+        is another try at the previous one."""
+        self._turns.pop(cid, None)
+        try:
+            with anyio.fail_after(self.record_timeout):
+                previous = await self._previous(cid, previous_id)
+                if previous is None or previous.outcome == "abandoned":
+                    # An outage's turn gave the user no answer to judge.
+                    return None, None, None
+                followup = await self._judge(message, previous)
+                grade = None
+                if followup.outcome is not None:
+                    grade = await self._grade(previous, followup, message)
+        except Exception as exc:
+            self.memory.counters.grading_failures += 1
+            log.warning(
+                "reading the follow-up in conversation %s failed (%s); it grades nothing",
+                safe_message(cid, 140),
+                describe(exc),
+            )
+            return None, None, None
+        self._turns[cid] = followup
+        while len(self._turns) > MAX_TURNS:
+            self._turns.popitem(last=False)
+        retry = followup.outcome in ("failure", "partial") and not followup.new_request
+        return followup, grade, previous.query if retry else None
+
+    async def _previous(self, cid: str, previous_id: str | None) -> Episode | None:
+        if previous_id is None:
+            previous = await self.memory.latest(cid)
+            if previous is None:
+                log.debug("conversation %s has no run to grade", safe_message(cid, 140))
+            return previous
+        found = [e for e in await self.memory.select(previous_id) if not self.memory.is_expired(e)]
+        if not found:
+            raise ConfigurationError(
+                f"no episode {safe_message(previous_id, 140)!r} to grade (forgotten or expired?)"
+            )
+        return found[0]
+
+    async def _judge(self, message: str, previous: Episode) -> FollowUp:
+        grader = self.grade_followups
+        assert grader is not None
+        result = grader(message, previous)
+        if inspect.isawaitable(result):
+            result = await result
+        if not isinstance(result, FollowUp):
+            raise FollowUpError(
+                f"the follow-up grader returned {type(result).__name__}, not a FollowUp"
+            )
+        return result
+
+    async def _grade(self, previous: Episode, followup: FollowUp, message: str) -> Grade | None:
+        # Redacted before it is cut: a cut secret is no longer recognisable by its shape.
+        note = "user follow-up: " + redact_then_cut(
+            " ".join(message.split()), NOTE_CHARS, self.memory.redactor
+        )
+        if any(g.note == note for g in await self.memory.grades(previous.id)):
+            return None  # this very message graded it already (a turn handled twice)
+        assert followup.outcome is not None
+        # The user's own word on the run: a verified grade (the outcome source "user").
+        grade = await self.memory.grade(previous.id, outcome=followup.outcome, note=note)
+        log.info(
+            "follow-up graded episode %s %s (read by %s)",
+            previous.id,
+            followup.outcome,
+            safe_message(followup.by, 80),
+        )
+        return grade
+
+    def _only_courtesy(self, cid: str) -> bool:
+        """Whether this turn's message was only a thank-you or an acknowledgement of the
+        conversation's previous run (not recorded: it holds no task)."""
+        followup = self._turns.get(cid) if cid else None
+        return (
+            followup is not None
+            and followup.outcome in (None, "success")
+            and not followup.new_request
+        )
 
     async def _store(self, episode: Episode) -> Recorded:
         try:
@@ -432,6 +673,37 @@ class EpisodicHook:
             if inspect.isawaitable(result):
                 await result
         return event
+
+
+def _grader(value: bool | FollowUpGrader) -> FollowUpGrader | None:
+    if value is True:
+        return read_followup
+    if value is False or value is None:
+        return None
+    if not callable(value):
+        raise ConfigurationError(
+            f"grade_followups must be True, False, a FollowUpModel or a function of the message "
+            f"and the previous episode, not {type(value).__name__}"
+        )
+    return value
+
+
+def conversation_arg(value: str | None) -> str:
+    if value is None:
+        return ""
+    try:
+        checked: str = check_field("conversation_id", value)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    return checked
+
+
+def phase_arg(value: str) -> str:
+    try:
+        checked: str = check_field("phase", value)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    return checked
 
 
 def describe(error: BaseException) -> str:

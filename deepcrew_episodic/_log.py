@@ -181,6 +181,7 @@ class Counters:
     telemetry_failures: int = 0
     rewound_logs: int = 0  # the log went back under a reader (older snapshot, backup, flush)
     unsafe_settings: int = 0  # the store's settings can lose records (Redis allkeys-* eviction)
+    grading_failures: int = 0  # a follow-up could not be read or its grade stored (run went on)
 
 
 @dataclass

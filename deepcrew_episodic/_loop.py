@@ -84,6 +84,9 @@ class Task:
     attempt: Callable[[list[dict[str, Any]]], Attempt]
     run_id: str = ""
     recording: Recording = field(default_factory=Recording)
+    conversation_id: str = ""  # the chat the run answers in ("": none)
+    phase: str = ""  # the phase of a longer run this run is ("": none)
+    transcript_name: str = ""  # the stem of its transcript files (default: the run_id)
 
 
 class Refinement:
@@ -127,6 +130,8 @@ class Refinement:
                         tools_used=result.tools_used,
                         run_id=task.run_id,
                         transcript_ref=ref,
+                        conversation_id=task.conversation_id,
+                        phase=task.phase,
                     )
                     ungraded = _with_error(ungraded, ref_error)
                     self.recorded.append(ungraded)
@@ -210,6 +215,8 @@ async def recorded_attempt(
             tools_used=run.tools_used,
             run_id=task.run_id,
             transcript_ref=ref,
+            conversation_id=task.conversation_id,
+            phase=task.phase,
         )
         recorded.append(_with_error(failure, ref_error))
         for event in failure.events:
@@ -257,8 +264,9 @@ async def record_answer(
             episode.score = score
             episode.tools_used = sorted(set(run.tools_used))
             episode.run_id = task.run_id
+            episode.phase = task.phase
             episode.transcript_ref = ref
-            recorded = await hook.record(episode)
+            recorded = await hook.record(episode, conversation_id=task.conversation_id)
     if recorded is None:
         recorded = await hook.after_run(
             task.query,
@@ -268,6 +276,8 @@ async def record_answer(
             tools_used=run.tools_used,
             run_id=task.run_id,
             transcript_ref=ref,
+            conversation_id=task.conversation_id,
+            phase=task.phase,
         )
     return _with_error(recorded, ref_error)
 
@@ -304,7 +314,8 @@ async def keep_transcript(
     directory = task.recording.transcript_dir
     if task.hook is None or directory is None:
         return None, None
-    name = f"{task.run_id}.jsonl" if iteration is None else f"{task.run_id}-{iteration + 1}.jsonl"
+    stem = task.transcript_name or task.run_id
+    name = f"{stem}.jsonl" if iteration is None else f"{stem}-{iteration + 1}.jsonl"
     try:
         path = await write_transcript(
             directory, name, run.transcript(), redactor=task.hook.memory.redactor

@@ -40,6 +40,7 @@ from ._episode import (
     now_iso,
     outcome_for_score,
     parse_time,
+    run_key,
     score_fits,
     stored_texts,
 )
@@ -215,7 +216,8 @@ class EpisodicMemory:
         self._grades: dict[str, list[Grade]] = {}
         self._graded_by: dict[int, str] = {}
         self._uses: dict[int, int] = {}  # seq -> times used in a run
-        self._runs: dict[str, list[int]] = {}  # run_id -> its seqs, in order
+        self._runs: dict[str, list[int]] = {}  # run_key (run and phase) -> its seqs, in order
+        self._conversations: dict[str, list[int]] = {}  # conversation_id -> its seqs, in order
         self._reinforce = boolean("reinforce", reinforce)
         self._revision = 0  # bumped whenever a sync changed what this memory shows
         self._embedder = as_embedder(embedder)
@@ -359,12 +361,13 @@ class EpisodicMemory:
         stored = self._redact(_checked_copy(episode))
         if stored.outcome == "unknown" and stored.score is not None:
             stored.outcome = outcome_for_score(stored.score)  # the one rule, on every path
-        if stored.id and self._redactor is not None:
-            kind = self._redactor.find(stored.id)
+        for name in ("id", "conversation_id"):
+            value = getattr(stored, name)
+            kind = self._redactor.find(value) if value and self._redactor is not None else None
             if kind is not None:
                 raise InvalidEpisodeError(
-                    f"invalid episode: id: it looks like a secret ({kind}); ids are stored and "
-                    f"shown as they are, so they are never redacted"
+                    f"invalid episode: {name}: it looks like a secret ({kind}); ids are stored "
+                    f"and shown as they are, so they are never redacted"
                 )
         if stored.timestamp:
             when = parse_time(stored.timestamp)
@@ -502,6 +505,30 @@ class EpisodicMemory:
         if seq is not None:
             return self._expired(seq, now)
         return self._expired_episode(episode, now)
+
+    async def latest(self, conversation_id: str) -> Episode | None:
+        """The newest unexpired episode recorded in conversation *conversation_id* (its
+        ``conversation_id`` field), as its grades make it; ``None`` when this memory shows
+        none (never recorded, forgotten, evicted or expired). Read from the store, so a
+        process that handles one turn of a chat finds the run the turn before recorded in
+        another. A copy.
+
+        Example::
+
+            previous = await memory.latest("thread-42")
+            if previous is not None:
+                await memory.grade(previous.id, outcome="success", note="user: that worked")
+        """
+        if not isinstance(conversation_id, str) or not conversation_id:
+            raise ConfigurationError(
+                f"conversation_id must be a non-empty string, not {shown(conversation_id)}"
+            )
+        await self._sync()
+        now = self._clock()
+        for seq in reversed(self._conversations.get(conversation_id, [])):
+            if seq in self._known and not self._expired(seq, now):
+                return self._view(self._log.episode(seq)).copy()
+        return None
 
     @classmethod
     async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:
@@ -1420,6 +1447,7 @@ class EpisodicMemory:
             self._grades.clear()
             self._graded_by.clear()
             self._runs.clear()
+            self._conversations.clear()
             if vectors is not None:
                 vectors.reset()
         for seq in changes.removed:
@@ -1435,6 +1463,12 @@ class EpisodicMemory:
                     run.remove(seq)
                 if not run:
                     self._runs.pop(gone.run_id, None)
+            if gone is not None and gone.conversation_id:
+                turns = self._conversations.get(gone.conversation_id, [])
+                if seq in turns:
+                    turns.remove(seq)
+                if not turns:
+                    self._conversations.pop(gone.conversation_id, None)
         if changes.uses is not None:
             self._uses = changes.uses
         if vectors is not None and changes.vectors:
@@ -1469,10 +1503,17 @@ class EpisodicMemory:
             self._index.add(seq, self._view(episode), when=recorded)
             self._ids[episode.id] = seq
             self._known[seq] = _Known(
-                episode.id, _time_or_none(episode.forget_after), recorded, dated, episode.run_id
+                episode.id,
+                _time_or_none(episode.forget_after),
+                recorded,
+                dated,
+                run_key(episode),
+                episode.conversation_id,
             )
-            if episode.run_id:
-                self._runs.setdefault(episode.run_id, []).append(seq)
+            if run_key(episode):
+                self._runs.setdefault(run_key(episode), []).append(seq)
+            if episode.conversation_id:
+                self._conversations.setdefault(episode.conversation_id, []).append(seq)
         if self._newest is None or added[-1][0] > self._newest[0]:
             self._newest = (added[-1][0], previous)
         fresh = {seq for seq, _ in added}
@@ -1485,6 +1526,8 @@ class EpisodicMemory:
                 )
         for run in self._runs.values():
             run.sort()
+        for conversation in {ep.conversation_id for _, ep in added if ep.conversation_id}:
+            self._conversations[conversation].sort()
 
     def _boost(self, seq: int) -> float:
         """The reinforcement factor of an episode used *n* times: 1 + min(0.2, ln(1 + n) / 10)."""
@@ -1522,7 +1565,7 @@ class EpisodicMemory:
             items: list[tuple[float, float, int, Scored]] = []
             taken: set[str] = set()
             for seq, scored in found:
-                run = scored.episode.run_id
+                run = run_key(scored.episode)  # one item per run and phase
                 if run:
                     if run in taken:
                         continue
@@ -1562,7 +1605,7 @@ class EpisodicMemory:
     def _as_run(self, seq: int, scored: Scored, now: float) -> Scored:
         """*scored* (a run's chosen iteration) with the lessons of the iterations of its run
         that failed before it and have not expired."""
-        run = scored.episode.run_id
+        run = run_key(scored.episode)
         seqs = self._runs.get(run, []) if run else []
         if len(seqs) < 2:
             return scored
@@ -1693,7 +1736,8 @@ class _Known:
     forget_at: float | None
     recorded: float  # POSIX seconds; see _apply for an unusable timestamp
     dated: bool  # the episode's own timestamp was usable
-    run_id: str = ""
+    run_id: str = ""  # its run_key: the run and the phase
+    conversation_id: str = ""
 
 
 def _checked_copy(episode: Any) -> Episode:

@@ -25,9 +25,17 @@ import anyio
 from ._agent import Agent, Tool, ToolArgumentsError
 from ._events import EventType, StreamEvent, StreamPolicy, emit
 from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
-from ._hook import EpisodicHook, Recorded, describe, user_query
+from ._hook import (
+    EpisodicHook,
+    Recorded,
+    conversation_arg,
+    describe,
+    phase_arg,
+    user_query,
+)
 from ._litellm import load_litellm
 from ._loop import Recording, Refinement, Task, record_answer, recorded_attempt
+from ._phases import PHASE_TOOL, PhaseRecorder, phase_tool_spec
 from ._redact import safe_message
 from ._result import AgentResult
 
@@ -41,6 +49,9 @@ async def run_agent(
     messages: Sequence[dict[str, Any]],
     *,
     agent_id: str | None = None,
+    conversation_id: str | None = None,
+    run_id: str | None = None,
+    phase: str = "",
 ) -> AgentResult:
     """Run *agent* on *messages* (OpenAI format, without the system prompt) to completion.
 
@@ -52,13 +63,18 @@ async def run_agent(
     ``VerifierError`` after recording the ungraded answer (outcome ``unknown``, tag
     ``unverified``). ``result.recorded_ids`` are the stored episodes' ids, to grade later.
 
+    *conversation_id* names the chat this run answers in: stored on its episodes, and with
+    ``agent.grade_followups`` the run's message first grades the conversation's previous run.
+    *run_id* and *phase* record the run as one phase of a longer one: give every phase the
+    same *run_id* and its own *phase* (default: a new run id, no phase).
+
     Example::
 
         result = await run_agent(agent, [{"role": "user", "content": "Rotate the API key"}])
         print(result.text, result.episodes_recalled, result.recorded[0].outcome)
         await memory.grade(result.recorded_ids[-1], outcome="success")  # the user confirmed
     """
-    run = _Run(agent, messages, agent_id)
+    run = _Run(agent, messages, agent_id, conversation_id, run_id, phase)
     async with aclosing(run.events()) as events:
         async for _ in events:
             pass
@@ -72,12 +88,16 @@ def stream_agent(
     *,
     policy: StreamPolicy | None = None,
     agent_id: str | None = None,
+    conversation_id: str | None = None,
+    run_id: str | None = None,
+    phase: str = "",
 ) -> AgentStream:
     """Run *agent* like :func:`run_agent`, yielding its :class:`StreamEvent` as they happen.
 
     The stream ends with ``DONE`` (the final text and token counts); the result is then on
     ``stream.result``. A failing run yields ``ERROR`` and then raises the error. ``policy``
     filters what is yielded (the episode events are in ``StreamPolicy.verbose()`` only).
+    *conversation_id*, *run_id* and *phase* as in :func:`run_agent`.
 
     Example::
 
@@ -86,7 +106,10 @@ def stream_agent(
             print(event.to_sse(), end="")
         print(stream.result.episodes_recalled)
     """
-    return AgentStream(_Run(agent, messages, agent_id), policy or StreamPolicy.verbose())
+    return AgentStream(
+        _Run(agent, messages, agent_id, conversation_id, run_id, phase),
+        policy or StreamPolicy.verbose(),
+    )
 
 
 class AgentStream:
@@ -142,7 +165,13 @@ class _Run:
     """One call of ``run_agent``: memory through the hook, turns through :class:`_Attempt`."""
 
     def __init__(
-        self, agent: Agent, messages: Sequence[dict[str, Any]], agent_id: str | None
+        self,
+        agent: Agent,
+        messages: Sequence[dict[str, Any]],
+        agent_id: str | None,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        phase: str = "",
     ) -> None:
         if not isinstance(agent, Agent):
             raise ConfigurationError(f"run_agent takes an Agent, not {type(agent).__name__}")
@@ -153,12 +182,22 @@ class _Run:
         self.agent = agent
         self.messages = list(messages)
         self.agent_id = agent_id or agent.name
-        self.run_id = uuid.uuid4().hex
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise ConfigurationError(f"run_id must be a non-empty string or None, not {run_id!r}")
+        # Transcripts are named for this call: the phases of one run share its run_id.
+        self.call_id = uuid.uuid4().hex
+        self.run_id = run_id or self.call_id
+        self.conversation_id = conversation_arg(conversation_id)
+        self.phase = phase_arg(phase)
         self.result: AgentResult | None = None
 
     def _hook(self, memory: Any) -> EpisodicHook | None:
         # The hook's events come back on its results; the run yields them in order.
-        return None if memory is None else EpisodicHook(memory, agent_id=self.agent_id)
+        if memory is None:
+            return None
+        return EpisodicHook(
+            memory, agent_id=self.agent_id, grade_followups=self.agent.grade_followups
+        )
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         agent, aid = self.agent, self.agent_id
@@ -172,8 +211,13 @@ class _Run:
         recall_hook = self._hook(agent.episodic_memory)
         recalled = None
         if recall_hook is not None:
-            recalled = await recall_hook.before_run(history, query=query)
+            recalled = await recall_hook.before_run(
+                history, query=query, conversation_id=self.conversation_id
+            )
             history = recalled.messages
+            # A message that only said the previous run failed: this run is another try at
+            # that run's task, recorded under it.
+            query = recalled.query
             for event in recalled.events:
                 yield event
 
@@ -183,13 +227,20 @@ class _Run:
         record_hook = recall_hook
         if cfg is not None and cfg.episodic_memory is not None:
             record_hook = self._hook(cfg.episodic_memory)
+        # With record_phases, the model's finish_phase calls record episodes of this run.
+        phases = None
+        if agent.record_phases and record_hook is not None:
+            phases = PhaseRecorder(record_hook, self.run_id, self.conversation_id, recorded)
         task = Task(
             query,
             history,
             aid,
             record_hook,
-            lambda msgs: _Attempt(agent, tools, msgs, aid),
+            lambda msgs: _Attempt(agent, tools, msgs, aid, phases),
             run_id=self.run_id,
+            conversation_id=self.conversation_id,
+            phase=self.phase,
+            transcript_name=self.call_id,
             recording=Recording(
                 min_turns=agent.min_turns,
                 distill_model=agent.distill_model,
@@ -201,7 +252,7 @@ class _Run:
         )
         attempt: _Attempt | None = None
         if cfg is None:
-            attempt = _Attempt(agent, tools, history, aid)
+            attempt = _Attempt(agent, tools, history, aid, phases)
             async with aclosing(recorded_attempt(attempt, task, recorded)) as events:
                 async for event in events:
                     yield event
@@ -244,10 +295,17 @@ class _Attempt:
     """The model/tool turns of one run (one loop iteration)."""
 
     def __init__(
-        self, agent: Agent, tools: dict[str, Tool], history: list[dict[str, Any]], agent_id: str
+        self,
+        agent: Agent,
+        tools: dict[str, Tool],
+        history: list[dict[str, Any]],
+        agent_id: str,
+        phases: PhaseRecorder | None = None,
     ) -> None:
         self.agent = agent
         self.tools = tools
+        self.phases = phases
+        self._phase_events: list[StreamEvent] = []
         self.history = list(history)
         self.agent_id = agent_id
         self.text = ""
@@ -257,7 +315,11 @@ class _Attempt:
 
     @property
     def tools_used(self) -> list[str]:
-        return sorted({str(c["tool"]) for c in self.tool_calls})
+        # finish_phase is the runner's own bookkeeping, not a tool of the agent's.
+        used = {str(c["tool"]) for c in self.tool_calls}
+        if self.phases is not None:
+            used.discard(PHASE_TOOL)
+        return sorted(used)
 
     def transcript(self) -> list[dict[str, Any]]:
         """The conversation as the model saw it, then its final (or partial) answer."""
@@ -282,8 +344,11 @@ class _Attempt:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if self.tools:
-            kwargs["tools"] = [tool.spec() for tool in self.tools.values()]
+        specs = [tool.spec() for tool in self.tools.values()]
+        if self.phases is not None:
+            specs.append(phase_tool_spec())
+        if specs:
+            kwargs["tools"] = specs
             kwargs["tool_choice"] = "auto"
         if agent.temperature is not None:
             kwargs["temperature"] = agent.temperature
@@ -410,8 +475,19 @@ class _Attempt:
                 aid,
             )
             self.history.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+        # The episodes the model's finish_phase calls recorded, after their tool results.
+        pending, self._phase_events = self._phase_events, []
+        for event in pending:
+            yield event
 
     async def _call(self, name: str, args: dict[str, Any]) -> str:
+        if name == PHASE_TOOL and self.phases is not None:
+            try:
+                text, events = await self.phases(args)
+            except ConfigurationError as exc:
+                raise ToolArgumentsError(str(exc)) from None  # sent back to the model
+            self._phase_events.extend(events)
+            return text
         tool = self.tools.get(name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"

@@ -227,6 +227,10 @@ class SyncEpisodicMemory:
             containing=containing,
         )
 
+    def latest(self, conversation_id: str) -> Episode | None:
+        """See :meth:`EpisodicMemory.latest`."""
+        return self._call(self.memory.latest, conversation_id)
+
     def searched_text(self, episode: Episode) -> str:
         """See :meth:`EpisodicMemory.searched_text` (no I/O: runs here)."""
         return self.memory.searched_text(episode)

@@ -32,7 +32,17 @@ CORE = {
     "providers",
     "testing",
 }
-AGENT = {"_events", "_hook", "_agent", "_result", "_verify", "_loop", "_runner"}
+AGENT = {
+    "_events",
+    "_followup",
+    "_phases",
+    "_hook",
+    "_agent",
+    "_result",
+    "_verify",
+    "_loop",
+    "_runner",
+}
 # The outer layer: commands, the viewer, the framework adapters and the MCP server, on the
 # public API of the layers above.
 CLI = {"cli", "viewer", "integrations", "mcp_server"}

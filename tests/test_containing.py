@@ -39,7 +39,7 @@ EPISODE_FIELDS = text_fields(Episode)
 
 def holding(name: str, mark: str = MARK) -> dict[str, Any]:
     """An episode's fields with *mark* in field *name* only."""
-    value: Any = f"run-{mark}-7" if name == "id" else f"about {mark} here"
+    value: Any = f"run-{mark}-7" if name in ("id", "conversation_id") else f"about {mark} here"
     if name in {"tags", "tools_used"}:
         value = [f"x-{mark}"]
     fields: dict[str, Any] = {"query": "an unrelated task"}
@@ -67,6 +67,8 @@ def test_the_searched_fields_are_every_text_field_of_both_models() -> None:
         "approach",
         "transcript_ref",
         "run_id",
+        "phase",
+        "conversation_id",
     }
     assert set(text_fields(Grade)) == {"episode_id", "note"}
     every = Episode(**{**holding("query"), **{n: holding(n)[n] for n in EPISODE_FIELDS}})

@@ -145,16 +145,25 @@ def test_grade_from_followup_wires_the_outcome_signal() -> None:
     worked = before.split("intent='what_worked'")[1]
     assert "[unknown] 'Raise the export timeout" in worked.split("\n")[1]  # the one used once
 
-    # The keyword rule: a clear verdict grades, anything unclear leaves the run ungraded.
-    assert "'Thanks, that fixed it!': graded success" in graded
-    assert "'Still broken, it times out at the same point.': graded failure" in graded
-    assert '"Didn\'t help, still 401 on every delivery.": graded failure' in graded
-    assert "'thanks': no verdict, stays unknown" in graded
-    assert "'How long does the change take?': no verdict, stays unknown" in graded
+    # The hook's rule, turn by turn, each turn in a fresh process-like worker: a clear verdict
+    # grades the conversation's own previous run, anything unclear leaves it ungraded.
+    assert "chat-1 'Thanks, that fixed it!': graded success; the reply is not a run" in graded
+    assert (
+        "chat-0 'Still broken, it times out at the same point.': graded failure; reply recorded "
+        "as a run of 'The CSV export times out for large accounts'" in graded
+    )
+    assert 'chat-5 "Didn\'t help, still 401 on every delivery.": graded failure' in graded
+    assert "chat-9 'thanks': no verdict, stays unknown; the reply is not a run" in graded
+    assert "chat-3 'ok': no verdict, stays unknown; the reply is not a run" in graded
+    assert (
+        "chat-6 'How long does the change take?': no verdict, stays unknown; reply recorded as a "
+        "run of 'How long does the change take?'" in graded
+    )
     assert graded.count(": graded ") == 7
+    assert graded.count("the reply is not a run of its own") == 6
 
     # Applied on every read: stats, recall under both intents, the next run's block.
-    assert "stats: 10 episodes {'success': 4, 'failure': 3, 'unknown': 3}, 7 grade(s)" in graded
+    assert "stats: 14 episodes {'success': 4, 'failure': 3, 'unknown': 7}, 7 grade(s)" in graded
     assert "warnings: none" in graded
     first_worked = graded.split("intent='what_worked'")[1].split("\n")[1]
     assert '[success] "Use the background export' in first_worked
@@ -166,4 +175,4 @@ def test_grade_from_followup_wires_the_outcome_signal() -> None:
     # The grade is a record of its own, with the user's words as its note.
     assert "outcome='failure'" in after_block
     assert "verified=True" in after_block
-    assert "note='user: Still broken" in after_block
+    assert "note='user follow-up: Still broken" in after_block

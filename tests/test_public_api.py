@@ -27,6 +27,9 @@ PUBLIC = {
     "EpisodicMemory",
     "EpisodicMemoryError",
     "EventType",
+    "FollowUp",
+    "FollowUpError",
+    "FollowUpModel",
     "Grade",
     "InvalidEpisodeError",
     "LLMVerifier",
@@ -53,6 +56,7 @@ PUBLIC = {
     "__version__",
     "distill",
     "outcome_for_score",
+    "read_followup",
     "run_agent",
     "stream_agent",
 }

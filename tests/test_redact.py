@@ -21,7 +21,9 @@ from llm_server import Reply, ScriptedLLM
 from deepcrew_episodic import (
     ConfigurationError,
     Episode,
+    EpisodicHook,
     EpisodicMemory,
+    InvalidEpisodeError,
     Redactor,
 )
 from deepcrew_episodic.providers import InMemoryProvider, MemoryProvider
@@ -453,8 +455,8 @@ async def test_every_text_field_but_the_id_is_redacted_agent_id_included() -> No
     redactor = Redactor()
     values: dict[str, Any] = {}
     for field in dataclasses.fields(Episode):
-        if field.name in ("outcome", "score", "timestamp", "forget_after", "id"):
-            continue
+        if field.name in ("outcome", "score", "timestamp", "forget_after", "id", "conversation_id"):
+            continue  # an id is refused when it holds a secret, never redacted
         values[field.name] = [f"x {key}"] if "list" in str(field.type) else f"x {key}"
     episode = Episode(**values)
     cleaned = redactor.redact_episode(episode)
@@ -463,6 +465,20 @@ async def test_every_text_field_but_the_id_is_redacted_agent_id_included() -> No
     assert cleaned.agent_id == "x [REDACTED:aws-access-key]"
     assert redactor.find(f"id-{key}") == "aws-access-key"
     assert redactor.find("9f4422aa27bb435bb3bf14c5e9799f98") is None
+
+
+async def test_a_conversation_id_holding_a_key_is_refused_never_stored() -> None:
+    key = "ghp_" + rand(ALNUM, 36)
+    provider = InMemoryProvider()
+    memory = EpisodicMemory(provider)
+    with pytest.raises(InvalidEpisodeError, match=r"conversation_id: it looks like a secret"):
+        await memory.record(Episode(query="q", conversation_id=key))
+    hook = EpisodicHook(memory)
+    recorded = await hook.after_run("q", "a", conversation_id=key)
+    assert recorded.episode is None
+    assert "looks like a secret" in (recorded.error or "")
+    assert key not in (recorded.error or "")
+    assert key not in await raw_dump(provider)
 
 
 async def test_agent_id_holding_a_key_is_never_stored(provider: MemoryProvider) -> None:

@@ -127,6 +127,9 @@ def test_the_sync_facade_grades_counts_uses_and_refreshes() -> None:
         assert [e.outcome for e in memory.load(graded=False)] == ["unknown"]
         memory.used([episode.id])
         assert memory.stats().most_used == [(episode.id, 1)]
+        chat = memory.record(Episode(query="is it zero-downtime?", conversation_id="t-1"))
+        assert memory.latest("t-1").id == chat.id
+        assert memory.latest("t-2") is None
 
 
 # --- processes and threads ------------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""The documented rule that reads the user's next message as a verdict on the answer before it."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepcrew_episodic import ConfigurationError, FollowUp, read_followup
+from deepcrew_episodic._followup import FollowUpError, parse_verdict
+
+# (message, outcome, new_request)
+VERDICTS = [
+    # clear successes
+    ("Thanks, that fixed it!", "success", False),
+    ("That worked, the file arrived in five minutes. Thanks!", "success", False),
+    ("Solved, the new invoice is right.", "success", False),
+    ("That was it, works now.", "success", False),
+    ("Did the trick, thanks!", "success", False),
+    ("solved", "success", False),
+    ("Perfect, thanks", "success", False),
+    ("Works like a charm 👍", "success", False),
+    ("No errors now, thanks", "success", False),
+    ("not broken any more", "success", False),
+    ("THAT WORKED", "success", False),
+    # clear failures, negations included
+    ("Still broken, it times out at the same point.", "failure", False),
+    ("Didn't help, still 401 on every delivery.", "failure", False),
+    ("Nope, still blank.", "failure", False),
+    ("not fixed", "failure", False),
+    ("It\u2019s not fixed.", "failure", False),  # a typographic apostrophe
+    ("no luck", "failure", False),
+    ("Doesn't work.", "failure", False),
+    ("does not work", "failure", False),
+    ("Can't get it working", "failure", False),
+    ("no longer works", "failure", False),
+    ("Nothing works now", "failure", False),
+    ("that didn't help at all", "failure", False),
+    ("no, still the same error", "failure", False),
+    ("it hasn't solved anything", "failure", False),
+    # politeness does not outweigh a failure
+    ("thanks, but it still fails", "failure", False),
+    ("Thanks! Unfortunately it crashed again.", "failure", False),
+    ("it worked until it crashed", "failure", False),
+    # part of it worked
+    ("fixed the first error, but now I get another one", "partial", False),
+    ("it works but it's still slow", "partial", False),
+    # a verdict and a new request
+    ("Thanks, that fixed it! Now how do I do the same for invoices?", "success", True),
+    ("That worked. Can you also rotate the webhook secret?", "success", True),
+    ("Didn't help. Different thing: where do I change my email?", "failure", True),
+    # a failure asking for another try is not a new request
+    ("Still broken. Any other idea?", "failure", False),
+    ("nope. what else can I try?", "failure", False),
+    # no verdict: politeness
+    ("ok", None, False),
+    ("thanks", None, False),
+    ("Thanks for the help", None, False),
+    ("great, thank you so much", None, False),
+    ("👍", None, False),
+    ("", None, False),
+    # no verdict: a question is never one, even one about failing
+    ("How long does the change take?", None, True),
+    ("this doesn't work?", None, True),
+    ("why is it still failing?", None, True),
+    ("Is it fixed in the next release?", None, True),
+    ("I still have a question: can I export PDFs?", None, True),
+    ("Great, how do I add a user?", None, True),
+    ("Thanks! Please also rotate the key.", None, True),
+    ("Export the March invoices as CSV", None, True),
+    # a new problem told as a statement is not a verdict on the answer before
+    ("The login page is broken for our EU users", None, True),
+    ("Sync fails for files over 2 GB", None, True),
+    ("The mobile app crashed on startup today", None, True),
+    ("Our SSO setup works with Okta, how about Azure AD?", None, True),
+    # ... but the same words referring back are
+    ("The login page is still broken", "failure", False),
+    ("the sync fails again with your settings", "failure", False),
+]
+
+
+@pytest.mark.parametrize(("message", "outcome", "new_request"), VERDICTS)
+def test_the_rule_reads_a_follow_up(message: str, outcome: str | None, new_request: bool) -> None:
+    assert read_followup(message) == FollowUp(outcome, new_request)  # type: ignore[arg-type]
+
+
+def test_the_rule_reads_the_start_of_a_long_paste() -> None:
+    log = "\n".join(f"line {n}: everything fine" for n in range(100_000))
+    assert read_followup("still broken:\n" + log).outcome == "failure"
+
+
+def test_a_follow_up_must_be_text() -> None:
+    with pytest.raises(ConfigurationError, match="a follow-up is a string, not bytes"):
+        read_followup(b"thanks")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ('{"verdict": "success", "new_request": false}', FollowUp("success", False, "m")),
+        ('```json\n{"verdict": "none", "new_request": true}\n```', FollowUp(None, True, "m")),
+        ('{"verdict": "partial"}', FollowUp("partial", False, "m")),
+    ],
+)
+def test_a_models_verdict_is_read(answer: str, expected: FollowUp) -> None:
+    assert parse_verdict(answer, by="m") == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ("", "gave no answer"),
+        (None, "gave no answer"),
+        ("It worked, I think.", "did not answer with JSON"),
+        ("[1, 2]", "answered a JSON list"),
+        ('{"verdict": "great"}', "verdict='great'"),
+        ('{"verdict": "success", "new_request": "yes"}', "new_request='yes'"),
+    ],
+)
+def test_a_models_answer_that_is_no_verdict_is_refused(answer: str | None, why: str) -> None:
+    with pytest.raises(FollowUpError, match=why):
+        parse_verdict(answer, by="m")
