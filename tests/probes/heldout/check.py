@@ -21,8 +21,7 @@ import snowballstemmer
 HERE = Path(__file__).resolve().parent
 STEM = snowballstemmer.stemmer("english")
 # NLTK's English stopword list.
-STOPWORDS = frozenset(
-    """i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself
+_STOPWORD_TEXT = """i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself
     yourselves he him his himself she she's her hers herself it it's its itself they them their
     theirs themselves what which who whom this that that'll these those am is are was were be
     been being have has had having do does did doing a an the and but if or because as until
@@ -32,8 +31,8 @@ STOPWORDS = frozenset(
     very s t can will just don don't should should've now d ll m o re ve y ain aren aren't
     couldn couldn't didn didn't doesn doesn't hadn hadn't hasn hasn't haven haven't isn isn't ma
     mightn mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn wasn't weren
-    weren't won won't wouldn wouldn't""".split()
-)
+    weren't won won't wouldn wouldn't"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 
 
@@ -103,7 +102,10 @@ def main() -> int:
             problems.append(f"{qid}: an unrelated query must have no relevant episodes")
     for problem in problems:
         print(problem)
-    print(f"{len(episodes)} episodes; queries: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    print(
+        f"{len(episodes)} episodes; queries: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    )
     print("FAIL" if problems else "OK: no paraphrase shares a content stem with its targets")
     return 1 if problems else 0
 
