@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         VerifierError,
     )
     from ._grade import Grade
+    from ._history import History
     from ._hook import EpisodicHook, Recalled, Recorded
     from ._log import Counters
     from ._memory import EpisodicMemory, MemoryStats
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from ._runner import AgentStream, run_agent, stream_agent
     from ._sync import SyncEpisodicMemory
     from ._telemetry import Telemetry
+    from ._time import parse_time
     from ._verify import LLMVerifier, LoopConfig, Verdict, Verifier
 
 __version__ = "0.1.0"
@@ -75,6 +77,7 @@ _EXPORTS: dict[str, str] = {
     "EpisodicMemoryError": "._exceptions",
     "EventType": "._events",
     "Grade": "._grade",
+    "History": "._history",
     "InvalidEpisodeError": "._exceptions",
     "LLMVerifier": "._verify",
     "LiteLLMEmbedder": "._embed",
@@ -84,6 +87,7 @@ _EXPORTS: dict[str, str] = {
     "MissingDependencyError": "._exceptions",
     "Outcome": "._episode",
     "outcome_for_score": "._episode",
+    "parse_time": "._time",
     "distill": "._distill",
     "Ranking": "._recall",
     "Recalled": "._hook",
@@ -121,6 +125,7 @@ __all__ = [
     "EpisodicMemoryError",
     "EventType",
     "Grade",
+    "History",
     "InvalidEpisodeError",
     "LLMVerifier",
     "LiteLLMEmbedder",
@@ -146,6 +151,7 @@ __all__ = [
     "__version__",
     "distill",
     "outcome_for_score",
+    "parse_time",
     "run_agent",
     "stream_agent",
 ]

@@ -28,6 +28,7 @@ PUBLIC = {
     "EpisodicMemoryError",
     "EventType",
     "Grade",
+    "History",
     "InvalidEpisodeError",
     "LLMVerifier",
     "LiteLLMEmbedder",
@@ -53,6 +54,7 @@ PUBLIC = {
     "__version__",
     "distill",
     "outcome_for_score",
+    "parse_time",
     "run_agent",
     "stream_agent",
 }
