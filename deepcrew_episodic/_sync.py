@@ -22,8 +22,9 @@ from ._exceptions import ConfigurationError
 from ._grade import Grade
 from ._history import History
 from ._log import Counters
-from ._memory import EpisodicMemory, MemoryStats, TimeLike
+from ._memory import EpisodicMemory, MemoryStats
 from ._recall import Ranking, Scored
+from ._time import TimeLike
 from .providers._base import MemoryProvider
 
 __all__ = ["SyncEpisodicMemory"]

@@ -239,6 +239,10 @@ def _phrase(name: str, value: str, text: str, now: float, tz: tzinfo) -> tuple[f
             f"{name}: reading {shown(value)} as a phrase needs dateparser: pip install dateparser"
         ) from None
     base = datetime.fromtimestamp(now, UTC).astimezone(tz).replace(tzinfo=None)
+    # The zone by name, never dateparser's default ("local", through tzlocal, which fails on
+    # a TZ such as "UTC0"). A zone without a name (a fixed offset) is passed as UTC and its
+    # results read as wall time in it.
+    key = getattr(tz, "key", None) if tz is not UTC else "UTC"
     parser = DateDataParser(
         languages=["en"],
         settings={
@@ -247,17 +251,27 @@ def _phrase(name: str, value: str, text: str, now: float, tz: tzinfo) -> tuple[f
             "PREFER_DATES_FROM": "past",
             "RELATIVE_BASE": base,
             "RETURN_TIME_AS_PERIOD": True,
+            "TIMEZONE": key if isinstance(key, str) else "UTC",
+            "RETURN_AS_TIMEZONE_AWARE": True,
         },
     )
     try:
         found = parser.get_date_data(text)
-    except (ValueError, OverflowError, TypeError):
-        raise refused from None
+    except Exception as exc:  # dateparser's own failure on odd text: named, cause kept
+        from ._redact import safe_message
+
+        raise ConfigurationError(
+            f"{name}: {shown(value)} could not be read as a phrase "
+            f"({type(exc).__name__}: {safe_message(str(exc), 120)}); give {FORMS}"
+        ) from exc
     moment: datetime | None = found.date_obj if found else None
     if moment is None:
         raise refused
-    # A result without a zone is wall time in tz; one with a zone ("3pm UTC") is converted.
-    local = moment.replace(tzinfo=tz) if moment.tzinfo is None else moment.astimezone(tz)
+    local = (
+        moment.astimezone(tz)
+        if isinstance(key, str) and moment.tzinfo is not None
+        else moment.replace(tzinfo=tz)
+    )
     period = found.period
     if period in ("day", "week", "month", "year"):
         day = local.date()

@@ -216,7 +216,7 @@ def test_no_store_is_a_usage_error(run: Run) -> None:
     ("argv", "message"),
     [
         (["--store", "notes.txt", "stats"], "expected a path ending in .json"),
-        (["--store", "x.json", "timeline", "--since", "last week"], "neither a duration"),
+        (["--store", "x.json", "timeline", "--since", "someday"], "is not a time"),
         (["--store", "x.json", "recall"], "QUERY"),
         (["--store", "x.json", "recall", "q", "-k", "0"], "at least 1"),
         (["--store", "x.json", "record", "--outcome", "great", "-q", "q"], "invalid choice"),
