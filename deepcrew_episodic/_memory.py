@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta, tzinfo
+from datetime import UTC, timedelta, tzinfo
 from typing import Any
 
 from ._embed import (
@@ -56,7 +56,7 @@ from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallInd
 from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
 from ._telemetry import Telemetry, traced, tracing
-from ._time import TimeLike, span, zone
+from ._time import TimeLike, needs_reading, span, zone, zone_given
 from ._unicode import escape_hidden, search_form
 from ._validate import (
     boolean,
@@ -213,7 +213,8 @@ class EpisodicMemory:
         if not callable(clock):
             raise ConfigurationError(f"clock must be a callable returning seconds, not {clock!r}")
         self._clock = clock
-        self._tz = zone(tz)
+        # A zone name is loaded (a file read) when a time first needs it, off the event loop.
+        self._tz: tzinfo | str = zone_given(tz)
         # What every read path needs of a cached episode, one record per sequence number.
         self._known: dict[int, _Known] = {}
         self._ids: dict[str, int] = {}  # episode id -> seq (record() refuses an id stored)
@@ -268,8 +269,9 @@ class EpisodicMemory:
         return self._recall_k
 
     @property
-    def tz(self) -> tzinfo:
-        """The time zone of dates and phrases given without one (UTC unless set)."""
+    def tz(self) -> tzinfo | str:
+        """The time zone of dates and phrases given without one, as given (an IANA name or a
+        ``tzinfo``; ``datetime.UTC`` unless set)."""
         return self._tz
 
     @property
@@ -587,7 +589,7 @@ class EpisodicMemory:
         wanted_ids = None if ids is None else set(strings("ids", ids, one=True))
         outcomes = _outcomes(outcome)
         wanted_tags = _tags(tags)
-        cut = self._time("before", before)
+        cut = await self._time("before", before)
         if containing is not None and not isinstance(containing, str):
             raise ConfigurationError(f"containing must be a string, not {shown(containing)}")
         needle = search_form(containing) if containing else None
@@ -783,8 +785,8 @@ class EpisodicMemory:
             raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
         outcomes = _outcomes(outcome)
         wanted_tags = _tags(tags)
-        after = self._time("since", since)
-        cutoff = self._time("until", until)
+        after = await self._time("since", since)
+        cutoff = await self._time("until", until)
         await self._sync()
         if k == 0:
             return Ranking()
@@ -1679,14 +1681,26 @@ class EpisodicMemory:
             touched.add(grade.episode_id)
         return touched
 
-    def _time(self, name: str, value: TimeLike | None) -> float | None:
+    async def _time(self, name: str, value: TimeLike | None) -> float | None:
         """A ``since``/``before`` (the start of the span *value* names) or an ``until`` (its
         end) as POSIX seconds, read in this memory's time zone and relative to its clock;
-        ``None`` for ``None``. See _time.py."""
+        ``None`` for ``None``. See _time.py. A phrase, or a zone not loaded yet, is read in a
+        worker thread: dateparser's import and the zone database are file reads."""
         if value is None:
             return None
-        start, end = span(value, name=name, now=self._clock(), tz=self._tz)
+        if needs_reading(value, self._tz):
+            import anyio.to_thread
+
+            start, end = await anyio.to_thread.run_sync(self._span, name, value)
+        else:
+            start, end = self._span(name, value)
         return end if name == "until" else start
+
+    def _span(self, name: str, value: TimeLike) -> tuple[float, float]:
+        if isinstance(self._tz, str) and needs_reading(value, self._tz):
+            self._tz = zone(self._tz)
+        tz = self._tz if not isinstance(self._tz, str) else UTC  # a moment needs no zone
+        return span(value, name=name, now=self._clock(), tz=tz)
 
     def searched_text(self, episode: Episode) -> str:
         """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), in its

@@ -338,7 +338,7 @@ class SyncEpisodicMemory:
         return self.memory.max_age
 
     @property
-    def tz(self) -> tzinfo:
+    def tz(self) -> tzinfo | str:
         return self.memory.tz
 
     @property

@@ -23,7 +23,7 @@ from typing import Any
 from ._exceptions import ConfigurationError, MissingDependencyError
 from ._validate import shown
 
-__all__ = ["FORMS", "TimeLike", "parse_time", "span", "zone"]
+__all__ = ["FORMS", "TimeLike", "needs_reading", "parse_time", "span", "zone", "zone_given"]
 
 TimeLike = datetime | date | timedelta | str | float
 
@@ -80,6 +80,47 @@ def zone(value: str | tzinfo | None, *, name: str = "tz") -> tzinfo:
             f"{name}: {shown(value)} is not a time zone (give an IANA name such as "
             f"Europe/Paris, America/New_York or UTC)"
         ) from None
+
+
+def zone_given(value: str | tzinfo | None, *, name: str = "tz") -> tzinfo | str:
+    """*value* checked without reading the time zone database (no I/O: a constructor can
+    call it on an event loop): UTC or a ``tzinfo`` as itself, any other name as given, for
+    :func:`zone` to load later. A value that cannot be a zone name is refused here."""
+    if value is None or isinstance(value, tzinfo):
+        return UTC if value is None else value
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"{name} must be an IANA time zone name (Europe/Paris) or a tzinfo, not "
+            f"{type(value).__name__}"
+        )
+    text = value.strip().removeprefix(":")
+    if text.upper() in ("UTC", "Z", "GMT"):
+        return UTC
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_+\-]*(?:/[A-Za-z0-9_+\-]+)*", text, re.ASCII):
+        raise ConfigurationError(
+            f"{name}: {shown(value)} is not a time zone (give an IANA name such as "
+            f"Europe/Paris, America/New_York or UTC)"
+        )
+    return text
+
+
+def needs_reading(value: Any, tz: tzinfo | str) -> bool:
+    """Whether :func:`span` of *value* may read files: a phrase (dateparser is imported and
+    loads its data), or a date or a time without a zone while *tz* is a name not loaded yet.
+    Such a value is read in a worker thread by a caller on an event loop."""
+    if isinstance(value, datetime) or not isinstance(value, str | date):
+        return False
+    if isinstance(tz, str):
+        return True
+    if not isinstance(value, str):
+        return False
+    text = " ".join(value.split())
+    try:
+        if not text or _duration("", value, text) is not None or _iso("", value, text, UTC):
+            return False
+    except ConfigurationError:
+        return False  # refused at once, with no file read
+    return len(text) <= MAX_PHRASE_CHARS and _WORD.search(text) is not None
 
 
 def parse_time(

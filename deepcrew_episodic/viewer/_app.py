@@ -12,6 +12,7 @@ against cross-site requests (an HMAC of the session token, and the request's ori
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import logging
@@ -42,6 +43,7 @@ from ._data import (
     MAX_PER_PAGE,
     OUTCOMES,
     BadRequest,
+    Filter,
     Snapshot,
     Source,
     day_of,
@@ -231,6 +233,15 @@ class _Viewer:
     async def not_found(self, request: Request, exc: Exception) -> Response:
         return await self.error(404, "Not found", "There is no such page.")
 
+    async def filter(self, params: dict[str, list[str]]) -> Filter:
+        """The timeline's filter; its times are read in the memory's zone, in a worker thread
+        when one is given (a phrase imports dateparser, a zone name reads the zone database)."""
+        if not any(v.strip() for name in ("since", "until") for v in params.get(name, ())):
+            return parse_filter(params)
+        return await anyio.to_thread.run_sync(
+            functools.partial(parse_filter, params, tz=self.memory.tz, now=time.time())
+        )
+
     def csrf_for(self, session: str) -> str:
         return hmac.new(self.csrf_key, session.encode(), hashlib.sha256).hexdigest()
 
@@ -241,7 +252,7 @@ class _Viewer:
             for single in ("page", "per"):
                 if len(request.query_params.getlist(single)) > 1:
                     raise BadRequest(f"{single}: give it once")
-            chosen = parse_filter(_multi(request), tz=self.memory.tz, now=time.time())
+            chosen = await self.filter(_multi(request))
             page = parse_count("page", request.query_params.get("page"), default=1, maximum=10**9)
             per = parse_count(
                 "per",
@@ -488,7 +499,7 @@ class _Viewer:
         ids = [i for i in params.get("ids", []) if i]
         if ids:
             return await self.memory.select(ids=ids), [("ids", i) for i in ids]
-        chosen = parse_filter(params, tz=self.memory.tz, now=time.time())
+        chosen = await self.filter(params)
         if not chosen.active:
             raise BadRequest("give ids or a filter: the viewer does not delete everything at once")
         if fresh:

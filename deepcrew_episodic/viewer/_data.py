@@ -202,7 +202,10 @@ class Filter:
 
 
 def parse_filter(
-    params: Mapping[str, Sequence[str]], *, tz: tzinfo | None = None, now: float | None = None
+    params: Mapping[str, Sequence[str]],
+    *,
+    tz: tzinfo | str | None = None,
+    now: float | None = None,
 ) -> Filter:
     """The timeline's filter from query parameters; :class:`BadRequest` names a wrong one.
     Dates and phrases are read in *tz* (the memory's), relative to *now* (see
@@ -240,7 +243,7 @@ def parse_filter(
 
 
 def parse_when(
-    name: str, text: str, *, tz: tzinfo | None = None, now: float | None = None
+    name: str, text: str, *, tz: tzinfo | str | None = None, now: float | None = None
 ) -> float:
     """A ``since`` or ``until`` as POSIX seconds: whatever the library's ``since`` takes (an
     ISO-8601 date or time, ``7d``, a phrase such as ``yesterday`` or ``last tuesday``; see
