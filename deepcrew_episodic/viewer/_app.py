@@ -433,7 +433,7 @@ class _Viewer:
         context.update(
             ran=True,
             rows=rows,
-            status=_history_status(found),
+            state=_history_status(found),
             failures=found.failures_since,
             broke=self._row(found.broke.episode) if found.broke is not None else None,
             last_success=(
