@@ -89,7 +89,9 @@ class Settings:
         # The zone of the times given on the command line (resolve_times), and of those the
         # viewer's filters take.
         zone = getattr(args, "zone", None)
-        self.tz: str | None = zone if zone or args.command != "serve" else zone_name(args)
+        self.tz: str | None = (
+            zone if zone or args.command not in ("serve", "mcp") else zone_name(args)
+        )
 
 
 def _checked_url(option: str, url: str) -> str:
