@@ -50,6 +50,8 @@ _LAST_N = re.compile(
     r"(second|minute|hour|day|week)s?$",
     re.ASCII | re.IGNORECASE,
 )
+# A time of day in a phrase ("3pm", "14:00"): the phrase must then name a moment.
+_CLOCK = re.compile(r"[0-9]\s*(?:am|pm)\b|[0-9]:[0-9]", re.ASCII | re.IGNORECASE)
 _UNIT_SECONDS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0, "week": 604800.0}
 _DAY = 86400.0
 
@@ -314,6 +316,10 @@ def _phrase(name: str, value: str, text: str, now: float, tz: tzinfo) -> tuple[f
         else moment.replace(tzinfo=tz)
     )
     period = found.period
+    if period != "time" and _CLOCK.search(text):
+        # dateparser drops a time of day it cannot read ("yesterday at 25:00" reads as
+        # yesterday): a part of the value ignored is refused, not guessed around.
+        raise refused
     if period in ("day", "week", "month", "year"):
         day = local.date()
         try:

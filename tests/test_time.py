@@ -132,7 +132,7 @@ def test_a_day_across_a_clock_change_is_as_long_as_it_is() -> None:
 
 NOT_TIMES = ["someday", "soon", "5", "1234", "-5d", "1e9d", "inf", "nan", "last", "since",
              "\u0663d", "\u00b2d", "\u0661\u0662\u0663\u0664-\u0660\u0661-\u0660\u0661", "x" * 300, "Europe/Paris", "2024-13-01",
-             "2024-03-01T25:00", "mañana"]  # fmt: skip
+             "2024-03-01T25:00", "mañana", "yesterday at 25:00"]  # fmt: skip
 
 
 @pytest.mark.parametrize("value", NOT_TIMES)
