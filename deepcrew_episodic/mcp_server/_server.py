@@ -533,7 +533,9 @@ class _Tools:
                 else None
             )
             # Read in the memory's zone, in a worker thread (a phrase imports dateparser).
-            bounds = await anyio.to_thread.run_sync(_period, since, until, self.memory.tz)
+            bounds: tuple[float | None, float | None] = (None, None)
+            if since or until:
+                bounds = await anyio.to_thread.run_sync(_period, since, until, self.memory.tz)
             if bounds[0] is not None:
                 after = bounds[0] if after is None else max(after, bounds[0])
             searched = self.memory.searched_text
