@@ -951,6 +951,14 @@ async def test_the_timeline_takes_phrases_in_the_memory_time_zone(memory: Episod
     assert await ids(tokyo, "until=last+week") == {month.id}
     # 16:00 UTC on 28 February was 1 March in Tokyo, not in UTC.
     assert await ids(tokyo, "since=2026-03-01&until=2026-03-01") == {month.id}
+    async with client(tokyo) as c:
+        page = (await c.get("/?since=2026-03-01&until=2026-03-01")).text
+        # The page says what the filter was read as, in its zone.
+        assert (
+            '<p id="period" class="hint">Recorded from 2026-03-01 00:00 to 2026-03-02 00:00 '
+            "(Asia/Tokyo).</p>"
+        ) in page
+        assert 'id="period"' not in (await c.get("/?q=stock")).text
     utc_memory = EpisodicMemory(memory.backend, max_episodes=1000)
     assert await ids(utc_memory, "since=2026-03-01&until=2026-03-01") == set()
     assert await ids(utc_memory, "since=2026-02-28&until=2026-02-28") == {month.id}

@@ -156,6 +156,7 @@ class Filter:
     until: float | None = None
     q: str = ""
     raw: dict[str, list[str]] = field(default_factory=dict)
+    period: str = ""  # what since and until were read as, for the page to say
 
     @property
     def active(self) -> bool:
@@ -239,7 +240,32 @@ def parse_filter(
     # Keep the given order of parameters in links: outcome, tag, agent, run, since, until, q.
     order = ("outcome", "tag", "agent", "run", "since", "until", "q")
     raw = {name: raw[name] for name in order if name in raw}
-    return Filter(tuple(dict.fromkeys(outcomes)), tag, agent, run, since, until, q, raw)
+    period = _period(since, until, tz) if since is not None or until is not None else ""
+    return Filter(
+        tuple(dict.fromkeys(outcomes)), tag, agent, run, since, until, q, raw, period=period
+    )
+
+
+def _period(since: float | None, until: float | None, tz: tzinfo | str | None) -> str:
+    """ "from 2026-11-30 00:00 to 2026-12-01 00:00 (Europe/Paris)": what a phrase such as
+    "yesterday" was read as, in the zone it was read in."""
+    if isinstance(tz, str):
+        from zoneinfo import ZoneInfo
+
+        zone: tzinfo = UTC if tz.strip().upper() in ("UTC", "Z", "GMT") else ZoneInfo(tz)
+    else:
+        zone = UTC if tz is None else tz
+
+    def at(when: float) -> str:
+        try:
+            return datetime.fromtimestamp(when, zone).strftime("%Y-%m-%d %H:%M")
+        except (OverflowError, ValueError, OSError):
+            return "the end of time" if when > 0 else "the beginning of time"
+
+    parts = ([f"from {at(since)}"] if since is not None else []) + (
+        [f"to {at(until)}"] if until is not None else []
+    )
+    return f"{' '.join(parts)} ({zone})"
 
 
 def parse_when(
