@@ -506,6 +506,9 @@ def test_cli_recall_takes_since_and_until(store: str) -> None:
     assert recalled("--until", "3 weeks ago") == ["deploy to staging"]
     assert recalled("--since", "2 weeks ago", "--until", "5d") == ["deploy to staging"]
     assert len(recalled()) == 4
+    nothing = cli("--store", store, "recall", "deploy staging", "--until", "last year")
+    assert (nothing.returncode, nothing.stdout) == (0, "")
+    assert "relevant to 'deploy staging' in the period given" in nothing.stderr
 
 
 def test_cli_timeline_takes_text_and_phrases(store: str) -> None:

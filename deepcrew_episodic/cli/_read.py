@@ -82,7 +82,13 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
                 out(line)
     if not found:
         if not args.json:
-            note(f"no episode in namespace '{memory.namespace}' is relevant to {shown(args.query)}")
+            period = (
+                " in the period given" if args.since is not None or args.until is not None else ""
+            )
+            note(
+                f"no episode in namespace '{memory.namespace}' is relevant to "
+                f"{shown(args.query)}{period}"
+            )
         await hint_if_empty(memory)
     return 0
 
