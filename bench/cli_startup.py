@@ -122,6 +122,9 @@ def main() -> None:
                 [sys.executable, "-m", "deepcrew_episodic", *recall],
             ),
             ("deepcrew-episodic stats", [str(script), "stats", "--store", str(store)]),
+            # A duration or a date never loads dateparser; a phrase does (about 70 ms).
+            ("recall --since 7d", [str(script), *recall, "--since", "7d"]),
+            ("recall --since 'last tuesday'", [str(script), *recall, "--since", "last tuesday"]),
         ]
         samples = timed(cases, opts.runs, env)
         results = [

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     )
     from ._followup import FollowUp, FollowUpModel, read_followup
     from ._grade import Grade
+    from ._history import History
     from ._hook import EpisodicHook, Recalled, Recorded
     from ._log import Counters
     from ._memory import EpisodicMemory, MemoryStats
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from ._runner import AgentStream, run_agent, stream_agent
     from ._sync import SyncEpisodicMemory
     from ._telemetry import Telemetry
+    from ._time import parse_time
     from ._verify import LLMVerifier, LoopConfig, Verdict, Verifier
 
 __version__ = "0.1.0"
@@ -80,6 +82,7 @@ _EXPORTS: dict[str, str] = {
     "FollowUpError": "._exceptions",
     "FollowUpModel": "._followup",
     "Grade": "._grade",
+    "History": "._history",
     "InvalidEpisodeError": "._exceptions",
     "LLMVerifier": "._verify",
     "LiteLLMEmbedder": "._embed",
@@ -89,6 +92,7 @@ _EXPORTS: dict[str, str] = {
     "MissingDependencyError": "._exceptions",
     "Outcome": "._episode",
     "outcome_for_score": "._episode",
+    "parse_time": "._time",
     "distill": "._distill",
     "read_followup": "._followup",
     "Ranking": "._recall",
@@ -130,6 +134,7 @@ __all__ = [
     "FollowUpError",
     "FollowUpModel",
     "Grade",
+    "History",
     "InvalidEpisodeError",
     "LLMVerifier",
     "LiteLLMEmbedder",
@@ -155,6 +160,7 @@ __all__ = [
     "__version__",
     "distill",
     "outcome_for_score",
+    "parse_time",
     "read_followup",
     "run_agent",
     "stream_agent",

@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, timedelta, tzinfo
 from typing import Any
 
 from ._embed import (
@@ -51,11 +51,13 @@ from ._exceptions import (
     InvalidEpisodeError,
 )
 from ._grade import NOTE_CHARS, Grade, graded
+from ._history import History
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
 from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
 from ._telemetry import Telemetry, traced, tracing
+from ._time import TimeLike, needs_reading, span, zone, zone_given
 from ._unicode import escape_hidden, search_form
 from ._validate import (
     boolean,
@@ -71,8 +73,6 @@ from .providers._base import MemoryProvider, as_provider
 __all__ = ["EpisodicMemory", "MemoryStats"]
 
 log = logging.getLogger("deepcrew_episodic")
-
-TimeLike = datetime | timedelta | str | float
 
 
 class EpisodicMemory:
@@ -141,6 +141,11 @@ class EpisodicMemory:
         provider, a :class:`~deepcrew_episodic.Telemetry` to choose the provider or opt in to
         content. ``False`` (default): no span, and opentelemetry is never imported. Needs
         ``pip install 'deepcrew-episodic[otel]'``.
+    tz:
+        The time zone of the times given without one: dates, phrases ("yesterday", "this
+        week") and ISO times without an offset, in every ``since``, ``until`` and ``before``
+        (see docs/recall.md#time). An IANA name (``"Europe/Paris"``) or a ``tzinfo``; default
+        UTC.
 
     Example::
 
@@ -173,6 +178,7 @@ class EpisodicMemory:
         embed_timeout: float = 10.0,
         reinforce: bool = True,
         telemetry: bool | Telemetry = False,
+        tz: str | tzinfo | None = None,
     ) -> None:
         self._provider = as_provider(backend)
         self._log = EpisodeLog(self._provider, namespace, max_episodes)
@@ -208,6 +214,8 @@ class EpisodicMemory:
         if not callable(clock):
             raise ConfigurationError(f"clock must be a callable returning seconds, not {clock!r}")
         self._clock = clock
+        # A zone name is loaded (a file read) when a time first needs it, off the event loop.
+        self._tz: tzinfo | str = zone_given(tz)
         # What every read path needs of a cached episode, one record per sequence number.
         self._known: dict[int, _Known] = {}
         self._ids: dict[str, int] = {}  # episode id -> seq (record() refuses an id stored)
@@ -261,6 +269,12 @@ class EpisodicMemory:
     @property
     def recall_k(self) -> int:
         return self._recall_k
+
+    @property
+    def tz(self) -> tzinfo | str:
+        """The time zone of dates and phrases given without one, as given (an IANA name or a
+        ``tzinfo``; ``datetime.UTC`` unless set)."""
+        return self._tz
 
     @property
     def reflect_model(self) -> str | None:
@@ -602,7 +616,7 @@ class EpisodicMemory:
         wanted_ids = None if ids is None else set(strings("ids", ids, one=True))
         outcomes = _outcomes(outcome)
         wanted_tags = _tags(tags)
-        cut = _since("before", before, self._clock()) if before is not None else None
+        cut = await self._time("before", before)
         if containing is not None and not isinstance(containing, str):
             raise ConfigurationError(f"containing must be a string, not {shown(containing)}")
         needle = search_form(containing) if containing else None
@@ -747,6 +761,7 @@ class EpisodicMemory:
         tags: Collection[str] | None = None,
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
+        until: TimeLike | None = None,
     ) -> list[Episode]:
         """Up to *top_k* (default ``recall_k``) episodes relevant to *query*, best first.
 
@@ -754,11 +769,16 @@ class EpisodicMemory:
         an ``embedder`` and an episode means the same as *query* (see docs/recall.md). ``intent="what_failed"``
         ranks failures first among equally relevant episodes, ``"what_worked"`` successes.
         ``tags`` keeps episodes with at least one of the tags, ``outcome`` those with that
-        outcome (or one of them), ``since`` those recorded at or after a time (a datetime, an
-        ISO-8601 string, POSIX seconds, or a timedelta meaning "this long ago").
+        outcome (or one of them), ``since`` those recorded at or after a time and ``until``
+        those recorded before one: an ISO-8601 date or time, a duration or ``timedelta``
+        meaning that long ago (``"7d"``), a phrase (``"yesterday"``, ``"last tuesday"``,
+        ``"this week"``), a ``datetime``, a ``date`` or POSIX seconds, read in the memory's
+        ``tz``. A date or a phrase naming a day (or a week, month, year) covers all of it:
+        ``since`` takes its first instant, ``until`` its end, so
+        ``since="yesterday", until="yesterday"`` is yesterday (see docs/recall.md#time).
         """
         scored = await self.explain(
-            query, top_k, intent=intent, tags=tags, outcome=outcome, since=since
+            query, top_k, intent=intent, tags=tags, outcome=outcome, since=since, until=until
         )
         return [s.episode for s in scored]
 
@@ -772,6 +792,7 @@ class EpisodicMemory:
         tags: Collection[str] | None = None,
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
+        until: TimeLike | None = None,
     ) -> Ranking:
         """Like :meth:`recall`, with each episode's score and why (matched terms, the keyword
         and meaning parts, recency, outcome weight). The list also says how it was ranked
@@ -791,7 +812,8 @@ class EpisodicMemory:
             raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
         outcomes = _outcomes(outcome)
         wanted_tags = _tags(tags)
-        after = _since("since", since, self._clock()) if since is not None else None
+        after = await self._time("since", since)
+        cutoff = await self._time("until", until)
         await self._sync()
         if k == 0:
             return Ranking()
@@ -807,6 +829,8 @@ class EpisodicMemory:
         def accept(seq: int) -> bool:
             if self._expired(seq, now):
                 return False
+            if cutoff is not None and not -math.inf < index.when(seq) < cutoff:
+                return False  # recorded at or after until (or at no time known)
             ep = index.episode(seq)
             if outcomes is not None and ep.outcome not in outcomes:
                 return False
@@ -887,6 +911,47 @@ class EpisodicMemory:
                 [scored.episode.id for _, scored in found],
             )
         return ranking
+
+    async def history(
+        self,
+        task: str,
+        *,
+        since: TimeLike | None = None,
+        until: TimeLike | None = None,
+        tags: Collection[str] | None = None,
+    ) -> History:
+        """The past runs of *task* over time, oldest first, and where the run of successes
+        broke: "when did this start failing?" (see :class:`~deepcrew_episodic.History`).
+
+        The runs are those :meth:`recall` finds for *task* (the same ranking, relevance floor
+        and filters, with no limit on their number), so history agrees with what an agent
+        given *task* is shown: one item per run (its latest iteration), each read with its
+        grades; expired and abandoned runs are left out, as recall leaves them. An episode
+        without a usable timestamp takes its place in the log (the time of the dated episode
+        recorded before it). ``since``, ``until`` and ``tags`` are recall's.
+
+        Example::
+
+            history = await memory.history("deploy to staging", since="this month")
+            for item in history:
+                print(item.episode.timestamp, item.episode.outcome)
+            if history.broke is not None:
+                print("failing since", history.broke.episode.timestamp)
+        """
+        if not isinstance(task, str):
+            raise ConfigurationError(f"task must be a string, not {type(task).__name__}")
+        await self._sync()
+        everything = max(1, self._log.max, len(self._known))
+        found = await self.explain(task, everything, tags=tags, since=since, until=until)
+
+        def when(item: Scored) -> tuple[float, int]:
+            seq = self._ids.get(item.episode.id)
+            known = self._known.get(seq) if seq is not None else None
+            return (
+                (known.recorded, seq) if known is not None and seq is not None else (-math.inf, -1)
+            )
+
+        return History(sorted(found, key=when), task=task)
 
     def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
         """The ``## Relevant past experience`` block for *episodes* (best first, as
@@ -1659,6 +1724,27 @@ class EpisodicMemory:
             touched.add(grade.episode_id)
         return touched
 
+    async def _time(self, name: str, value: TimeLike | None) -> float | None:
+        """A ``since``/``before`` (the start of the span *value* names) or an ``until`` (its
+        end) as POSIX seconds, read in this memory's time zone and relative to its clock;
+        ``None`` for ``None``. See _time.py. A phrase, or a zone not loaded yet, is read in a
+        worker thread: dateparser's import and the zone database are file reads."""
+        if value is None:
+            return None
+        if needs_reading(value, self._tz):
+            import anyio.to_thread
+
+            start, end = await anyio.to_thread.run_sync(self._span, name, value)
+        else:
+            start, end = self._span(name, value)
+        return end if name == "until" else start
+
+    def _span(self, name: str, value: TimeLike) -> tuple[float, float]:
+        if isinstance(self._tz, str) and needs_reading(value, self._tz):
+            self._tz = zone(self._tz)
+        tz = self._tz if not isinstance(self._tz, str) else UTC  # a moment needs no zone
+        return span(value, name=name, now=self._clock(), tz=tz)
+
     def searched_text(self, episode: Episode) -> str:
         """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), in its
         search form (``search_form``: white space, hidden characters, Unicode forms and case
@@ -1825,24 +1911,3 @@ def _outcomes(outcome: str | Collection[str] | None) -> set[str] | None:
     if bad:
         raise ConfigurationError(f"unknown outcome {sorted(bad)}; expected one of {OUTCOMES}")
     return chosen
-
-
-def _since(name: str, value: TimeLike, now: float) -> float:
-    """*value* (``since``, ``before``) as POSIX seconds."""
-    if isinstance(value, timedelta):
-        return now - value.total_seconds()
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ConfigurationError(f"{name}: a naive datetime is ambiguous; give it a tzinfo")
-        return value.timestamp()
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return number(name, value)
-    if not isinstance(value, str):
-        raise ConfigurationError(
-            f"{name} must be a datetime, an ISO-8601 string, POSIX seconds or a timedelta, "
-            f"not {type(value).__name__}"
-        )
-    try:
-        return parse_time(value)
-    except ValueError as exc:
-        raise ConfigurationError(f"{name}: {exc}") from None

@@ -13,16 +13,18 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
-from datetime import timedelta
+from datetime import timedelta, tzinfo
 from types import TracebackType
 from typing import Any, TypeVar
 
 from ._episode import Episode, Outcome
 from ._exceptions import ConfigurationError
 from ._grade import Grade
+from ._history import History
 from ._log import Counters
-from ._memory import EpisodicMemory, MemoryStats, TimeLike
+from ._memory import EpisodicMemory, MemoryStats
 from ._recall import Ranking, Scored
+from ._time import TimeLike
 from .providers._base import MemoryProvider
 
 __all__ = ["SyncEpisodicMemory"]
@@ -142,10 +144,18 @@ class SyncEpisodicMemory:
         tags: Collection[str] | None = None,
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
+        until: TimeLike | None = None,
     ) -> list[Episode]:
         """See :meth:`EpisodicMemory.recall`."""
         return self._call(
-            self.memory.recall, query, top_k, intent=intent, tags=tags, outcome=outcome, since=since
+            self.memory.recall,
+            query,
+            top_k,
+            intent=intent,
+            tags=tags,
+            outcome=outcome,
+            since=since,
+            until=until,
         )
 
     def explain(
@@ -157,6 +167,7 @@ class SyncEpisodicMemory:
         tags: Collection[str] | None = None,
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
+        until: TimeLike | None = None,
     ) -> Ranking:
         """See :meth:`EpisodicMemory.explain`."""
         return self._call(
@@ -167,7 +178,19 @@ class SyncEpisodicMemory:
             tags=tags,
             outcome=outcome,
             since=since,
+            until=until,
         )
+
+    def history(
+        self,
+        task: str,
+        *,
+        since: TimeLike | None = None,
+        until: TimeLike | None = None,
+        tags: Collection[str] | None = None,
+    ) -> History:
+        """See :meth:`EpisodicMemory.history`."""
+        return self._call(self.memory.history, task, since=since, until=until, tags=tags)
 
     def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
         """See :meth:`EpisodicMemory.render` (no I/O: runs here)."""
@@ -317,6 +340,10 @@ class SyncEpisodicMemory:
     @property
     def max_age(self) -> timedelta | None:
         return self.memory.max_age
+
+    @property
+    def tz(self) -> tzinfo | str:
+        return self.memory.tz
 
     @property
     def backend(self) -> MemoryProvider:

@@ -29,6 +29,8 @@ CORE = {
     "_grade",
     "_distill",
     "_telemetry",
+    "_time",
+    "_history",
     "providers",
     "testing",
 }

@@ -216,7 +216,7 @@ def test_no_store_is_a_usage_error(run: Run) -> None:
     ("argv", "message"),
     [
         (["--store", "notes.txt", "stats"], "expected a path ending in .json"),
-        (["--store", "x.json", "timeline", "--since", "last week"], "neither a duration"),
+        (["--store", "x.json", "timeline", "--since", "someday"], "is not a time"),
         (["--store", "x.json", "recall"], "QUERY"),
         (["--store", "x.json", "recall", "q", "-k", "0"], "at least 1"),
         (["--store", "x.json", "record", "--outcome", "great", "-q", "q"], "invalid choice"),
@@ -690,7 +690,9 @@ def test_sweep_command(run: Run, store: str) -> None:
 # --- start-up -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [["recall", "refund"], ["timeline"], ["stats"], ["export"]])
+@pytest.mark.parametrize(
+    "command", [["recall", "refund"], ["timeline"], ["history", "refund"], ["stats"], ["export"]]
+)
 def test_reading_a_file_store_imports_no_heavy_package(store: str, command: list[str]) -> None:
     # What keeps `recall` fast to start: it reads the file once and runs without an event
     # loop, so neither asyncio nor anyio loads, and pydantic and litellm never do.

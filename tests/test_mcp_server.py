@@ -18,6 +18,7 @@ import sys
 import unicodedata
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -876,3 +877,37 @@ def test_the_mcp_server_uses_only_the_public_api() -> None:
         source = path.read_text()
         assert "deepcrew_episodic.cli" not in source
         assert "from ..cli" not in source
+
+
+@ONCE
+async def test_timeline_takes_since_and_until_in_every_form(tmp_path: Path) -> None:
+    store = str(tmp_path / "memory.json")
+    now = datetime.now(UTC)
+    async with await opened(store, create=True) as provider:
+        memory = EpisodicMemory(provider)
+        old = await memory.record(
+            Episode(query="Rotate the key", timestamp=(now - timedelta(days=30)).isoformat())
+        )
+        week = await memory.record(
+            Episode(query="Rotate the key", timestamp=(now - timedelta(days=10)).isoformat())
+        )
+        today = await memory.record(Episode(query="Rotate the key"))
+        month = await memory.record(
+            Episode(query="Close the month", timestamp="2026-02-28T16:00:00Z")
+        )
+    async with stdio(store) as client:
+
+        async def ids(**period: Any) -> list[str]:
+            return [e["id"] for e in (await call(client, "timeline", **period))["episodes"]]
+
+        assert await ids(since="yesterday") == [today.id]
+        assert await ids(since="2 weeks ago", until="last week") == [week.id]
+        assert await ids(until="3 weeks ago", since="2026-03-02") == [old.id]
+        assert await ids(since_days=20, until="5d") == [week.id]
+        assert await ids(since="2026-03-01", until="2026-03-01") == []  # still February in UTC
+        message = await failing(client, "timeline", since="someday")
+        assert "since: 'someday' is not a time" in message
+        assert "last tuesday" in message
+    async with stdio(store, "--tz", "Asia/Tokyo") as client:
+        found = await call(client, "timeline", since="2026-03-01", until="2026-03-01")
+        assert [e["id"] for e in found["episodes"]] == [month.id]  # 1 March, 01:00 in Tokyo

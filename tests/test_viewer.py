@@ -266,7 +266,7 @@ async def test_filters_and_search_change_the_rows(memory: EpisodicMemory) -> Non
         assert await ids("outcome=success&tag=deploy&q=refund") == {
             e.id for e in stored if e.outcome == "success" and "deploy" in e.tags
         }
-        for bad in ("outcome=won", "since=yesterday", "until=2024-13-01", "since=%D9%A3%D9%A3"):
+        for bad in ("outcome=won", "since=someday", "until=2024-13-01", "since=%D9%A3%D9%A3"):
             r = await c.get("/?" + bad)
             assert r.status_code == 400, bad
         # The form keeps what was asked.
@@ -858,3 +858,107 @@ async def test_a_grade_without_a_score_shows_no_recorded_score(memory: EpisodicM
         row = re.search(r'<tr class="episode".*?</tr>', listing, re.S)[0]  # type: ignore[index]
         assert "success" in row
         assert "0.10" not in row
+
+
+# --- time and history ----------------------------------------------------------------------------
+
+HISTORY_NOW = 1_796_207_400.0  # Wednesday 2 December 2026, 10:30 UTC
+
+
+async def deploys(memory: EpisodicMemory) -> list[Episode]:
+    """A deploy that worked, then broke, on a memory whose clock is fixed."""
+    days = [(9, "success"), (8, "success"), (6, "failure"), (5, "success"), (3, "failure"),
+            (2, "unknown"), (1, "failure")]  # fmt: skip
+    stored = []
+    for n, outcome in days:
+        when = f"2026-12-{2 - n:02d}T10:00:00Z" if n < 2 else f"2026-11-{32 - n:02d}T10:00:00Z"
+        stored.append(
+            await memory.record(
+                Episode(query=f"deploy to staging <b>#{n}</b>", outcome=outcome, timestamp=when)
+            )
+        )
+    await memory.record(Episode(query="refund a charge", outcome="failure"))
+    return stored
+
+
+def history_rows(page: str) -> list[tuple[str, str]]:
+    return re.findall(r'<tr class="run( broke)?" data-id="([^"]*)"', page)
+
+
+async def test_the_history_page_is_what_history_returns(memory: EpisodicMemory) -> None:
+    fixed = EpisodicMemory(memory.backend, clock=lambda: HISTORY_NOW, max_episodes=1000)
+    stored = await deploys(fixed)
+    history = await fixed.history("deploy to staging")
+    async with client(fixed) as c:
+        empty = await c.get("/history")
+        assert empty.status_code == 200
+        assert 'id="runs"' not in empty.text
+        assert 'id="nav-history"' in empty.text
+        r = await c.get("/history", params={"task": "deploy to staging"})
+        assert r.status_code == 200, r.text
+        rows = history_rows(r.text)
+        assert [i for _, i in rows] == [s.episode.id for s in history] == [e.id for e in stored]
+        assert [i for mark, i in rows if mark] == [stored[4].id]  # the row where it broke
+        summary = re.search(r'<p id="summary"[^>]*>(.*?)</p>', r.text, re.S)[1]  # type: ignore[index]
+        text = " ".join(re.sub(r"<[^>]+>", "", summary).split())
+        assert text == (
+            "Started failing on 2026-11-29 10:00: 2 failed runs since the last success, on "
+            "2026-11-27 10:00."
+        )
+        assert f'href="/episode/{stored[4].id}"' in summary
+        assert "<b>#" not in r.text
+        assert "&lt;b&gt;#3&lt;/b&gt;" in r.text
+        # A period, in the memory's words and on its clock.
+        since = await c.get("/history", params={"task": "deploy to staging", "since": "3 days ago"})
+        assert [i for _, i in history_rows(since.text)] == [e.id for e in stored[4:]]
+        assert "Never worked: 2 failed runs" in since.text
+        until = await c.get("/history", params={"task": "deploy to staging", "until": "5 days ago"})
+        assert [i for _, i in history_rows(until.text)] == [e.id for e in stored[:4]]
+        assert "Working: the newest run with an outcome worked" in until.text
+        assert 'value="5 days ago"' in until.text  # the form keeps what was asked
+        none = await c.get("/history", params={"task": "water the plants"})
+        assert 'id="empty"' in none.text
+
+
+async def test_the_history_page_refuses_bad_input_clearly(memory: EpisodicMemory) -> None:
+    await deploys(memory)
+    async with client(memory) as c:
+        for query, words in (
+            ({"task": "deploy", "since": "someday"}, "since: &#39;someday&#39; is not a time"),
+            ({"task": "deploy", "until": "5"}, "until: &#39;5&#39; is not a time"),
+            ({"task": "x" * 20_001}, "task: at most"),
+        ):
+            r = await c.get("/history", params=query)
+            assert r.status_code == 400, query
+            assert words in r.text, r.text
+        twice = await c.get("/history?task=a&task=b")
+        assert twice.status_code == 400
+        assert "task: give it once" in twice.text
+
+
+async def test_the_timeline_takes_phrases_in_the_memory_time_zone(memory: EpisodicMemory) -> None:
+    tokyo = EpisodicMemory(memory.backend, max_episodes=1000, tz="Asia/Tokyo")
+    recent = await tokyo.record(Episode(query="count the stock"))
+    month = await tokyo.record(Episode(query="close the month", timestamp="2026-02-28T16:00:00Z"))
+
+    async def ids(app_memory: EpisodicMemory, query: str) -> set[str]:
+        async with client(app_memory) as c:
+            r = await c.get("/?" + query)
+            assert r.status_code == 200, r.text
+            return set(row_ids(r.text))
+
+    assert await ids(tokyo, "since=yesterday") == {recent.id}
+    assert await ids(tokyo, "until=last+week") == {month.id}
+    # 16:00 UTC on 28 February was 1 March in Tokyo, not in UTC.
+    assert await ids(tokyo, "since=2026-03-01&until=2026-03-01") == {month.id}
+    async with client(tokyo) as c:
+        page = (await c.get("/?since=2026-03-01&until=2026-03-01")).text
+        # The page says what the filter was read as, in its zone.
+        assert (
+            '<p id="period" class="hint">Recorded from 2026-03-01 00:00 to 2026-03-02 00:00 '
+            "(Asia/Tokyo).</p>"
+        ) in page
+        assert 'id="period"' not in (await c.get("/?q=stock")).text
+    utc_memory = EpisodicMemory(memory.backend, max_episodes=1000)
+    assert await ids(utc_memory, "since=2026-03-01&until=2026-03-01") == set()
+    assert await ids(utc_memory, "since=2026-02-28&until=2026-02-28") == {month.id}

@@ -36,8 +36,9 @@ from browser import (
 )
 from playwright.sync_api import Browser, BrowserContext, Page, Response
 
-from deepcrew_episodic import Episode, EpisodicMemory
+from deepcrew_episodic import Episode, EpisodicMemory, parse_time
 from deepcrew_episodic._episode import stored_texts
+from deepcrew_episodic.providers import open_provider
 
 # One worker runs the whole module: one browser to start, and the forget tests run in order on
 # the store they share.
@@ -776,3 +777,148 @@ def test_the_overview_warns_when_the_outcome_signal_is_not_wired(
         visit(watched, server, "/overview")
         assert NOT_WIRED in watched.page.locator("#warnings").inner_text()
         watched.assert_clean()
+
+
+# --- history and phrases ---------------------------------------------------------------------
+
+HISTORY_TASK = "deploy the checkout service to staging"
+
+
+async def seed_history(store: Path) -> list[str]:
+    """A deploy that worked for weeks and broke three days ago (a graded run among them,
+    one of three iterations), recorded relative to now: the phrases the page takes are."""
+    now = datetime.now(UTC)
+    async with open_provider(str(store)) as backend:
+        memory = EpisodicMemory(backend)
+        ids = []
+        for days, outcome in [(40, "success"), (25, "success"), (9, "failure"), (6, "success"),
+                              (3, "failure"), (1, "failure")]:  # fmt: skip
+            episode = await memory.record(
+                Episode(
+                    query=f"{HISTORY_TASK} (build {days})",
+                    outcome=outcome,
+                    reflection=f"lesson of the build {days} days ago",
+                    timestamp=(now - timedelta(days=days)).isoformat(),
+                )
+            )
+            ids.append(episode.id)
+        # A run of two iterations: the second, a success, is what the history shows of it.
+        for n, outcome in enumerate(["failure", "success"]):
+            stamp = (now - timedelta(days=12, minutes=-n)).isoformat()
+            await memory.record(
+                Episode(
+                    query=f"{HISTORY_TASK} (retried)",
+                    outcome=outcome,
+                    run_id="run-retried",
+                    timestamp=stamp,
+                )
+            )
+        # The failure of nine days ago was a success after all, a test said later.
+        await memory.grade(ids[2], outcome="success", note="the smoke test passed on retry")
+        await memory.record(Episode(query="refund the duplicate charge", outcome="failure"))
+        return ids
+
+
+@pytest.fixture(scope="module")
+def history_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Viewer]]:
+    store = tmp_path_factory.mktemp("viewer-history") / "episodes.db"
+    run(seed_history, store)
+    with serve(store, "--tz", "Asia/Tokyo") as server:
+        yield store, server
+
+
+def test_the_history_page_shows_when_it_started_failing(
+    context: BrowserContext, history_server: tuple[Path, Viewer]
+) -> None:
+    store, server = history_server
+    watched = signed_in(context, server)
+    page = watched.page
+    page.click("#nav-history")
+    page.wait_for_url("**/history")
+    page.fill("#h-task", HISTORY_TASK)
+    with page.expect_navigation():
+        page.click("#h-go")
+    watched.assert_clean()
+
+    async def expected(memory: EpisodicMemory, **period: str) -> tuple[list[str], str | None]:
+        found = await memory.history(HISTORY_TASK, **period)
+        return [s.episode.id for s in found], found.broke.episode.id if found.broke else None
+
+    ids, broke = on_store(store, expected)
+    rows = page.locator("#runs tr.run")
+    assert [rows.nth(i).get_attribute("data-id") for i in range(rows.count())] == ids
+    assert len(ids) == 7  # six builds and the retried run, once; not the refund
+    outcomes = page.locator("#runs td.outcome").all_inner_texts()
+    assert outcomes == ["success", "success", "success", "success", "success", "failure", "failure"]
+    assert page.locator("#runs td.iterations").all_inner_texts()[2] == "2"
+    assert page.locator("tr.broke").get_attribute("data-id") == broke
+    summary = page.inner_text("#summary")
+    assert summary.startswith("Started failing on ")
+    assert "2 failed runs since the last success" in summary
+    # A phrase narrows it, read by the server (in its zone, on its clock).
+    page.fill("#h-since", "last 7 days")
+    with page.expect_navigation():
+        page.click("#h-go")
+    watched.assert_clean()
+    recent, _ = on_store(store, lambda m: expected(m, since="last 7 days"))
+    rows = page.locator("#runs tr.run")
+    assert [rows.nth(i).get_attribute("data-id") for i in range(rows.count())] == recent
+    assert len(recent) == 3
+    assert page.input_value("#h-since") == "last 7 days"
+    # The break links to its episode.
+    with page.expect_navigation():
+        page.click("#broke")
+    assert page.url.endswith("/episode/" + url_quote(broke or "", safe=""))
+    watched.assert_clean()
+    # A phrase no one can read is said, not ignored.
+    visit(watched, server, "/history?task=deploy&since=someday", status=400)
+    assert "since: 'someday' is not a time" in page.inner_text("#error")
+
+
+def test_the_history_page_over_the_seeded_store_is_photographed(
+    page: Watched, viewer: Viewer, seeded: tuple[Path, Seeded]
+) -> None:
+    # Over the seeded store (fixed times), so that the picture in the docs is the same each run.
+    task = "refund the duplicate charge"
+    visit(page, viewer, "/history?task=" + url_quote(task))
+
+    async def expected(memory: EpisodicMemory) -> tuple[list[str], str | None]:
+        found = await memory.history(task)
+        return [s.episode.id for s in found], found.broke.episode.id if found.broke else None
+
+    ids, broke = on_store(seeded[0], expected)
+    got = page.page.locator("#runs tr.run").evaluate_all("rows => rows.map(r => r.dataset.id)")
+    assert got == ids
+    assert broke is not None
+    assert page.page.locator("tr.broke").get_attribute("data-id") == broke
+    screenshot(page.page, "history")
+
+
+def test_the_timeline_filter_takes_phrases(
+    context: BrowserContext, history_server: tuple[Path, Viewer]
+) -> None:
+    store, server = history_server
+    watched = signed_in(context, server)
+    page = watched.page
+    page.fill("#f-since", "2 weeks ago")
+    page.fill("#f-until", "5 days ago")
+    page.fill("#f-q", "checkout")
+    with page.expect_navigation():
+        page.click("#f-apply")
+    watched.assert_clean()
+    got = page.locator("#timeline tr.episode").evaluate_all("rows => rows.map(r => r.dataset.id)")
+
+    async def expected(memory: EpisodicMemory) -> list[str]:
+        start, _ = parse_time("2 weeks ago", tz="Asia/Tokyo")
+        _, end = parse_time("5 days ago", tz="Asia/Tokyo")
+        return [
+            e.id
+            for e in reversed(await memory.load())
+            if "checkout" in e.query and start <= (e.time() or 0) < end
+        ]
+
+    assert got == on_store(store, expected)
+    # 12 days ago (both iterations), 9 and 6 days ago: "2 weeks ago" starts on the Monday of
+    # that week, 14 to 20 days ago, so never before the build of 25 days ago.
+    assert len(got) == 4
+    assert page.input_value("#f-since") == "2 weeks ago"

@@ -29,7 +29,7 @@ from ._parse import (
     build_parser,
     check_usage,
 )
-from ._read import cmd_export, cmd_recall, cmd_stats, cmd_timeline
+from ._read import cmd_export, cmd_history, cmd_recall, cmd_stats, cmd_timeline
 from ._serve import cmd_serve
 from ._store import Settings, make_memory, open_store, run_now
 from ._write import (
@@ -118,6 +118,7 @@ async def _run(args: argparse.Namespace, settings: Settings, provider: MemoryPro
             "grade": lambda: cmd_grade(args, memory),
             "recall": lambda: cmd_recall(args, memory),
             "timeline": lambda: cmd_timeline(args, memory),
+            "history": lambda: cmd_history(args, memory),
             "stats": lambda: cmd_stats(args, memory, settings.label),
             "export": lambda: cmd_export(args, memory, settings),
             "import": lambda: cmd_import(args, memory),

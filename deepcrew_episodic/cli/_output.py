@@ -32,7 +32,7 @@ from .._unicode import escape_hidden, is_hidden
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-    from .. import Episode, Grade, Redactor, Scored
+    from .. import Episode, Grade, History, Redactor, Scored
 
 PROG = "deepcrew-episodic"
 REDACTED = "***"
@@ -491,6 +491,26 @@ def timeline_line(episode: Episode, grades: Sequence[Grade] = (), width: int = 0
         f"{_when(ep)}  {label:<{width or len(label)}} {_score(ep)}  "
         f"{one_line(ep['query'], 70)}{tags}  [{short_id(episode.id)}]"
     )
+
+
+def history_summary(history: History) -> str:
+    """The line under a history: where the run of successes broke, or how it stands."""
+
+    def point(item: Scored) -> str:
+        return f"{_when(for_display(item.episode)).strip()} [{short_id(item.episode.id)}]"
+
+    n = history.failures_since
+    runs = f"{n} failed run{'s' * (n != 1)}"
+    if history.broke is not None and history.last_success is not None:
+        return (
+            f"started failing: {point(history.broke)}; {runs} since the last success, "
+            f"{point(history.last_success)}"
+        )
+    if history.failing:
+        return f"never worked: {runs}, and no run that worked"
+    if history.last_success is not None:
+        return f"working: the newest run with an outcome worked, {point(history.last_success)}"
+    return "no run says whether it worked (every outcome is unknown)"
 
 
 def recall_lines(

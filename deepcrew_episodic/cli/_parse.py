@@ -7,8 +7,10 @@ hold; anything else is a usage error (status 2) in one line, like argparse's own
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NoReturn
 
@@ -42,7 +44,6 @@ INTENTS = ("any", "what_failed", "what_worked")
 # ASCII digits only: re's \d, int() and float() also take "٣" (Arabic-Indic three).
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhdw])", re.ASCII)
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
 _INTEGER = re.compile(r"\+?[0-9]+", re.ASCII)
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
@@ -96,36 +97,6 @@ def _parse_iso(text: str) -> datetime:
         raise ValueError("not ASCII")  # fromisoformat takes "٢٠٢٤-..." too
     moment = datetime.fromisoformat(value)
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def parse_when(text: str, *, end_of_day: bool = False) -> datetime:
-    """A point in time: a duration meaning "that long ago" (``7d``), or an ISO-8601 date or
-    time (naive means UTC). With *end_of_day*, a bare date means the end of that day."""
-    try:
-        ago: timedelta | None = parse_duration(text)
-    except _OutOfRange:
-        raise
-    except argparse.ArgumentTypeError:
-        ago = None
-    try:
-        if ago is not None:
-            return datetime.now(UTC) - ago
-        try:
-            moment = _parse_iso(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{shown(text)} is neither a duration (7d, 12h) nor an ISO-8601 date or time"
-            ) from None
-        if end_of_day and _DATE_ONLY.fullmatch(text.strip()):
-            moment += timedelta(days=1)
-        moment.astimezone(UTC)  # a time every later comparison can use
-        return moment
-    except OverflowError:
-        raise _OutOfRange(f"{shown(text)} is out of range (years 1 to 9999)") from None
-
-
-def parse_until(text: str) -> datetime:
-    return parse_when(text, end_of_day=True)
 
 
 def parse_forget_after(text: str) -> str:
@@ -220,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="AGE",
         help=f"retention: hide (and let sweep delete) episodes older than this, e.g. 90d "
         f"(default: ${MAX_AGE_ENV}, else none)",
+    )
+    where.add_argument(
+        "--tz",
+        default=argparse.SUPPRESS,
+        metavar="ZONE",
+        help="the time zone of dates and phrases given without one (Europe/Paris, UTC; "
+        "default: $TZ when it names a zone, else UTC)",
     )
     meaning = common.add_argument_group("recall by meaning")
     meaning.add_argument(
@@ -345,14 +323,29 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--intent", choices=INTENTS, default="any")
     rc.add_argument("-v", "--verbose", action="store_true", help="show each score and why")
     filters(rc)
+    period(rc)
 
     tl = command("timeline", "episodes in the order they were recorded", reading=True)
-    tl.add_argument("--since", type=parse_when, metavar="WHEN", help="7d, 12h, or a date/time")
     tl.add_argument(
-        "--until", type=parse_until, metavar="WHEN", help="before this (a date includes the day)"
+        "text",
+        nargs="?",
+        metavar="TEXT",
+        help="only the episodes containing this text (case-insensitive, as forget --containing)",
     )
+    period(tl)
     tl.add_argument("--limit", type=positive_int, metavar="N", help="only the newest N")
     filters(tl)
+
+    hi = command(
+        "history",
+        "the outcomes of a task's past runs over time, oldest first, and when it started failing",
+        reading=True,
+    )
+    hi.add_argument("task", metavar="TASK", help="the task, as an agent would be given it")
+    period(hi)
+    hi.add_argument(
+        "--tag", action="append", dest="tags", metavar="TAG", help="keep this tag (repeatable)"
+    )
 
     command(
         "stats", "counts by outcome, size, oldest and newest, expired and corrupt", reading=True
@@ -376,7 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     fg = command("forget", "delete episodes for real: by --id, or by a filter")
     fg.add_argument("--id", action="append", dest="ids", metavar="ID", help="(repeatable)")
     filters(fg)
-    fg.add_argument("--before", type=parse_when, metavar="WHEN", help="recorded before this")
+    fg.add_argument(
+        "--before", type=time_text, metavar="WHEN", help="recorded before this (as --since)"
+    )
     fg.add_argument("--containing", metavar="TEXT", help="text in any field (case-insensitive)")
     fg.add_argument(
         "--corrupt",
@@ -416,6 +411,85 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def period(sub: argparse.ArgumentParser) -> None:
+    """``--since`` and ``--until``, with the same forms everywhere (see :func:`resolve_times`)."""
+    sub.add_argument(
+        "--since",
+        type=time_text,
+        metavar="WHEN",
+        help="recorded at or after this: 7d, 12h, a date or time, or a phrase ('yesterday', "
+        "'last tuesday', '3 days ago', 'this week')",
+    )
+    sub.add_argument(
+        "--until",
+        type=time_text,
+        metavar="WHEN",
+        help="recorded before this (a date or a day's phrase includes the day: --until yesterday)",
+    )
+
+
+def time_text(text: str) -> str:
+    """A time option as given: read after parsing, once ``--tz`` is known (see
+    :func:`resolve_times`); only a text no time can be is refused here."""
+    if len(text) > MAX_TIME_CHARS:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is too long to be a time")
+    return text
+
+
+# Longer than any time anyone types (ISO-8601 with a zone and microseconds is 32).
+MAX_TIME_CHARS = 200
+TIME_OPTIONS = {"since": "--since", "until": "--until", "before": "--before"}
+
+
+def zone_name(args: argparse.Namespace) -> str | None:
+    """The time zone dates and phrases are read in: ``--tz``, else ``$TZ`` when it names a
+    zone the library knows (a warning says when it does not), else ``None`` (UTC)."""
+    from .. import ConfigurationError, parse_time
+
+    given = getattr(args, "tz", None)
+    if given is not None:
+        try:
+            parse_time("2000-01-01", tz=given)
+        except ConfigurationError as exc:
+            raise UsageError(f"--tz: {str(exc).removeprefix('tz: ')}") from None
+        return str(given)
+    ambient = os.environ.get("TZ", "").strip()
+    if not ambient:
+        return None
+    try:
+        parse_time("2000-01-01", tz=ambient)
+    except ConfigurationError:
+        from ._output import note
+
+        note(
+            f"warning: TZ={shown(ambient)} is not a time zone name this library knows; times "
+            f"are read in UTC (give --tz Europe/Paris or the like)"
+        )
+        return None
+    return ambient
+
+
+def resolve_times(args: argparse.Namespace) -> None:
+    """Each time option given, as POSIX seconds: ``since`` and ``before`` the start of the
+    span the value names, ``until`` its end (a date or "yesterday" includes the day), read in
+    :func:`zone_name`'s zone. A value that is no time is a usage error naming it."""
+    given = [name for name in TIME_OPTIONS if getattr(args, name, None) is not None]
+    if not given:
+        return
+    from .. import ConfigurationError, parse_time
+
+    tz = args.zone = zone_name(args)
+    now = time.time()
+    for name in given:
+        try:
+            start, end = parse_time(getattr(args, name), tz=tz, now=now)
+        except ConfigurationError as exc:
+            raise UsageError(
+                f"{args.command} {TIME_OPTIONS[name]}: {str(exc).removeprefix('time: ')}"
+            ) from None
+        setattr(args, name, end if name == "until" else start)
+
+
 def deleting(sub: argparse.ArgumentParser, what: str = "deleted") -> None:
     """The two options every command that deletes takes, with the same meaning everywhere:
     it asks on a terminal, and without one it deletes nothing unless given ``--yes``."""
@@ -444,6 +518,7 @@ def has_filter(args: argparse.Namespace) -> bool:
 
 def check_usage(args: argparse.Namespace) -> None:
     """Combinations argparse cannot express, checked before any store is opened."""
+    resolve_times(args)
     if args.command == "record":
         _check_record(args)
     if args.command == "mcp":

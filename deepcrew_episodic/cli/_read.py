@@ -1,4 +1,4 @@
-"""The reading commands: ``recall``, ``timeline``, ``stats``, ``export``.
+"""The reading commands: ``recall``, ``timeline``, ``history``, ``stats``, ``export``.
 
 None of them writes to the store (``export -o`` writes a file of its own). The listings show
 stored text cleaned (:func:`~._output.clean`), in human and JSON output alike; ``export`` is a
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._unicode import search_form
 from ._errors import CliError
 from ._output import (
     OUTPUT,
@@ -22,6 +23,7 @@ from ._output import (
     dump,
     for_display,
     grade_json,
+    history_summary,
     holds_secrets,
     note,
     number,
@@ -49,7 +51,13 @@ EXPORT_MODE = 0o600
 
 async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     found = await memory.explain(
-        args.query, args.top_k, intent=args.intent, tags=args.tags, outcome=args.outcome
+        args.query,
+        args.top_k,
+        intent=args.intent,
+        tags=args.tags,
+        outcome=args.outcome,
+        since=args.since,
+        until=args.until,
     )
     # An embedder that failed has already said so, in one warning line on stderr (the library
     # logs it): the ranking below is by keywords, and --json -v says so in "ranking".
@@ -74,7 +82,13 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
                 out(line)
     if not found:
         if not args.json:
-            note(f"no episode in namespace '{memory.namespace}' is relevant to {shown(args.query)}")
+            period = (
+                " in the period given" if args.since is not None or args.until is not None else ""
+            )
+            note(
+                f"no episode in namespace '{memory.namespace}' is relevant to "
+                f"{shown(args.query)}{period}"
+            )
         await hint_if_empty(memory)
     return 0
 
@@ -104,10 +118,10 @@ def _recall_json(found: Scored, ranking: Ranking) -> dict[str, Any]:
 
 
 async def cmd_timeline(args: argparse.Namespace, memory: EpisodicMemory) -> int:
-    since = args.since.timestamp() if args.since else None
-    until = args.until.timestamp() if args.until else None
+    since, until = args.since, args.until  # POSIX seconds (see resolve_times)
     outcomes = set(args.outcome) if args.outcome else None
     tags = {t.casefold() for t in args.tags} if args.tags else None
+    needle = _needle(args.text)
     shown = []
     for ep in await memory.load():
         when = ep.time()
@@ -120,6 +134,8 @@ async def cmd_timeline(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         if outcomes is not None and ep.outcome not in outcomes:
             continue
         if tags is not None and not tags & {t.casefold() for t in ep.tags}:
+            continue
+        if needle is not None and needle not in memory.searched_text(ep):
             continue
         shown.append(ep)
     if args.limit:
@@ -134,6 +150,57 @@ async def cmd_timeline(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if not shown:
         await hint_if_empty(memory)
     return 0
+
+
+def _needle(text: str | None) -> str | None:
+    """*text* in the form ``searched_text`` holds (the rule of ``forget --containing``)."""
+    if text is None:
+        return None
+    needle = search_form(text)
+    if not needle:
+        # White space or hidden characters only would match every episode.
+        raise CliError(f"timeline: {shown(text)} holds no visible text")
+    return needle
+
+
+async def cmd_history(args: argparse.Namespace, memory: EpisodicMemory) -> int:
+    found = await memory.history(args.task, since=args.since, until=args.until, tags=args.tags)
+    graded = await grades_of(memory, [s.episode for s in found])
+    if args.json:
+        dump(
+            {
+                "task": clean(args.task),
+                "runs": [
+                    {**_with_grades(for_display(s.episode), g), "iterations": s.iterations}
+                    for s, g in zip(found, graded, strict=True)
+                ],
+                "broke": _point(found.broke),
+                "last_success": _point(found.last_success),
+                "failing": found.failing,
+                "failures_since": found.failures_since,
+            }
+        )
+    else:
+        width = outcome_width(
+            outcome_label(s.episode, g) for s, g in zip(found, graded, strict=True)
+        )
+        for s, grades in zip(found, graded, strict=True):
+            tries = f"  ({s.iterations} iterations)" if s.iterations > 1 else ""
+            out(timeline_line(s.episode, grades, width) + tries)
+        if found:
+            out()
+            out(history_summary(found))
+    if not found:
+        if not args.json:
+            note(f"no past run in namespace '{memory.namespace}' matches {shown(args.task)}")
+        await hint_if_empty(memory)
+    return 0
+
+
+def _point(item: Scored | None) -> dict[str, Any] | None:
+    if item is None:
+        return None
+    return {"id": clean(item.episode.id), "timestamp": clean(item.episode.timestamp)}
 
 
 def _with_grades(

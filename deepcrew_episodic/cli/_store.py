@@ -27,6 +27,7 @@ from ._parse import (
     STORE_ENV,
     parse_duration,
     positive_int,
+    zone_name,
 )
 
 if TYPE_CHECKING:
@@ -37,11 +38,11 @@ T = TypeVar("T")
 
 # The MCP server records runs: a store it is pointed at for the first time is created.
 CREATES = frozenset({"record", "import", "mcp"})
-READS = frozenset({"recall", "timeline", "stats", "export"})
+READS = frozenset({"recall", "timeline", "history", "stats", "export"})
 # The commands a memory with an embedder changes: recall ranks by meaning too, record and import
 # store vectors, stats counts them. The others never need it (nor numpy, nor litellm).
 USE_EMBEDDER = frozenset(
-    {"recall", "record", "import", "stats", "backfill", "reembed", "serve", "mcp"}
+    {"recall", "history", "record", "import", "stats", "backfill", "reembed", "serve", "mcp"}
 )
 NEED_EMBEDDER = frozenset({"backfill", "reembed"})
 # The commands that call the embedder (stats only reads stored vectors).
@@ -85,6 +86,12 @@ class Settings:
         self.loop_free = False
         # The JSON store file, when the store is one (an export takes its permission bits).
         self.file: Path | None = None
+        # The zone of the times given on the command line (resolve_times), and of those the
+        # viewer's filters take.
+        zone = getattr(args, "zone", None)
+        self.tz: str | None = (
+            zone if zone or args.command not in ("serve", "mcp") else zone_name(args)
+        )
 
 
 def _checked_url(option: str, url: str) -> str:
@@ -175,6 +182,8 @@ async def make_memory(
     from .. import EpisodicMemory
 
     options: dict[str, Any] = {"namespace": settings.namespace, "max_age": settings.max_age}
+    if settings.tz:
+        options["tz"] = settings.tz
     if settings.embedding:
         options["embedder"] = await make_embedder(settings, command)
     memory = await EpisodicMemory.open(provider, **options)

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
@@ -501,6 +502,22 @@ class _Tools:
             float | None,
             Field(description="keep runs recorded in the last N days", gt=0, le=100_000),
         ] = None,
+        since: Annotated[
+            str | None,
+            Field(
+                description="keep runs recorded at or after this: a date (2026-03-01), 7d, or "
+                "a phrase (yesterday, last tuesday, 3 days ago, this week)",
+                max_length=200,
+            ),
+        ] = None,
+        until: Annotated[
+            str | None,
+            Field(
+                description="keep runs recorded before this, same forms (a date or a day's "
+                "phrase includes the day: until yesterday)",
+                max_length=200,
+            ),
+        ] = None,
         containing: Annotated[
             str | None,
             Field(
@@ -510,14 +527,23 @@ class _Tools:
     ) -> Timeline:
         async with _as_tool_error(self.safe, ""):
             episodes = await self.memory.load()
-            since = (
+            after = (
                 (datetime.now(UTC) - timedelta(days=since_days)).timestamp()
                 if since_days is not None
                 else None
             )
+            # Read in the memory's zone, in a worker thread (a phrase imports dateparser).
+            bounds: tuple[float | None, float | None] = (None, None)
+            if since or until:
+                bounds = await anyio.to_thread.run_sync(_period, since, until, self.memory.tz)
+            if bounds[0] is not None:
+                after = bounds[0] if after is None else max(after, bounds[0])
             searched = self.memory.searched_text
             kept = [
-                ep for ep in episodes if _matches(ep, outcome, tags, since, containing, searched)
+                ep
+                for ep in episodes
+                if _matches(ep, outcome, tags, after, containing, searched)
+                and _before(ep, bounds[1])
             ]
             counts = await self._grade_counts()
             newest = list(reversed(kept))[:limit]
@@ -549,6 +575,35 @@ class _Tools:
             return Forgotten(
                 deleted=deleted, not_found=[self.safe.ident(i) for i in missing], dry_run=dry_run
             )
+
+
+def _period(since: str | None, until: str | None, tz: Any) -> tuple[float | None, float | None]:
+    """``since`` (the start of the span it names) and ``until`` (its end) as POSIX seconds;
+    a value that is no time raises ``ConfigurationError`` naming it and the forms."""
+    from .. import ConfigurationError, parse_time
+
+    found: list[float | None] = []
+    for name, value in (("since", since), ("until", until)):
+        if value is None or not value.strip():
+            found.append(None)
+            continue
+        try:
+            start, end = parse_time(value, tz=tz)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{name}: {str(exc).removeprefix('time: ')}") from None
+        found.append(end if name == "until" else start)
+    return found[0], found[1]
+
+
+def _before(ep: Episode, until: float | None) -> bool:
+    """Whether *ep* was recorded before *until* (an episode of no known time never is)."""
+    if until is None:
+        return True
+    try:
+        when = ep.time()
+    except ValueError:
+        return False
+    return when is not None and when < until
 
 
 def _matches(

@@ -12,6 +12,7 @@ against cross-site requests (an HMAC of the session token, and the request's ori
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import logging
@@ -42,6 +43,7 @@ from ._data import (
     MAX_PER_PAGE,
     OUTCOMES,
     BadRequest,
+    Filter,
     Snapshot,
     Source,
     day_of,
@@ -53,7 +55,7 @@ from ._data import (
 from ._safe import Multiline, Plain, Raw, Verbatim, make_attribute, make_finalize, quoted
 
 if TYPE_CHECKING:
-    from .. import Episode, EpisodicMemory
+    from .. import Episode, EpisodicMemory, History
 
 __all__ = ["COOKIE", "CSP", "create_app"]
 
@@ -126,6 +128,7 @@ def create_app(
         Route("/episode/{episode_id:anything}", viewer.episode),
         Route("/playground", viewer.playground),
         Route("/overview", viewer.overview),
+        Route("/history", viewer.history),
         Route("/forget", viewer.forget_preview, methods=["GET"]),
         Route("/forget", viewer.forget, methods=["POST"]),
         Route("/static/style.css", viewer.style),
@@ -230,6 +233,15 @@ class _Viewer:
     async def not_found(self, request: Request, exc: Exception) -> Response:
         return await self.error(404, "Not found", "There is no such page.")
 
+    async def filter(self, params: dict[str, list[str]]) -> Filter:
+        """The timeline's filter; its times are read in the memory's zone, in a worker thread
+        when one is given (a phrase imports dateparser, a zone name reads the zone database)."""
+        if not any(v.strip() for name in ("since", "until") for v in params.get(name, ())):
+            return parse_filter(params)
+        return await anyio.to_thread.run_sync(
+            functools.partial(parse_filter, params, tz=self.memory.tz, now=time.time())
+        )
+
     def csrf_for(self, session: str) -> str:
         return hmac.new(self.csrf_key, session.encode(), hashlib.sha256).hexdigest()
 
@@ -240,7 +252,7 @@ class _Viewer:
             for single in ("page", "per"):
                 if len(request.query_params.getlist(single)) > 1:
                     raise BadRequest(f"{single}: give it once")
-            chosen = parse_filter(_multi(request))
+            chosen = await self.filter(_multi(request))
             page = parse_count("page", request.query_params.get("page"), default=1, maximum=10**9)
             per = parse_count(
                 "per",
@@ -380,6 +392,56 @@ class _Viewer:
         )
         return await self.page("playground.html", error="", **context)
 
+    # --- history ------------------------------------------------------------------------
+
+    async def history(self, request: Request) -> Response:
+        """The runs of one task over time, oldest first, and where its run of successes broke
+        (:meth:`~deepcrew_episodic.EpisodicMemory.history`: the runs recall finds for it)."""
+        from .. import EpisodicMemoryError
+
+        params = request.query_params
+        task = params.get("task", "")
+        context: dict[str, Any] = {
+            "task": Multiline(task),
+            "since": params.get("since", ""),
+            "until": params.get("until", ""),
+            "ran": False,
+        }
+        try:
+            for single in ("task", "since", "until"):
+                if len(params.getlist(single)) > 1:
+                    raise BadRequest(f"{single}: give it once")
+            if len(task) > MAX_TASK_CHARS:
+                raise BadRequest(f"task: at most {MAX_TASK_CHARS} characters")
+        except BadRequest as exc:
+            return await self.page("history.html", 400, error=str(exc), **context)
+        if not task.strip():
+            return await self.page("history.html", error="", **context)
+        try:
+            # The memory reads the times (its clock, its zone): a bad one is a 400 naming it.
+            found = await self.memory.history(
+                task,
+                since=params.get("since", "").strip() or None,
+                until=params.get("until", "").strip() or None,
+            )
+        except EpisodicMemoryError as exc:
+            return await self.page("history.html", 400, error=str(exc), **context)
+        rows = [
+            {**self._row(s.episode), "iterations": s.iterations, "broke": s is found.broke}
+            for s in found
+        ]
+        context.update(
+            ran=True,
+            rows=rows,
+            state=_history_status(found),
+            failures=found.failures_since,
+            broke=self._row(found.broke.episode) if found.broke is not None else None,
+            last_success=(
+                self._row(found.last_success.episode) if found.last_success is not None else None
+            ),
+        )
+        return await self.page("history.html", error="", **context)
+
     # --- overview -----------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
@@ -437,7 +499,7 @@ class _Viewer:
         ids = [i for i in params.get("ids", []) if i]
         if ids:
             return await self.memory.select(ids=ids), [("ids", i) for i in ids]
-        chosen = parse_filter(params)
+        chosen = await self.filter(params)
         if not chosen.active:
             raise BadRequest("give ids or a filter: the viewer does not delete everything at once")
         if fresh:
@@ -623,6 +685,15 @@ def _overview(snapshot: Snapshot, by: str) -> tuple[Markup, int, int, list[Any],
 
 
 # --- small helpers ------------------------------------------------------------------------------
+
+
+def _history_status(history: History) -> str:
+    """Which sentence the history page ends with (the template words it)."""
+    if history.broke is not None and history.last_success is not None:
+        return "broke"
+    if history.failing:
+        return "never"
+    return "working" if history.last_success is not None else "unknown"
 
 
 def _hidden(params: Sequence[tuple[str, str]]) -> list[tuple[str, Raw]]:

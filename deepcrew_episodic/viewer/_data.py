@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -30,7 +30,7 @@ from ._safe import quoted
 if TYPE_CHECKING:
     from .. import Episode, EpisodicMemory, MemoryStats
 
-__all__ = ["BadRequest", "Filter", "Snapshot", "Source", "parse_filter"]
+__all__ = ["BadRequest", "Filter", "Snapshot", "Source", "parse_filter", "parse_when"]
 
 # A load faster than this is repeated for every page (a small log is never shown stale).
 CHEAP_LOAD_SECONDS = 0.05
@@ -41,7 +41,6 @@ MAX_PER_PAGE = 500
 # The longest text a filter field takes (a search needle longer than any episode is useless).
 MAX_FILTER_CHARS = 1000
 OUTCOMES = ("success", "failure", "partial", "unknown", "claimed_success", "abandoned")
-_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
 _INTEGER = re.compile(r"[0-9]{1,9}", re.ASCII)
 
 
@@ -157,6 +156,7 @@ class Filter:
     until: float | None = None
     q: str = ""
     raw: dict[str, list[str]] = field(default_factory=dict)
+    period: str = ""  # what since and until were read as, for the page to say
 
     @property
     def active(self) -> bool:
@@ -202,8 +202,15 @@ class Filter:
         return [episodes[i] for i in keep]
 
 
-def parse_filter(params: Mapping[str, Sequence[str]]) -> Filter:
-    """The timeline's filter from query parameters; :class:`BadRequest` names a wrong one."""
+def parse_filter(
+    params: Mapping[str, Sequence[str]],
+    *,
+    tz: tzinfo | str | None = None,
+    now: float | None = None,
+) -> Filter:
+    """The timeline's filter from query parameters; :class:`BadRequest` names a wrong one.
+    Dates and phrases are read in *tz* (the memory's), relative to *now* (see
+    :func:`parse_when`)."""
     raw: dict[str, list[str]] = {}
 
     def one(name: str) -> str:
@@ -228,37 +235,53 @@ def parse_filter(params: Mapping[str, Sequence[str]]) -> Filter:
         # Hidden characters only would match every episode (and the forget page delete them).
         raise BadRequest(f"q: {quoted(q, 60)!r} holds no visible text")
     since_text, until_text = one("since"), one("until")
-    since = parse_date("since", since_text) if since_text else None
-    until = parse_date("until", until_text, end_of_day=True) if until_text else None
+    since = parse_when("since", since_text, tz=tz, now=now) if since_text else None
+    until = parse_when("until", until_text, tz=tz, now=now) if until_text else None
     # Keep the given order of parameters in links: outcome, tag, agent, run, since, until, q.
     order = ("outcome", "tag", "agent", "run", "since", "until", "q")
     raw = {name: raw[name] for name in order if name in raw}
-    return Filter(tuple(dict.fromkeys(outcomes)), tag, agent, run, since, until, q, raw)
+    period = _period(since, until, tz) if since is not None or until is not None else ""
+    return Filter(
+        tuple(dict.fromkeys(outcomes)), tag, agent, run, since, until, q, raw, period=period
+    )
 
 
-_DAY = 86400.0
+def _period(since: float | None, until: float | None, tz: tzinfo | str | None) -> str:
+    """ "from 2026-11-30 00:00 to 2026-12-01 00:00 (Europe/Paris)": what a phrase such as
+    "yesterday" was read as, in the zone it was read in."""
+    if isinstance(tz, str):
+        from zoneinfo import ZoneInfo
+
+        zone: tzinfo = UTC if tz.strip().upper() in ("UTC", "Z", "GMT") else ZoneInfo(tz)
+    else:
+        zone = UTC if tz is None else tz
+
+    def at(when: float) -> str:
+        try:
+            return datetime.fromtimestamp(when, zone).strftime("%Y-%m-%d %H:%M")
+        except (OverflowError, ValueError, OSError):
+            return "the end of time" if when > 0 else "the beginning of time"
+
+    parts = ([f"from {at(since)}"] if since is not None else []) + (
+        [f"to {at(until)}"] if until is not None else []
+    )
+    return f"{' '.join(parts)} ({zone})"
 
 
-def parse_date(name: str, text: str, *, end_of_day: bool = False) -> float:
-    """``YYYY-MM-DD`` or an ISO-8601 time (naive means UTC) as POSIX seconds. With
-    *end_of_day*, a bare date means the end of that day (``until`` includes the day)."""
-    value = text.strip()
-    # "2024-02-01Z" is a bare date too: it covers its whole day.
-    bare_date = _DATE_ONLY.fullmatch(value.removesuffix("Z").removesuffix("z")) is not None
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"
+def parse_when(
+    name: str, text: str, *, tz: tzinfo | str | None = None, now: float | None = None
+) -> float:
+    """A ``since`` or ``until`` as POSIX seconds: whatever the library's ``since`` takes (an
+    ISO-8601 date or time, ``7d``, a phrase such as ``yesterday`` or ``last tuesday``; see
+    :func:`~deepcrew_episodic.parse_time`). ``since`` is the start of the span the value
+    names, ``until`` its end: a date or a day's phrase given as ``until`` includes the day."""
+    from .. import ConfigurationError, parse_time
+
     try:
-        if not value.isascii():
-            raise ValueError("not ASCII")  # fromisoformat takes other scripts' digits too
-        moment = datetime.fromisoformat(value)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        # In seconds, not with a timedelta: the day after 9999-12-31 is no datetime.
-        return moment.timestamp() + (_DAY if end_of_day and bare_date else 0.0)
-    except (ValueError, OverflowError):
-        raise BadRequest(
-            f"{name}: {quoted(text, 60)!r} is not a date (YYYY-MM-DD) or an ISO-8601 time"
-        ) from None
+        start, end = parse_time(text, tz=tz, now=now)
+    except ConfigurationError as exc:
+        raise BadRequest(f"{name}: {str(exc).removeprefix('time: ')}") from None
+    return end if name == "until" else start
 
 
 def parse_count(name: str, text: str | None, *, default: int, maximum: int) -> int:
