@@ -50,6 +50,7 @@ from ._exceptions import (
     InvalidEpisodeError,
 )
 from ._grade import NOTE_CHARS, Grade, graded
+from ._source import CHECKED_SOURCES, check_source
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
 from ._redact import Redactor, as_redactor, safe_message
@@ -907,18 +908,23 @@ class EpisodicMemory:
         outcome: Outcome | None = None,
         score: float | None = None,
         note: str = "",
-        verified: bool = True,
+        verified: bool | None = None,
+        source: str | None = None,
     ) -> Grade:
         """Grade an episode after it was recorded: the signal that arrives late ("thanks, that
         worked" / "still broken", a test run). The grade is a record of its own; the episode
-        is never rewritten. Every read path applies the grades: the newest verified grade wins,
-        a verified outcome beats a claimed one, and an unverified ``success`` reads
-        ``claimed_success`` (see ``docs/recall.md``).
+        is never rewritten. Every read path applies the grades: the outcome from the best
+        source wins (a verifier, then the user, then the agent's claim, then a model judging),
+        the newest among equals; a verified outcome beats a claimed one, and a ``success``
+        claimed by the agent reads ``claimed_success`` (see ``docs/recall.md``).
 
         Give *outcome*, *score* (in [0, 1]; without an outcome it stands for one, see
-        :func:`~deepcrew_episodic.outcome_for_score`) or both. *verified* says whether the
-        grade was checked (a test, the user) or is a claim (a model's judgement). Raises
-        :class:`ConfigurationError` when no episode has *episode_id*, or when it has expired.
+        :func:`~deepcrew_episodic.outcome_for_score`) or both. *source* says where the grade
+        came from: ``"verifier"`` (a test, an exit code), ``"user"``, ``"agent"`` (a claim)
+        or ``"judge"`` (a model judging the run). Without it, *verified* says whether the
+        grade was checked (the default) or is the agent's claim (``verified=False``); given
+        both, they must agree. Raises :class:`ConfigurationError` when no episode has
+        *episode_id*, when it has expired, or on a wrong value.
 
         Example::
 
@@ -942,7 +948,7 @@ class EpisodicMemory:
             )
         if not isinstance(note, str) or len(note) > NOTE_CHARS:
             raise ConfigurationError(f"note must be a string of at most {NOTE_CHARS} characters")
-        verified = boolean("verified", verified)
+        verified, source = _grade_source(verified, source)
         await self._sync()
         target: Episode | None = None
         if episode_id in self._ids:
@@ -973,6 +979,7 @@ class EpisodicMemory:
             verified,
             now_iso(self._clock()),
             target.timestamp,
+            source,
         )
         await self._log.add_grade(grade.to_json())
         log.info(
@@ -1756,6 +1763,27 @@ def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
         f"claimed_success, so outcome-aware recall (what_worked, what_failed) has nothing to "
         f"go on; record a verified outcome or grade runs later (see docs/recall.md#outcomes)"
     ]
+
+
+def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, str]:
+    """``grade()``'s *verified* flag and *source*, checked against each other."""
+    if verified is not None:
+        verified = boolean("verified", verified)
+    if source is None:
+        return (True if verified is None else verified), ""
+    try:
+        source = check_source(source)
+    except ValueError as exc:
+        raise ConfigurationError(f"source: {exc}") from None
+    if not source:
+        return (True if verified is None else verified), ""
+    checked = source in CHECKED_SOURCES
+    if verified is not None and verified != checked:
+        raise ConfigurationError(
+            f"verified={verified} contradicts source={source!r} (a grade from a verifier or "
+            f"the user is verified; the agent's claim or a model's judgement is not): give one"
+        )
+    return checked, source
 
 
 def _time_or_none(value: str | None) -> float | None:

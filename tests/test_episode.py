@@ -31,6 +31,7 @@ FULL = Episode(
     approach="Looked the order up and refunded it.",
     transcript_ref="runs/2026-03-01/abc123.jsonl",
     run_id="run-7",
+    outcome_source="verifier",
 )
 
 
@@ -47,7 +48,7 @@ def test_positional_arguments_follow_deepcrew_ai() -> None:
     assert dataclasses.asdict(theirs) == {
         k: v
         for k, v in dataclasses.asdict(ours).items()
-        if k not in ("id", "forget_after", "approach", "transcript_ref", "run_id")
+        if k not in ("id", "forget_after", "approach", "transcript_ref", "run_id", "outcome_source")
     }
 
 
@@ -198,4 +199,5 @@ def test_deepcrew_ai_records_decode_unchanged() -> None:
         "approach": "",
         "transcript_ref": None,
         "run_id": "",
+        "outcome_source": "",
     }

@@ -300,7 +300,7 @@ async def test_a_run_item_is_never_an_expired_filtered_or_abandoned_iteration(
     (failed,) = await memory.recall("deploy billing", outcome="failure")
     assert failed.tags == ["prod"]  # the filter holds for the run's item
     ranked = await memory.explain("deploy billing", intent="what_failed")
-    assert [(s.episode.outcome, s.outcome_weight) for s in ranked] == [("success", 0.48)]
+    assert [(s.episode.outcome, s.outcome_weight) for s in ranked] == [("success", 0.4)]
 
 
 async def test_a_grade_never_moves_to_a_new_episode_that_reuses_the_id(clock: Clock) -> None:

@@ -1,0 +1,115 @@
+"""Outcome sources: where an episode's (or a grade's) outcome came from, and what it is worth.
+
+An outcome is only as good as what set it. The sources, best to worst:
+
+``verifier``
+    A test suite, an exit code, a verifier function, an error the run raised: checked
+    outside the agent.
+``user``
+    The user's next turn ("thanks, that worked" / "still broken"): checked, one turn late.
+``agent``
+    The agent's own claim (``claimed_success`` is always one). Agents report success
+    generously.
+``judge``
+    A model judging the transcript (an ``LLMVerifier``, a grading model): costly, and its
+    errors are correlated with the agent's.
+``""``
+    Nothing recorded: records written before sources existed, deepcrew-ai logs, other tools.
+    A ``success`` or ``failure`` without a source reads as it always did, as verified; a
+    ``claimed_success`` without one is the agent's claim.
+
+A source value this library does not know (a newer writer, another tool) is kept as stored and
+shown, and read as no source (``""``); :class:`~deepcrew_episodic.MemoryStats` counts such
+episodes. One table of the rules, used by ranking, grading, the block, the CLI and the viewer.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["OutcomeSource"]
+
+OutcomeSource = Literal["verifier", "user", "agent", "judge", ""]
+SOURCES: tuple[str, ...] = ("verifier", "user", "agent", "judge")
+# Checked outside the agent: an outcome from one of these is verified.
+CHECKED_SOURCES = frozenset({"verifier", "user"})
+# Outcomes that say whether the approach worked; a source changes what they are worth.
+VERDICTS = frozenset({"success", "failure"})
+
+
+def source_of(outcome: str, source: str) -> str:
+    """The source *outcome* is read as coming from: *source* when this library knows it,
+    ``agent`` for a ``claimed_success`` (unless a judge said it), ``""`` for an ``unknown``
+    outcome (nothing was said) and for a source from no writer this library knows."""
+    if outcome == "unknown":
+        return ""
+    if outcome == "claimed_success":
+        return "judge" if source == "judge" else "agent"
+    return source if source in SOURCES else ""
+
+
+def is_verified(outcome: str, source: str) -> bool:
+    """Whether *outcome* was checked outside the agent: a ``success`` or ``failure`` from a
+    verifier or the user, or from no recorded source (as such records always read)."""
+    said = source_of(outcome, source)
+    return outcome in VERDICTS and (said in CHECKED_SOURCES or said == "")
+
+
+def precedence(outcome: str, source: str) -> int:
+    """Which outcome of an episode wins when several were given (its own, its grades): the
+    lowest number, the newest among equals. A verifier beats the user, the user beats the
+    agent's claim, the claim beats a model's judgement; a verdict with no recorded source
+    ranks with the user's (so any checked grade still overrides it, as it always did), and
+    an outcome with neither a verdict nor a source (``unknown``, an unsourced ``partial``)
+    gives way to any grade."""
+    said = source_of(outcome, source)
+    if said == "":
+        return 1 if outcome in VERDICTS else 4
+    return SOURCES.index(said)
+
+
+def check_source(value: object) -> str:
+    """*value* if it is a source this library writes; ``ValueError`` naming the choices."""
+    if not isinstance(value, str) or (value and value not in SOURCES):
+        choices = ", ".join(repr(s) for s in (*SOURCES, ""))
+        raise ValueError(f"expected one of {choices}, not {value!r}"[:300])
+    return value
+
+
+_SAID = {
+    "verifier": "verified by a check",
+    "user": "per the user",
+    "agent": "the agent's own claim, unverified",
+    "judge": "a model's judgement, unverified",
+}
+
+
+def source_words(outcome: str, source: str) -> str:
+    """Where *outcome* came from, in words for a person or a model ("verified by a check",
+    "the agent's own claim, unverified"); ``""`` when nothing is known."""
+    said = source_of(outcome, source)
+    if said:
+        return _SAID[said]
+    return "verified" if outcome in VERDICTS else ""
+
+
+_WORKED = {
+    "success": "worked",
+    "claimed_success": "claimed to work",
+    "failure": "failed",
+    "partial": "partly worked",
+    "abandoned": "abandoned before it finished",
+    "unknown": "outcome unknown",
+}
+
+
+def outcome_words(outcome: str, source: str) -> str:
+    """What happened, then where that came from: ``worked (verified by a check)``,
+    ``claimed to work (the agent's own claim, unverified)``, ``failed (per the user)``,
+    ``worked (a model's judgement, unverified)``, ``outcome unknown``."""
+    said = source_of(outcome, source)
+    what = _WORKED.get(outcome, outcome)
+    if outcome == "claimed_success" and said == "agent":
+        return f"{what} (unverified)"
+    words = source_words(outcome, source)
+    return f"{what} ({words})" if words else what
