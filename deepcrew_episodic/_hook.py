@@ -30,8 +30,10 @@ from ._distill import message_text
 from ._episode import OUTCOMES, Episode, Outcome, outcome_for_score
 from ._events import EventType, StreamEvent, emit
 from ._exceptions import ConfigurationError
+from ._recall import INTENTS
 from ._redact import safe_message
-from ._validate import number, optional_integer, optional_number
+from ._source import check_source
+from ._validate import number, optional_integer, optional_number, shown
 
 if TYPE_CHECKING:
     from ._memory import EpisodicMemory
@@ -140,6 +142,10 @@ class EpisodicHook:
         back (``None``: no limit).
     tags:
         Added to every recorded episode.
+    intent:
+        What recall looks for among equally relevant episodes: ``"any"`` (the default),
+        ``"what_worked"`` (planning a new approach: successes first) or ``"what_failed"``
+        (avoiding a repeat mistake: failures first).
 
     Example (a plain litellm loop)::
 
@@ -147,7 +153,7 @@ class EpisodicHook:
         recalled = await hook.before_run(messages)
         response = await litellm.acompletion(model=model, messages=recalled.messages)
         answer = response.choices[0].message.content
-        await hook.after_run(recalled.query, answer, outcome="success")
+        await hook.after_run(recalled.query, answer, outcome="success", source="verifier")
     """
 
     def __init__(
@@ -161,8 +167,10 @@ class EpisodicHook:
         recall_timeout: float | None = 10.0,
         tags: Sequence[str] = (),
         record_timeout: float | None = 60.0,
+        intent: str = "any",
     ) -> None:
         top_k = optional_integer("top_k", top_k, minimum=1)
+        self.intent = check_intent(intent)
         recall_timeout = optional_number(
             "recall_timeout", recall_timeout, minimum=0, exclusive_minimum=True
         )
@@ -195,7 +203,7 @@ class EpisodicHook:
             return Recalled(original, text)
         try:
             with anyio.fail_after(self.recall_timeout):
-                ranking = await self.memory.explain(text, self.top_k)
+                ranking = await self.memory.explain(text, self.top_k, intent=self.intent)
             episodes = [scored.episode for scored in ranking]
             # The renderer says which episodes it kept (one that does not fit is skipped whole
             # under max_block_chars), so the event names exactly what the model sees. recall
@@ -238,15 +246,21 @@ class EpisodicHook:
         tags: Sequence[str] = (),
         run_id: str | None = None,
         transcript_ref: str | None = None,
+        source: str | None = None,
     ) -> Recorded:
         """Record one episode for a finished run.
 
         Without *outcome*, a score stands for one (:func:`~deepcrew_episodic.outcome_for_score`:
         ``success`` from 0.7, ``failure`` below 0.3, ``partial`` between); without either, the
-        outcome is ``unknown`` (an answer nobody checked). *score* must be in [0, 1] and
-        *outcome* one of the outcomes: anything else raises ``ConfigurationError`` (a caller's
-        mistake, not a memory failure). *run_id* groups the episodes of one run or refinement
-        loop; *transcript_ref* says where the run's raw transcript is kept.
+        outcome is ``unknown`` (an answer nobody checked). *source* says where the outcome
+        came from: ``"verifier"`` (your tests, an exit code, a check), ``"user"``, ``"agent"``
+        (the agent's own claim) or ``"judge"`` (a model grading the run); without it, a
+        ``claimed_success`` is the agent's and any other outcome is recorded with no source
+        (read as verified, as before sources existed). *score* must be in [0, 1], *outcome*
+        one of the outcomes and *source* one of the sources: anything else raises
+        ``ConfigurationError`` (a caller's mistake, not a memory failure). *run_id* groups the
+        episodes of one run or refinement loop; *transcript_ref* says where the run's raw
+        transcript is kept.
 
         Never raises for a memory failure: it is logged, counted
         (``memory.counters.record_failures``), emitted as ``EPISODE_RECORD_FAILED`` and
@@ -269,6 +283,7 @@ class EpisodicHook:
             tags,
             run_id=run_id,
             transcript_ref=transcript_ref,
+            source=given_source(outcome, source),
         )
 
     async def failed(
@@ -294,7 +309,8 @@ class EpisodicHook:
 
         *infrastructure* is for a framework whose errors are not litellm's: ``True`` or
         ``False`` says what the framework's own error classes told the caller, ``None`` (the
-        default) applies :func:`infrastructure_error`."""
+        default) applies :func:`infrastructure_error`. The outcome's source is
+        ``"verifier"``: the error was seen, not claimed."""
         extra: list[str] = []
         if infrastructure_error(error) if infrastructure is None else infrastructure:
             outcome: Outcome = "abandoned"
@@ -314,6 +330,7 @@ class EpisodicHook:
             [*extra, *tags],
             run_id=run_id,
             transcript_ref=transcript_ref,
+            source="verifier",
         )
 
     async def unverified(
@@ -371,6 +388,7 @@ class EpisodicHook:
         *,
         run_id: str | None = None,
         transcript_ref: str | None = None,
+        source: str = "",
     ) -> Recorded:
         try:
             episode = Episode(
@@ -383,6 +401,7 @@ class EpisodicHook:
                 agent_id=self.agent_id,
                 run_id=run_id or "",
                 transcript_ref=transcript_ref,
+                outcome_source=source,
             )
         except Exception as exc:
             return await self._failed_record(outcome, exc)
@@ -520,6 +539,26 @@ def _langchain_outage(error: BaseException) -> bool:
         if isinstance(kind, type)
     )
     return isinstance(error, kinds)
+
+
+def check_intent(intent: object, name: str = "intent") -> str:
+    """*intent* if it is one of the recall intents, else ``ConfigurationError`` naming them."""
+    if not isinstance(intent, str) or intent not in INTENTS:
+        raise ConfigurationError(
+            f"{name} must be one of {', '.join(map(repr, INTENTS))}, not {shown(intent)}"
+        )
+    return intent
+
+
+def given_source(outcome: str, source: str | None) -> str:
+    """The source an outcome is recorded with: *source* (checked) or, without one, ``agent``
+    for a ``claimed_success`` and none for any other outcome."""
+    if source is None:
+        return "agent" if outcome == "claimed_success" else ""
+    try:
+        return check_source(source)
+    except ValueError as exc:
+        raise ConfigurationError(f"source: {exc}") from None
 
 
 def user_query(messages: Sequence[dict[str, Any]]) -> str:

@@ -25,7 +25,7 @@ import anyio
 from ._agent import Agent, Tool, ToolArgumentsError
 from ._events import EventType, StreamEvent, StreamPolicy, emit
 from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
-from ._hook import EpisodicHook, Recorded, describe, user_query
+from ._hook import EpisodicHook, Recorded, check_intent, describe, user_query
 from ._litellm import load_litellm
 from ._loop import Recording, Refinement, Task, record_answer, recorded_attempt
 from ._redact import safe_message
@@ -41,12 +41,16 @@ async def run_agent(
     messages: Sequence[dict[str, Any]],
     *,
     agent_id: str | None = None,
+    intent: str | None = None,
 ) -> AgentResult:
     """Run *agent* on *messages* (OpenAI format, without the system prompt) to completion.
 
     With ``agent.episodic_memory``, relevant past episodes are injected before the first
     model call and the run is recorded after it; ``agent.loop_config`` runs the refinement
-    loop. Raises the model's own error (a ``litellm`` exception), ``MaxTurnsError`` or
+    loop. *intent* (default: ``agent.intent``) is what recall looks for: ``"any"``,
+    ``"what_worked"`` or ``"what_failed"``. The episodes say where their outcome came from:
+    a verifier's (``"judge"`` for an ``LLMVerifier``), the run's own error (``"verifier"``),
+    or a distillation model's reading of the transcript (``"judge"``). Raises the model's own error (a ``litellm`` exception), ``MaxTurnsError`` or
     ``ToolError``, each after recording a ``failure`` episode (``abandoned``, or nothing,
     per ``agent.infrastructure_failures``, when the model provider could not be used), or
     ``VerifierError`` after recording the ungraded answer (outcome ``unknown``, tag
@@ -58,7 +62,7 @@ async def run_agent(
         print(result.text, result.episodes_recalled, result.recorded[0].outcome)
         await memory.grade(result.recorded_ids[-1], outcome="success")  # the user confirmed
     """
-    run = _Run(agent, messages, agent_id)
+    run = _Run(agent, messages, agent_id, intent)
     async with aclosing(run.events()) as events:
         async for _ in events:
             pass
@@ -72,6 +76,7 @@ def stream_agent(
     *,
     policy: StreamPolicy | None = None,
     agent_id: str | None = None,
+    intent: str | None = None,
 ) -> AgentStream:
     """Run *agent* like :func:`run_agent`, yielding its :class:`StreamEvent` as they happen.
 
@@ -86,7 +91,7 @@ def stream_agent(
             print(event.to_sse(), end="")
         print(stream.result.episodes_recalled)
     """
-    return AgentStream(_Run(agent, messages, agent_id), policy or StreamPolicy.verbose())
+    return AgentStream(_Run(agent, messages, agent_id, intent), policy or StreamPolicy.verbose())
 
 
 class AgentStream:
@@ -142,7 +147,11 @@ class _Run:
     """One call of ``run_agent``: memory through the hook, turns through :class:`_Attempt`."""
 
     def __init__(
-        self, agent: Agent, messages: Sequence[dict[str, Any]], agent_id: str | None
+        self,
+        agent: Agent,
+        messages: Sequence[dict[str, Any]],
+        agent_id: str | None,
+        intent: str | None = None,
     ) -> None:
         if not isinstance(agent, Agent):
             raise ConfigurationError(f"run_agent takes an Agent, not {type(agent).__name__}")
@@ -153,12 +162,17 @@ class _Run:
         self.agent = agent
         self.messages = list(messages)
         self.agent_id = agent_id or agent.name
+        self.intent = agent.intent if intent is None else check_intent(intent)
         self.run_id = uuid.uuid4().hex
         self.result: AgentResult | None = None
 
     def _hook(self, memory: Any) -> EpisodicHook | None:
         # The hook's events come back on its results; the run yields them in order.
-        return None if memory is None else EpisodicHook(memory, agent_id=self.agent_id)
+        return (
+            None
+            if memory is None
+            else EpisodicHook(memory, agent_id=self.agent_id, intent=self.intent)
+        )
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         agent, aid = self.agent, self.agent_id

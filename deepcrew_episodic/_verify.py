@@ -81,6 +81,11 @@ class LoopConfig:
         always uses ``Agent.episodic_memory``, once, before the first iteration.
     refine_prompt:
         The user message that asks for the next iteration; the verifier's feedback follows it.
+    outcome_source:
+        Where the verifier's outcomes come from, as the episodes record it: ``"verifier"`` (a
+        test, a check in code) or ``"judge"`` (a model grading the answer), which ranks below
+        the agent's own claim. ``None`` (default): ``"judge"`` for an :class:`LLMVerifier` (or
+        a verifier whose ``outcome_source`` attribute says ``"judge"``), else ``"verifier"``.
 
     Example::
 
@@ -94,6 +99,7 @@ class LoopConfig:
     failure_score: float = 0.3
     episodic_memory: EpisodicMemory | None = None
     refine_prompt: str = REFINE_PROMPT
+    outcome_source: str | None = None
 
     def __post_init__(self) -> None:
         integer("LoopConfig.max_iterations", self.max_iterations, minimum=1)
@@ -108,6 +114,19 @@ class LoopConfig:
                 f"LoopConfig.failure_score ({self.failure_score}) must not exceed "
                 f"target_score ({self.target_score})"
             )
+        if self.outcome_source is not None and self.outcome_source not in ("verifier", "judge"):
+            raise ConfigurationError(
+                f"LoopConfig.outcome_source must be 'verifier', 'judge' or None, not "
+                f"{safe_message(repr(self.outcome_source), 60)}"
+            )
+
+    def source(self) -> str:
+        """Where this loop's outcomes come from: ``"verifier"`` or ``"judge"`` (see
+        ``outcome_source``)."""
+        if self.outcome_source is not None:
+            return self.outcome_source
+        said = getattr(self.verifier, "outcome_source", None)
+        return "judge" if said == "judge" else "verifier"
 
     def outcome(self, score: float) -> Outcome:
         """``success`` / ``failure`` / ``partial`` for an iteration's score: the library's one
@@ -145,10 +164,15 @@ class LLMVerifier:
     default: the built-in rules; a :class:`~deepcrew_episodic.Redactor`: its rules;
     ``False``: as they are): the grading model is one more service a secret must not reach.
 
+    Its verdicts are a model judging the answer: the episodes record them with the outcome
+    source ``"judge"`` (unverified; see docs/recall.md).
+
     Example::
 
         LoopConfig(verifier=LLMVerifier("openai/gpt-4o-mini", rubric="Cites the docs."))
     """
+
+    outcome_source = "judge"
 
     def __init__(
         self,
