@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ._exceptions import InvalidEpisodeError
 from ._redact import register_text_fields
-from ._source import SOURCES, check_source, is_verified
+from ._source import (
+    SOURCES,
+    check_source,
+    is_verified,
+    outcome_words,
+    source_label,
+    source_of,
+)
 from ._unicode import is_hidden
 from ._validate import shown
 
@@ -129,6 +136,24 @@ class Episode:
         """Whether the outcome was checked outside the agent: a ``success`` or ``failure`` from
         a verifier or the user (or from no recorded source, as older records read)."""
         return is_verified(self.outcome, self.outcome_source)
+
+    @property
+    def effective_source(self) -> str:
+        """The source the outcome is read as coming from: ``outcome_source`` when this
+        library knows it, ``"agent"`` for a ``claimed_success`` without one, ``""`` for an
+        ``unknown`` outcome, no recorded source, or one this version does not know."""
+        return source_of(self.outcome, self.outcome_source)
+
+    def source_label(self) -> str:
+        """What a listing shows beside the outcome: :attr:`effective_source`, or a stored
+        source this version does not know, marked ``"<value>: unknown source"``."""
+        return source_label(self.outcome, self.outcome_source)
+
+    def outcome_text(self) -> str:
+        """The outcome in words, with who says so, as the prompt block shows it: ``worked
+        (verified by a check)``, ``claimed to work (unverified)``, ``failed (reported by the
+        user)``, ``a model judged it worked (unverified)``, ``outcome unknown``."""
+        return outcome_words(self.outcome, self.outcome_source)
 
     if not TYPE_CHECKING:  # hidden from type checkers, which then still catch typos
 

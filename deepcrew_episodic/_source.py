@@ -76,6 +76,16 @@ def check_source(value: object) -> str:
     return value
 
 
+def source_label(outcome: str, source: str) -> str:
+    """The short label a listing shows beside an outcome: the source it is read as coming from
+    (``verifier``, ``user``, ``agent``, ``judge``), ``""`` when none is recorded, or a stored
+    value this version does not know, marked as such (it is ranked as no source)."""
+    said = source_of(outcome, source)
+    if said or not source or outcome == "unknown":
+        return said
+    return f"{source}: unknown source"
+
+
 _SAID = {
     "verifier": "verified by a check",
     "user": "per the user",
@@ -95,21 +105,30 @@ def source_words(outcome: str, source: str) -> str:
 
 _WORKED = {
     "success": "worked",
-    "claimed_success": "claimed to work",
+    "claimed_success": "worked",
     "failure": "failed",
     "partial": "partly worked",
-    "abandoned": "abandoned before it finished",
-    "unknown": "outcome unknown",
 }
 
 
 def outcome_words(outcome: str, source: str) -> str:
-    """What happened, then where that came from: ``worked (verified by a check)``,
-    ``claimed to work (the agent's own claim, unverified)``, ``failed (per the user)``,
-    ``worked (a model's judgement, unverified)``, ``outcome unknown``."""
+    """What happened and who says so, for a person or a model reading it: ``worked (verified
+    by a check)``, ``failed (reported by the user)``, ``claimed to work (unverified)``, ``a
+    model judged it failed (unverified)``, ``outcome unknown``."""
     said = source_of(outcome, source)
-    what = _WORKED.get(outcome, outcome)
-    if outcome == "claimed_success" and said == "agent":
-        return f"{what} (unverified)"
-    words = source_words(outcome, source)
-    return f"{what} ({words})" if words else what
+    what = _WORKED.get(outcome)
+    if what is None:
+        if outcome == "abandoned":
+            return "abandoned before it finished"
+        return "outcome unknown" if outcome == "unknown" else outcome
+    if said == "judge":
+        return f"a model judged it {what} (unverified)"
+    if said == "agent":
+        if what == "worked":
+            return "claimed to work (unverified)"
+        return f"the agent said it {what} (unverified)"
+    if said == "user":
+        return f"{what} ({'confirmed' if what == 'worked' else 'reported'} by the user)"
+    if said == "verifier":
+        return f"{what} (verified by a check)"
+    return f"{what} (verified)" if outcome in VERDICTS else what

@@ -380,6 +380,7 @@ class EpisodicNodes:
                 f"Run failed: out of steps before a final answer ({OUT_OF_STEPS})",
                 outcome="failure",
                 tools_used=tools,
+                source="verifier",
             )
         try:
             outcome, score, lesson = _verdict(run)
@@ -412,6 +413,8 @@ class EpisodicNodes:
                 )
                 return await self.hook.unverified(query, answer, exc, tools_used=tools)
             score, lesson = verdict.score, verdict.feedback or None
+        # A verdict the graph or the verifier gave is a check; no verdict is the model's claim.
+        source = "agent" if outcome is None and score is None else "verifier"
         if outcome is None:
             outcome = "claimed_success" if score is None else outcome_for_score(score)
         try:
@@ -422,6 +425,7 @@ class EpisodicNodes:
                 score=score,
                 reflection=lesson,
                 tools_used=tools,
+                outcome_source=source,
             )
         except Exception as exc:  # text no episode can hold: the run goes on without it
             self.memory.counters.record_failures += 1
