@@ -5,9 +5,10 @@ that fixed it" / "still broken"), a test run, a reviewer. :meth:`EpisodicMemory.
 :class:`Grade`; the episode itself is never rewritten. Every read path applies the grades with
 one rule (:func:`graded`): the outcome from the best source wins, the newest among equals
 (:func:`~deepcrew_episodic._source.precedence`), the episode's own outcome counting as the
-oldest. So a verifier's grade beats the user's, the user's beats the agent's claim, a claim
-beats a model's judgement; a verified outcome always beats a claimed one; and a ``success``
-claimed by the agent reads ``claimed_success``. A grade's ``verified`` flag follows its source
+oldest, and as the user's when it was checked (any checked grade corrects it). So a verifier's
+grade beats the user's, the user's beats the agent's claim, a claim beats a model's judgement;
+a verified outcome always beats a claimed one; and a ``success`` claimed by the agent reads
+``claimed_success``. A grade's ``verified`` flag follows its source
 (a grade with no source is verified or a claim as its flag says, as grades always were).
 
 A grade given as a score only takes its outcome from :func:`~deepcrew_episodic.outcome_for_score`.
@@ -144,9 +145,11 @@ class Grade:
 
 def deciding(episode: Episode, grades: Sequence[Grade]) -> Grade | None:
     """The grade that decides *episode*'s outcome (``None``: its own outcome stands): the one
-    from the best source, the newest among equals; the episode's own outcome is the oldest of
-    its rank, so a grade from the same source or a better one overrides it."""
-    rank = precedence(episode.outcome, episode.outcome_source)
+    from the best source, the newest among equals. The episode's own outcome is the oldest
+    candidate of its rank, and a checked one ranks with the user's: a grade is a correction
+    learnt later, so any checked grade (a verifier's, the user's) overrides what the run
+    recorded, while a claim or a judgement never overrides a checked outcome."""
+    rank = max(precedence(episode.outcome, episode.outcome_source), 1)
     best: Grade | None = None
     for grade in grades:
         if not grade.applies_to(episode):

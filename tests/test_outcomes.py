@@ -331,7 +331,7 @@ async def test_a_grade_without_a_score_shows_no_recorded_score_on_any_read_path(
     (explained,) = await memory.explain("rotate the signing key")
     assert explained.episode.score is None
     block = memory.render([recalled])
-    assert "success]" in block
+    assert "worked (verified)]" in block
     assert "0.10" not in block
     assert (await memory.select(outcome="success"))[0].score is None
     stats = await memory.stats()
