@@ -328,9 +328,7 @@ def _stored_source(value: Any) -> str:
     # library does not write: such a value is kept and shown (escaped), and read as no
     # source. It must still be one short visible token, like anything a listing prints.
     if isinstance(value, str) and value and value not in SOURCES:
-        if len(value) > _FOREIGN_SOURCE_CHARS or any(
-            is_hidden(c) or c.isspace() for c in value
-        ):
+        if len(value) > _FOREIGN_SOURCE_CHARS or any(is_hidden(c) or c.isspace() for c in value):
             raise _Invalid(f"not an outcome source: {shown(value)}")
         _check_encodable(value)
         if value not in _foreign_sources and len(_foreign_sources) < 100:

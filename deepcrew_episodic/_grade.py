@@ -63,6 +63,24 @@ class Grade:
             return self.source
         return "" if self.verified else "agent"
 
+    @property
+    def rank(self) -> int:
+        """How much this grade counts, 0 best: a verifier's 0, the user's (or an unsourced
+        verified grade's) 1, the agent's claim 2, a model's judgement 3. Among an episode's
+        grades the best rank decides, the newest among equals."""
+        source = self.effective_source
+        return SOURCES.index(source) if source in SOURCES else 1
+
+    @property
+    def reads_as(self) -> tuple[str, str]:
+        """The outcome and the outcome source an episode this grade decides reads: a success
+        the agent claimed reads ``claimed_success``."""
+        source = self.effective_source
+        outcome = (
+            "claimed_success" if self.outcome == "success" and source == "agent" else self.outcome
+        )
+        return outcome, source if source in SOURCES else ""
+
     def applies_to(self, episode: Episode) -> bool:
         return not self.stamp or self.stamp == episode.timestamp
 
@@ -154,12 +172,10 @@ def deciding(episode: Episode, grades: Sequence[Grade]) -> Grade | None:
     for grade in grades:
         if not grade.applies_to(episode):
             continue
-        source = grade.effective_source
-        # A grade's rank is its source's; a verified grade with no source ranks with the user's
-        # (it overrides any outcome a verifier did not set, as verified grades always did).
-        mine = SOURCES.index(source) if source in SOURCES else 1
-        if mine <= rank:
-            best, rank = grade, mine
+        # A verified grade with no source ranks with the user's (it corrects any outcome the
+        # run recorded, as verified grades always did).
+        if grade.rank <= rank:
+            best, rank = grade, grade.rank
     return best
 
 
@@ -173,14 +189,10 @@ def graded(episode: Episode, grades: Sequence[Grade]) -> Episode:
         copy = episode.copy()
         copy.score = None
         return copy
-    source = grade.effective_source
-    outcome: Outcome = grade.outcome
-    if outcome == "success" and source == "agent":
-        outcome = "claimed_success"
+    outcome, source = grade.reads_as
     copy = episode.copy()
-    copy.outcome = outcome
-    # A grade from a writer this version does not know is read as an unsourced one.
-    copy.outcome_source = source if source in SOURCES else ""
+    copy.outcome = outcome  # type: ignore[assignment]  # one of OUTCOMES (reads_as keeps it)
+    copy.outcome_source = source
     score = grade.score
     copy.score = score if score is not None and score_fits(grade.outcome, score) else None
     return copy

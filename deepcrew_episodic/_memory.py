@@ -50,7 +50,7 @@ from ._exceptions import (
     InvalidEpisodeError,
 )
 from ._grade import NOTE_CHARS, Grade, graded
-from ._source import CHECKED_SOURCES, check_source
+from ._source import CHECKED_SOURCES, SOURCES, check_source
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
 from ._redact import Redactor, as_redactor, safe_message
@@ -651,6 +651,8 @@ class EpisodicMemory:
         await self._sync()
         now = self._clock()
         by_outcome = dict.fromkeys(OUTCOMES, 0)
+        by_source: dict[str, int] = {}
+        successes = checked_successes = foreign = 0
         expired = 0
         times: list[tuple[float, str]] = []
         shown: set[int] = set()
@@ -661,6 +663,12 @@ class EpisodicMemory:
                 continue
             shown.add(seq)
             by_outcome[ep.outcome] = by_outcome.get(ep.outcome, 0) + 1
+            source = ep.effective_source
+            by_source[source] = by_source.get(source, 0) + 1
+            foreign += bool(ep.outcome_source) and ep.outcome_source not in SOURCES
+            if ep.outcome in ("success", "claimed_success"):
+                successes += 1
+                checked_successes += source in CHECKED_SOURCES
             known = self._known[seq]
             if known.dated:
                 times.append((known.recorded, ep.timestamp))
@@ -688,7 +696,10 @@ class EpisodicMemory:
                     key=lambda item: (-item[1], -item[0]),
                 )[:5]
             ],
-            warnings=_label_warnings(by_outcome),
+            warnings=_label_warnings(by_outcome)
+            or _success_warnings(sum(by_outcome.values()), successes, checked_successes),
+            by_source=by_source,
+            unknown_sources=foreign,
             embedder=(
                 f"{identity[0]} ({identity[1]} dimensions)"
                 if (identity := decode_identity(self._log.embedder))
@@ -1744,13 +1755,43 @@ class MemoryStats:
     most_used: list[tuple[str, int]] = field(default_factory=list)
     """The ids of the (at most five) episodes used most in runs, with their use counts."""
     warnings: list[str] = field(default_factory=list)
-    """What looks wrong, in words: for now, an outcome signal that is not wired (nearly every
-    episode ``unknown`` or ``claimed_success``)."""
+    """What looks wrong, in words: an outcome signal that is not wired (nearly every episode
+    ``unknown`` or ``claimed_success``), or one wired to no check (nearly every episode a
+    success, and nearly none of those successes from a verifier or the user)."""
+    by_source: dict[str, int] = field(default_factory=dict)
+    """Episodes by where their outcome (grades applied) is read as coming from: ``verifier``,
+    ``user``, ``agent``, ``judge``, and ``""`` (no source recorded, or an ``unknown`` outcome)."""
+    unknown_sources: int = 0
+    """Episodes naming an outcome source this version does not know (another tool's): shown
+    as stored, ranked as no source."""
 
 
 # stats() warns when at least this share of at least UNWIRED_MIN episodes carry no verified label.
 UNWIRED_SHARE = 0.9
 UNWIRED_MIN = 10
+
+
+# stats() warns that everything is success when at least this share of at least UNWIRED_MIN
+# episodes are successes (claimed or not) and fewer than CHECKED_SUCCESS_SHARE of them came
+# from a verifier or the user: a store that looks informative and carries no information.
+ALL_SUCCESS_SHARE = 0.9
+CHECKED_SUCCESS_SHARE = 0.1
+
+
+def _success_warnings(total: int, successes: int, checked: int) -> list[str]:
+    if (
+        total < UNWIRED_MIN
+        or successes < ALL_SUCCESS_SHARE * total
+        or checked >= CHECKED_SUCCESS_SHARE * successes
+    ):
+        return []
+    return [
+        f"everything is success: {successes} of {total} episodes are successes and "
+        f"{successes - checked} of those come from no verifier or user (the agent's claim, a "
+        f"model judging, or no recorded source), so the labels carry no information; record "
+        f"your tests' or the user's verdict with its source, or grade runs later (see "
+        f"docs/recall.md#outcome-sources)"
+    ]
 
 
 def _label_warnings(by_outcome: dict[str, int]) -> list[str]:

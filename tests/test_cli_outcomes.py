@@ -365,7 +365,7 @@ def test_a_transcript_is_distilled_into_a_claimed_episode(
     llm.script(distilled("success"))
     out = run.ok(*distill_argv(llm, path, "--tag", "deploy"))
     assert out.startswith("recorded ")
-    assert out.endswith("(claimed_success)\n")
+    assert out.endswith("(claimed_success from judge)\n")
     [episode] = run.episodes()
     assert episode["query"] == "deploy the api to staging"
     assert episode["approach"] == "kubectl apply"
@@ -452,7 +452,7 @@ def test_a_transcript_may_be_a_json_array(run: Run, llm: ScriptedLLM, tmp_path: 
     path = tmp_path / "run.json"
     path.write_text(json.dumps(RUN, indent=2))
     llm.script(distilled("failure"))
-    assert run.ok(*distill_argv(llm, path)).endswith("(failure)\n")
+    assert run.ok(*distill_argv(llm, path)).endswith("(failure from judge)\n")
     assert run.episodes()[0]["transcript_ref"] == str(path.resolve())
 
 

@@ -1012,7 +1012,10 @@ def test_the_example_runs_offline() -> None:
     assert "tools used: ['lookup_order']" in out
     seen = out.split("The model saw in run 2:")[1].split("The log:")[0]
     assert seen.strip().startswith("You answer shipping questions.\n\n## Relevant past experience")
-    assert '; failed (reported by the user)] asked: "Where is order 7?" -> answer: "Order 7 has shipped."' in seen
+    assert (
+        '; failed (reported by the user)] asked: "Where is order 7?" -> answer: "Order 7 has shipped."'
+        in seen
+    )
     log = out.split("The log:")[1].splitlines()
     assert [line.split()[1:3] for line in log if line.strip()] == [
         ["failure", "verified=True"],

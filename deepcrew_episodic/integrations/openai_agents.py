@@ -461,7 +461,11 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
         answer = _output_text(checked.agent_output)
         text = _rejection(hook, "output guardrail", checked.guardrail.get_name(), checked.output)
         return await hook.after_run(
-            query, f"{text}\nAnswer: {answer}", outcome="failure", tools_used=tools, source="verifier"
+            query,
+            f"{text}\nAnswer: {answer}",
+            outcome="failure",
+            tools_used=tools,
+            source="verifier",
         )
     crashed = _crashed_guardrail(error)
     if crashed is not None:
