@@ -50,11 +50,11 @@ from ._exceptions import (
     InvalidEpisodeError,
 )
 from ._grade import NOTE_CHARS, Grade, graded
-from ._source import CHECKED_SOURCES, SOURCES, check_source
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
 from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
+from ._source import CHECKED_SOURCES, SOURCES, check_source
 from ._telemetry import Telemetry, traced, tracing
 from ._unicode import escape_hidden, search_form
 from ._validate import (
