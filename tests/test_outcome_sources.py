@@ -489,11 +489,11 @@ async def test_the_hook_records_the_source_it_is_given_and_its_own_for_errors() 
         await hook.after_run(QUERY, "ok", outcome="success", source="ci")
     await hook.after_run(QUERY, "newest", outcome="success", source="verifier")
     # The newest episode is a success: only the hook's intent puts a failure first.
+    plain = (await EpisodicHook(memory).before_run(ASK)).block.splitlines()[2]
+    assert "worked (verified by a check)" in plain
     first = (await hook.before_run(ASK)).block.splitlines()[2]
     assert "failed (" in first
     assert "worked (" not in first
-    plain = (await EpisodicHook(memory).before_run(ASK)).block.splitlines()[2]
-    assert "worked (verified by a check)" in plain
 
 
 # --- stats --------------------------------------------------------------------------------------
