@@ -11,7 +11,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ._errors import CliError
-from ._output import clean, dump, for_display, grade_applies, grade_json, one_line, out
+from ._output import clean, dump, for_display, grade_json, one_line, out
 from ._store import stored
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ async def cmd_grade(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     out(f"graded {clean(episode_id)}: {grade.outcome} ({kind}{score})")
     if episode is not None:
         now = episode.outcome + (f" {episode.score:.2f}" if episode.score is not None else "")
-        outweighed = not grade_applies(episode, grades)
+        # This grade decides only if the episode now reads as it says.
+        outweighed = (episode.outcome, episode.outcome_source) != grade.reads_as
         why = (
             " (a verified outcome outweighs this claim)"
             if outweighed and not grade.verified

@@ -195,6 +195,7 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
         rows.append(("grades", f"{stats.grades}" + " (given later: 'grade')" * bool(stats.grades)))
         used = [f"{short_id(i)} {n}x" for i, n in stats.most_used]
         rows.append(("most used", ", ".join(used) if used else "-"))
+        rows.append(("sources", _sources_text(stats)))
         for name, value in rows:
             out(f"{name:<10} {value}")
         out()
@@ -205,8 +206,6 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
             if count and not bar:
                 bar = "#"
             out(f"{shown_value(outcome):<{width}} {count:>6}  {bar}".rstrip())
-        out()
-        out("sources   " + _sources_text(stats))
     if not stats.total and not stats.expired and not stats.corrupt:
         await hint_if_empty(memory)
     return 0
