@@ -24,6 +24,7 @@ from ._exceptions import ConfigurationError, DistillationError
 from ._litellm import load_litellm
 from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._reflect import parse_lesson
+from ._source import OutcomeSource
 from ._validate import integer, number
 
 __all__ = [
@@ -366,7 +367,7 @@ async def distill(
     outcome = model_outcome(fields["OUTCOME"], verified)
     # The model read the outcome from the transcript: a judge's word. A verified outcome's
     # source is the caller's to set.
-    source = "judge" if verified is None and outcome != "unknown" else ""
+    source: OutcomeSource = "judge" if verified is None and outcome != "unknown" else ""
     # The model's words are redacted before they are cut: it may repeat a secret of its own
     # context, and a cut secret is no longer recognisable by its shape.
     return Episode(

@@ -16,6 +16,7 @@ from ._exceptions import InvalidEpisodeError
 from ._redact import register_text_fields
 from ._source import (
     SOURCES,
+    OutcomeSource,
     check_source,
     is_verified,
     outcome_words,
@@ -126,7 +127,9 @@ class Episode:
     approach: str = ""
     transcript_ref: str | None = None
     run_id: str = ""
-    outcome_source: str = ""
+    # A label, not text (a search or a redactor does not look in it). A value another tool
+    # wrote and this version does not know is kept as it was stored (see _source.py).
+    outcome_source: OutcomeSource = ""
     """Where the outcome came from: ``"verifier"`` (a test, an exit code, a verifier),
     ``"user"``, ``"agent"`` (its own claim) or ``"judge"`` (a model judging the run); ``""``
     when nothing was recorded (see docs/recall.md#outcome-sources)."""
@@ -478,8 +481,7 @@ _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 # The fields of a record (an Episode, a Grade) that hold a time, not text: a search for "2026"
 # must not match every episode by its timestamp.
 TIME_FIELDS = frozenset({"timestamp", "forget_after", "stamp"})
-# Nor the fields that name where an outcome came from: validated labels, not text.
-_LABEL_FIELDS = frozenset({"outcome_source", "source"})
+
 _TEXT_TYPES = frozenset({"str", "str | None", "list[str]"})
 
 
@@ -507,9 +509,7 @@ def _text_field_names(model: type) -> tuple[str, ...]:
         names = _TEXT_NAMES[model] = tuple(
             spec.name
             for spec in dataclasses.fields(model)
-            if spec.name not in TIME_FIELDS
-            and spec.name not in _LABEL_FIELDS
-            and str(spec.type) in _TEXT_TYPES
+            if spec.name not in TIME_FIELDS and str(spec.type) in _TEXT_TYPES
         )
     return names
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from ._episode import OUTCOMES, Episode, Outcome, score_contradicts, score_fits
 from ._exceptions import InvalidEpisodeError
-from ._source import CHECKED_SOURCES, SOURCES, precedence
+from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, precedence
 from ._validate import shown
 
 __all__ = ["Grade"]
@@ -51,16 +51,16 @@ class Grade:
     stamp: str = ""
     """The graded episode's own timestamp: a grade applies to that episode only, never to a
     later one that reuses its id after it was evicted or forgotten."""
-    source: str = ""
+    source: OutcomeSource = ""
     """Where the grade came from: ``"verifier"``, ``"user"``, ``"agent"``, ``"judge"``, or
     ``""`` (then ``verified`` says whether it was checked, as grades without a source read)."""
 
     @property
-    def effective_source(self) -> str:
+    def effective_source(self) -> OutcomeSource:
         """The source this grade counts as: its own, else the verified flag's (``""``: checked,
         from no recorded source; ``"agent"``: a claim)."""
         if self.source in SOURCES:
-            return self.source
+            return self.source  # a value another tool wrote is not one of them
         return "" if self.verified else "agent"
 
     @property
@@ -72,7 +72,7 @@ class Grade:
         return SOURCES.index(source) if source in SOURCES else 1
 
     @property
-    def reads_as(self) -> tuple[str, str]:
+    def reads_as(self) -> tuple[str, OutcomeSource]:
         """The outcome and the outcome source an episode this grade decides reads: a success
         the agent claimed reads ``claimed_success``."""
         source = self.effective_source
@@ -158,7 +158,9 @@ class Grade:
             verified = source in CHECKED_SOURCES
         chosen: Outcome = outcome  # type: ignore[assignment]  # checked against OUTCOMES above
         value = None if score is None else float(score)
-        return cls(episode, chosen, value, note, verified, timestamp, stamp, source)
+        # A source another tool wrote is kept as stored (it counts as none: effective_source).
+        said: OutcomeSource = source  # type: ignore[assignment]
+        return cls(episode, chosen, value, note, verified, timestamp, stamp, said)
 
 
 def deciding(episode: Episode, grades: Sequence[Grade]) -> Grade | None:

@@ -32,7 +32,7 @@ from ._events import EventType, StreamEvent, emit
 from ._exceptions import ConfigurationError
 from ._recall import INTENTS
 from ._redact import safe_message
-from ._source import check_source
+from ._source import OutcomeSource, check_source
 from ._validate import number, optional_integer, optional_number, shown
 
 if TYPE_CHECKING:
@@ -388,7 +388,7 @@ class EpisodicHook:
         *,
         run_id: str | None = None,
         transcript_ref: str | None = None,
-        source: str = "",
+        source: OutcomeSource = "",
     ) -> Recorded:
         try:
             episode = Episode(
@@ -550,7 +550,7 @@ def check_intent(intent: object, name: str = "intent") -> str:
     return intent
 
 
-def given_source(outcome: str, source: str | None) -> str:
+def given_source(outcome: str, source: str | None) -> OutcomeSource:
     """The source an outcome is recorded with: *source* (checked) or, without one, ``agent``
     for a ``claimed_success`` and none for any other outcome."""
     if source is None:

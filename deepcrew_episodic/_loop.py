@@ -29,6 +29,7 @@ from ._events import EventType, StreamEvent, emit
 from ._exceptions import VerifierError
 from ._hook import EpisodicHook, Recorded, describe, infrastructure_error
 from ._result import AgentResult
+from ._source import OutcomeSource
 from ._verify import LoopConfig, Verdict
 
 __all__ = [
@@ -227,7 +228,7 @@ async def record_answer(
     outcome: Outcome | None = None,
     score: float | None = None,
     iteration: int | None = None,
-    source: str = "verifier",
+    source: OutcomeSource = "verifier",
 ) -> Recorded | None:
     """Record the finished *run* as one episode of *task* (``None``: no memory, or a trivial
     run, which is not recorded).

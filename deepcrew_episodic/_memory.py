@@ -54,7 +54,7 @@ from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
 from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
-from ._source import CHECKED_SOURCES, SOURCES, check_source
+from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, check_source
 from ._telemetry import Telemetry, traced, tracing
 from ._unicode import escape_hidden, search_form
 from ._validate import (
@@ -1806,25 +1806,25 @@ def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
     ]
 
 
-def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, str]:
+def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, OutcomeSource]:
     """``grade()``'s *verified* flag and *source*, checked against each other."""
     if verified is not None:
         verified = boolean("verified", verified)
     if source is None:
         return (True if verified is None else verified), ""
     try:
-        source = check_source(source)
+        said = check_source(source)
     except ValueError as exc:
         raise ConfigurationError(f"source: {exc}") from None
-    if not source:
+    if not said:
         return (True if verified is None else verified), ""
-    checked = source in CHECKED_SOURCES
+    checked = said in CHECKED_SOURCES
     if verified is not None and verified != checked:
         raise ConfigurationError(
-            f"verified={verified} contradicts source={source!r} (a grade from a verifier or "
+            f"verified={verified} contradicts source={said!r} (a grade from a verifier or "
             f"the user is verified; the agent's claim or a model's judgement is not): give one"
         )
-    return checked, source
+    return checked, said
 
 
 def _time_or_none(value: str | None) -> float | None:

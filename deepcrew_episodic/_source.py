@@ -25,7 +25,7 @@ episodes. One table of the rules, used by ranking, grading, the block, the CLI a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 __all__ = ["OutcomeSource"]
 
@@ -37,7 +37,7 @@ CHECKED_SOURCES = frozenset({"verifier", "user"})
 VERDICTS = frozenset({"success", "failure"})
 
 
-def source_of(outcome: str, source: str) -> str:
+def source_of(outcome: str, source: str) -> OutcomeSource:
     """The source *outcome* is read as coming from: *source* when this library knows it,
     ``agent`` for a ``claimed_success`` (unless a judge said it), ``""`` for an ``unknown``
     outcome (nothing was said) and for a source from no writer this library knows."""
@@ -45,7 +45,7 @@ def source_of(outcome: str, source: str) -> str:
         return ""
     if outcome == "claimed_success":
         return "judge" if source == "judge" else "agent"
-    return source if source in SOURCES else ""
+    return cast(OutcomeSource, source) if source in SOURCES else ""
 
 
 def is_verified(outcome: str, source: str) -> bool:
@@ -68,12 +68,12 @@ def precedence(outcome: str, source: str) -> int:
     return SOURCES.index(said)
 
 
-def check_source(value: object) -> str:
+def check_source(value: object) -> OutcomeSource:
     """*value* if it is a source this library writes; ``ValueError`` naming the choices."""
     if not isinstance(value, str) or (value and value not in SOURCES):
         choices = ", ".join(repr(s) for s in (*SOURCES, ""))
         raise ValueError(f"expected one of {choices}, not {value!r}"[:300])
-    return value
+    return cast(OutcomeSource, value)
 
 
 def source_label(outcome: str, source: str) -> str:

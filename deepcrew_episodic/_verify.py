@@ -21,6 +21,7 @@ from ._exceptions import ConfigurationError, VerifierError
 from ._hook import describe
 from ._litellm import load_litellm
 from ._redact import Redactor, as_redactor, safe_message
+from ._source import OutcomeSource
 from ._validate import integer, number
 
 if TYPE_CHECKING:
@@ -120,12 +121,12 @@ class LoopConfig:
                 f"{safe_message(repr(self.outcome_source), 60)}"
             )
 
-    def source(self) -> str:
+    def source(self) -> OutcomeSource:
         """Where this loop's outcomes come from: ``"verifier"`` or ``"judge"`` (see
         ``outcome_source``)."""
-        if self.outcome_source is not None:
-            return self.outcome_source
-        said = getattr(self.verifier, "outcome_source", None)
+        said = self.outcome_source
+        if said is None:
+            said = getattr(self.verifier, "outcome_source", None)
         return "judge" if said == "judge" else "verifier"
 
     def outcome(self, score: float) -> Outcome:

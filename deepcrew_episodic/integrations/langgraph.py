@@ -28,7 +28,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Annotated, Any, NotRequired, TypedDict, cast, get_args
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, cast, get_args
 
 from deepcrew_episodic import (
     ConfigurationError,
@@ -414,7 +414,9 @@ class EpisodicNodes:
                 return await self.hook.unverified(query, answer, exc, tools_used=tools)
             score, lesson = verdict.score, verdict.feedback or None
         # A verdict the graph or the verifier gave is a check; no verdict is the model's claim.
-        source = "agent" if outcome is None and score is None else "verifier"
+        source: Literal["agent", "verifier"] = (
+            "agent" if outcome is None and score is None else "verifier"
+        )
         if outcome is None:
             outcome = "claimed_success" if score is None else outcome_for_score(score)
         try:
