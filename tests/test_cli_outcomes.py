@@ -589,3 +589,19 @@ def test_a_source_that_contradicts_or_is_unknown_is_refused(
     assert code != 0
     assert message in err
     assert [e["grades"] for e in run.episodes()] == [[]]
+
+
+def test_export_and_import_keep_the_sources(run: Run, tmp_path: Path) -> None:
+    judged = run.record("-q", "Deploy the api", "--outcome", "success", "--source", "judge")
+    run.ok("grade", judged, "--outcome", "failure", "--source", "user")
+    backup = tmp_path / "backup.jsonl"
+    run.ok("export", "-o", str(backup))
+    copy = Run(run.capsys, str(tmp_path / "copy.json"))
+    copy.ok("import", str(backup))
+    [episode] = copy.episodes()
+    assert (episode["outcome"], episode["outcome_source"]) == ("failure", "user")
+    assert [(g["outcome"], g["source"], g["verified"]) for g in episode["grades"]] == [
+        ("failure", "user", True)
+    ]
+    [line] = backup.read_text().splitlines()
+    assert json.loads(line)["outcome_source"] == "judge"  # as recorded

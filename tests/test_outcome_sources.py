@@ -29,7 +29,8 @@ from deepcrew_episodic import (
     Verdict,
     run_agent,
 )
-from deepcrew_episodic.providers import InMemoryProvider
+from deepcrew_episodic.providers import InMemoryProvider, MemoryProvider
+from deepcrew_episodic.testing._embedder import ConceptEmbedder
 
 pytestmark = pytest.mark.anyio
 
@@ -309,6 +310,35 @@ async def test_a_grade_moves_an_episode_in_the_ranking(clock: Any) -> None:
     assert [e.id for e in await memory.recall("rotate the key")] == [second.id, first.id]
     await memory.grade(first.id, outcome="success", source="user")
     assert [e.id for e in await memory.recall("rotate the key")] == [first.id, second.id]
+
+
+async def test_the_hybrid_ranking_weighs_sources_too(clock: Any) -> None:
+    memory = EpisodicMemory(InMemoryProvider(), clock=clock, embedder=ConceptEmbedder())
+    clock.now -= 3 * 365 * DAY
+    checked = await memory.record(
+        Episode(query="customer billed double", outcome="success", outcome_source="verifier")
+    )
+    clock.now += 3 * 365 * DAY
+    claim = await memory.record(Episode(query="customer billed double", outcome="claimed_success"))
+    ranked = await memory.explain("payment taken two times")  # the meaning, no shared word
+    assert ranked.by == "hybrid"
+    assert [s.episode.id for s in ranked] == [checked.id, claim.id]
+    assert ranked[1].outcome_weight == pytest.approx(0.6)
+
+
+async def test_sources_survive_every_store(provider: MemoryProvider) -> None:
+    memory = EpisodicMemory(provider, namespace="sources")
+    stored = await memory.record(
+        Episode(query="deploy the api", outcome="failure", outcome_source="judge")
+    )
+    await memory.grade(stored.id, outcome="success", source="verifier", note="CI green")
+    reopened = EpisodicMemory(provider, namespace="sources")
+    (raw,) = await reopened.load(graded=False)
+    assert raw.outcome_source == "judge"
+    (grade,) = await reopened.grades(stored.id)
+    assert (grade.source, grade.verified) == ("verifier", True)
+    (episode,) = await reopened.load()
+    assert (episode.outcome, episode.outcome_source) == ("success", "verifier")
 
 
 # --- the block ----------------------------------------------------------------------------------
