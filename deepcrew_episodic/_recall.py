@@ -25,9 +25,11 @@ Score
     so an old episode that is the only relevant one still surfaces, and an episode with no
     term in common with the query (``m == 0``) is never returned.
 
-    ``outcome_weight`` is 1 for ``intent="any"``; the other intents weight the wanted outcome
-    1 and the others below ``1 - RECENCY_WEIGHT``, so that among equally relevant episodes the
-    wanted outcome comes first whatever their ages.
+    ``outcome_weight`` is the outcome's weight under the intent times its source's
+    (``OUTCOME_WEIGHTS``, ``SOURCE_WEIGHTS``): 1 for every outcome under ``intent="any"``, the
+    other intents weight the wanted outcome 1 and the others below ``1 - RECENCY_WEIGHT``, and a
+    verdict the agent only claimed or a model judged weighs 0.6 or less, so that among equally
+    relevant episodes the wanted outcome, then the checked one, comes first whatever their ages.
 
 Index
     :class:`RecallIndex` keeps, per term, the episodes holding it, grouped by their length
