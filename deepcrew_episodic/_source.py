@@ -86,23 +86,6 @@ def source_label(outcome: str, source: str) -> str:
     return f"{source}: unknown source"
 
 
-_SAID = {
-    "verifier": "verified by a check",
-    "user": "per the user",
-    "agent": "the agent's own claim, unverified",
-    "judge": "a model's judgement, unverified",
-}
-
-
-def source_words(outcome: str, source: str) -> str:
-    """Where *outcome* came from, in words for a person or a model ("verified by a check",
-    "the agent's own claim, unverified"); ``""`` when nothing is known."""
-    said = source_of(outcome, source)
-    if said:
-        return _SAID[said]
-    return "verified" if outcome in VERDICTS else ""
-
-
 _WORKED = {
     "success": "worked",
     "claimed_success": "worked",
