@@ -22,6 +22,7 @@ import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from ._exceptions import ConfigurationError
+from ._hook import check_intent
 from ._phases import PHASE_TOOL
 from ._validate import integer, number
 
@@ -85,6 +86,10 @@ class Agent:
         A directory where each recorded run's transcript is written as JSONL (one message a
         line, redacted like the episodes, file mode 0600, never overwritten); the episode's
         ``transcript_ref`` is the file's path.
+    intent:
+        What recall looks for among equally relevant past runs: ``"any"`` (the default),
+        ``"what_worked"`` (successes first) or ``"what_failed"`` (failures first, to avoid a
+        repeat mistake). ``run_agent(..., intent=...)`` overrides it for one run.
     grade_followups:
         In a conversation (``run_agent(..., conversation_id=...)``), the user's next message
         grades the conversation's previous run (``True``: by the documented rule; or a
@@ -125,10 +130,12 @@ class Agent:
     distill_timeout: float = 30.0
     min_turns: int = 2
     transcript_dir: str | os.PathLike[str] | None = None
+    intent: str = "any"
     grade_followups: bool | FollowUpGrader = False
     record_phases: bool = False
 
     def __post_init__(self) -> None:
+        check_intent(self.intent, "Agent.intent")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError(f"Agent.name must be a non-empty string, not {self.name!r}")
         if not isinstance(self.model, str) or not self.model:

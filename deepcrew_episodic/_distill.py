@@ -24,6 +24,7 @@ from ._exceptions import ConfigurationError, DistillationError
 from ._litellm import load_litellm
 from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._reflect import parse_lesson
+from ._source import OutcomeSource
 from ._validate import integer, number
 
 __all__ = [
@@ -312,7 +313,9 @@ async def distill(
       ``failure`` and ``unknown`` stay; ``gave_up`` (or ``abandoned``: the agent gave up on
       the task) is the task's ``failure``, tagged ``gave-up``, so that the next run of the
       task recalls why; anything else is ``unknown``. (``abandoned`` episodes are the
-      runner's, for a run the model provider's outage stopped before it began.)
+      runner's, for a run the model provider's outage stopped before it began.) The model's
+      word is a model judging the transcript: ``outcome_source`` is ``"judge"``. With
+      *verified*, ``outcome_source`` is left for the caller to set (``""``).
 
     Raises :class:`DistillationError` when the model fails, times out, or answers without the
     four lines or with an empty TASK (store the plain run instead, never a stub), and
@@ -361,12 +364,17 @@ async def distill(
             f"distillation model {model} failed: {safe_message(named)}"
         ) from exc
     fields = parse_distilled(reply if isinstance(reply, str) else None)
+    outcome = model_outcome(fields["OUTCOME"], verified)
+    # The model read the outcome from the transcript: a judge's word. A verified outcome's
+    # source is the caller's to set.
+    source: OutcomeSource = "judge" if verified is None and outcome != "unknown" else ""
     # The model's words are redacted before they are cut: it may repeat a secret of its own
     # context, and a cut secret is no longer recognisable by its shape.
     return Episode(
         query=redact_then_cut(fields["TASK"], FIELD_CHARS, rules),
         approach=redact_then_cut(fields["APPROACH"], FIELD_CHARS, rules),
-        outcome=model_outcome(fields["OUTCOME"], verified),
+        outcome=outcome,
+        outcome_source=source,
         reflection=parse_lesson(fields["LESSON"], rules),
         # The answer comes from the transcript, not the model: redacted like what was sent.
         response=rules.redact(_final_answer(messages)) if rules else _final_answer(messages),

@@ -14,6 +14,15 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ._exceptions import InvalidEpisodeError
 from ._redact import register_text_fields
+from ._source import (
+    SOURCES,
+    OutcomeSource,
+    check_source,
+    is_verified,
+    outcome_words,
+    source_label,
+    source_of,
+)
 from ._unicode import is_hidden
 from ._validate import shown
 
@@ -90,11 +99,12 @@ class Episode:
 
     The fields are deepcrew-ai 0.6's, in its order, plus ``id`` (filled on record),
     ``forget_after`` (retention), ``approach`` (how the agent went about it, from a distilled
-    run), ``transcript_ref`` (where the raw transcript lives) and ``run_id`` (the iterations of
-    one run or refinement loop share it), ``phase`` (a long run's subtask: the episodes of one
-    run with different phases are different subtasks, recalled apart; see :func:`run_key`) and
-    ``conversation_id`` (the chat the run answered in, by which a follow-up finds the run it
-    grades). ``score`` is in [0, 1]; recorded without an outcome
+    run), ``transcript_ref`` (where the raw transcript lives), ``run_id`` (the iterations of
+    one run or refinement loop share it), ``outcome_source`` (who said the outcome: a
+    verifier, the user, the agent, a model judge, or ``""``), ``phase`` (a long run's subtask:
+    the episodes of one run with different phases are different subtasks, recalled apart; see
+    :func:`run_key`) and ``conversation_id`` (the chat the run answered in, by which a
+    follow-up finds the run it grades). ``score`` is in [0, 1]; recorded without an outcome
     (``unknown``), a score stands for one (:func:`outcome_for_score`). Every field is checked
     on construction and on assignment:
     a wrong value raises :class:`~deepcrew_episodic.InvalidEpisodeError` (a ``ValueError``)
@@ -120,13 +130,38 @@ class Episode:
     approach: str = ""
     transcript_ref: str | None = None
     run_id: str = ""
+    # A label, not text (a search or a redactor does not look in it). A value another tool
+    # wrote and this version does not know is kept as it was stored (see _source.py).
+    outcome_source: OutcomeSource = ""
+    """Where the outcome came from: ``"verifier"`` (a test, an exit code, a verifier),
+    ``"user"``, ``"agent"`` (its own claim) or ``"judge"`` (a model judging the run); ``""``
+    when nothing was recorded (see docs/recall.md#outcome-sources)."""
     phase: str = ""
     conversation_id: str = ""
 
     @property
     def verified(self) -> bool:
-        """Whether the outcome was checked outside the agent (``success`` or ``failure``)."""
-        return self.outcome in VERIFIED
+        """Whether the outcome was checked outside the agent: a ``success`` or ``failure`` from
+        a verifier or the user (or from no recorded source, as older records read)."""
+        return is_verified(self.outcome, self.outcome_source)
+
+    @property
+    def effective_source(self) -> str:
+        """The source the outcome is read as coming from: ``outcome_source`` when this
+        library knows it, ``"agent"`` for a ``claimed_success`` without one, ``""`` for an
+        ``unknown`` outcome, no recorded source, or one this version does not know."""
+        return source_of(self.outcome, self.outcome_source)
+
+    def source_label(self) -> str:
+        """What a listing shows beside the outcome: :attr:`effective_source`, or a stored
+        source this version does not know, marked ``"<value>: unknown source"``."""
+        return source_label(self.outcome, self.outcome_source)
+
+    def outcome_text(self) -> str:
+        """The outcome in words, with who says so, as the prompt block shows it: ``worked
+        (verified by a check)``, ``claimed to work (unverified)``, ``failed (reported by the
+        user)``, ``a model judged it worked (unverified)``, ``outcome unknown``."""
+        return outcome_words(self.outcome, self.outcome_source)
 
     if not TYPE_CHECKING:  # hidden from type checkers, which then still catch typos
 
@@ -307,6 +342,36 @@ def _outcome(value: Any) -> str:
     return value
 
 
+def _source(value: Any) -> str:
+    try:
+        return check_source(value)
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+
+
+_FOREIGN_SOURCE_CHARS = 40
+_foreign_sources: set[str] = set()
+
+
+def _stored_source(value: Any) -> str:
+    # Another tool (or a newer version) may say where its outcomes came from in words this
+    # library does not write: such a value is kept and shown (escaped), and read as no
+    # source. It must still be one short visible token, like anything a listing prints.
+    if isinstance(value, str) and value and value not in SOURCES:
+        if len(value) > _FOREIGN_SOURCE_CHARS or any(is_hidden(c) or c.isspace() for c in value):
+            raise _Invalid(f"not an outcome source: {shown(value)}")
+        _check_encodable(value)
+        if value not in _foreign_sources and len(_foreign_sources) < 100:
+            _foreign_sources.add(value)
+            log.warning(
+                "an episode names the outcome source %r, which this version does not know: "
+                "it is shown as stored and ranked as an outcome of no known source",
+                value,
+            )
+        return value
+    return _source(value)
+
+
 def _score(value: Any) -> float | None:
     if value is None:
         return None
@@ -396,6 +461,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "approach": _text,
     "transcript_ref": _optional_text,
     "run_id": _text,
+    "outcome_source": _source,
     "phase": _phase,
     "conversation_id": _conversation_id,
 }
@@ -414,7 +480,12 @@ def _stored_id(value: Any) -> str:
     return text
 
 
-_DECODE_CHECKS = {**_CHECKS, "id": _stored_id, "score": _score}
+_DECODE_CHECKS = {
+    **_CHECKS,
+    "id": _stored_id,
+    "score": _score,
+    "outcome_source": _stored_source,
+}
 
 # The free-text fields, found from their checks, are what a Redactor redacts in an episode
 # (the id is refused instead; the outcome, score and times are validated values).
@@ -439,6 +510,7 @@ _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 # The fields of a record (an Episode, a Grade) that hold a time, not text: a search for "2026"
 # must not match every episode by its timestamp.
 TIME_FIELDS = frozenset({"timestamp", "forget_after", "stamp"})
+
 _TEXT_TYPES = frozenset({"str", "str | None", "list[str]"})
 
 

@@ -3,13 +3,13 @@
 The signal that a run worked often arrives later than the run: the user's next message ("thanks,
 that fixed it" / "still broken"), a test run, a reviewer. :meth:`EpisodicMemory.grade` appends a
 :class:`Grade`; the episode itself is never rewritten. Every read path applies the grades with
-one rule (:func:`graded`):
-
-- the newest *verified* grade wins (a test, an exit code, the user: ``verified=True``);
-- without one, an episode whose own outcome is verified (``success``/``failure``) keeps it: a
-  verified outcome always beats a claimed one;
-- otherwise the newest unverified grade applies, and a claimed ``success`` reads
-  ``claimed_success``.
+one rule (:func:`graded`): the outcome from the best source wins, the newest among equals
+(:func:`~deepcrew_episodic._source.precedence`), the episode's own outcome counting as the
+oldest, and as the user's when it was checked (any checked grade corrects it). So a verifier's
+grade beats the user's, the user's beats the agent's claim, a claim beats a model's judgement;
+a verified outcome always beats a claimed one; and a ``success`` claimed by the agent reads
+``claimed_success``. A grade's ``verified`` flag follows its source
+(a grade with no source is verified or a claim as its flag says, as grades always were).
 
 A grade given as a score only takes its outcome from :func:`~deepcrew_episodic.outcome_for_score`.
 The grade that decides the outcome decides the score too: the episode reads the grade's score,
@@ -28,8 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._episode import OUTCOMES, VERIFIED, Episode, Outcome, score_contradicts, score_fits
+from ._episode import OUTCOMES, Episode, Outcome, score_contradicts, score_fits
 from ._exceptions import InvalidEpisodeError
+from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, precedence
 from ._validate import shown
 
 __all__ = ["Grade"]
@@ -50,6 +51,35 @@ class Grade:
     stamp: str = ""
     """The graded episode's own timestamp: a grade applies to that episode only, never to a
     later one that reuses its id after it was evicted or forgotten."""
+    source: OutcomeSource = ""
+    """Where the grade came from: ``"verifier"``, ``"user"``, ``"agent"``, ``"judge"``, or
+    ``""`` (then ``verified`` says whether it was checked, as grades without a source read)."""
+
+    @property
+    def effective_source(self) -> OutcomeSource:
+        """The source this grade counts as: its own, else the verified flag's (``""``: checked,
+        from no recorded source; ``"agent"``: a claim)."""
+        if self.source in SOURCES:
+            return self.source  # a value another tool wrote is not one of them
+        return "" if self.verified else "agent"
+
+    @property
+    def rank(self) -> int:
+        """How much this grade counts, 0 best: a verifier's 0, the user's (or an unsourced
+        verified grade's) 1, the agent's claim 2, a model's judgement 3. Among an episode's
+        grades the best rank decides, the newest among equals."""
+        source = self.effective_source
+        return SOURCES.index(source) if source in SOURCES else 1
+
+    @property
+    def reads_as(self) -> tuple[str, OutcomeSource]:
+        """The outcome and the outcome source an episode this grade decides reads: a success
+        the agent claimed reads ``claimed_success``."""
+        source = self.effective_source
+        outcome = (
+            "claimed_success" if self.outcome == "success" and source == "agent" else self.outcome
+        )
+        return outcome, source if source in SOURCES else ""
 
     def applies_to(self, episode: Episode) -> bool:
         return not self.stamp or self.stamp == episode.timestamp
@@ -64,6 +94,7 @@ class Grade:
                 "verified": self.verified,
                 "timestamp": self.timestamp,
                 "stamp": self.stamp,
+                **({"source": self.source} if self.source else {}),
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -76,7 +107,10 @@ class Grade:
         :class:`InvalidEpisodeError` naming what is wrong."""
         if not isinstance(data, Mapping):
             raise InvalidEpisodeError(f"a grade is a JSON object, not {type(data).__name__}")
-        fields = {"note": "", "verified": True, "timestamp": "", **data}
+        fields = {"note": "", "timestamp": "", **data}
+        if "verified" not in fields:
+            source = fields.get("source", "")
+            fields["verified"] = source in CHECKED_SOURCES if source in SOURCES else True
         fields.update(episode=episode_id, stamp="")
         try:
             return cls.from_json(json.dumps(fields))
@@ -99,6 +133,7 @@ class Grade:
             data.get("timestamp"),
         )
         stamp = data.get("stamp", "")
+        source = data.get("source", "")
         if not isinstance(episode, str) or not episode:
             raise ValueError("grade record names no episode")
         if outcome not in OUTCOMES or not isinstance(outcome, str):
@@ -116,30 +151,50 @@ class Grade:
             raise ValueError("grade record holds a bad note or verified flag")
         if not isinstance(timestamp, str) or not isinstance(stamp, str):
             raise ValueError("grade record holds a bad timestamp")
+        if not isinstance(source, str) or len(source) > 40 or not source.isprintable():
+            raise ValueError(f"grade record holds the source {shown(source)}")
+        if source in SOURCES and verified != (source in CHECKED_SOURCES):
+            # The source is the better-defined of the two (a writer that sets one sets both).
+            verified = source in CHECKED_SOURCES
         chosen: Outcome = outcome  # type: ignore[assignment]  # checked against OUTCOMES above
         value = None if score is None else float(score)
-        return cls(episode, chosen, value, note, verified, timestamp, stamp)
+        # A source another tool wrote is kept as stored (it counts as none: effective_source).
+        said: OutcomeSource = source  # type: ignore[assignment]
+        return cls(episode, chosen, value, note, verified, timestamp, stamp, said)
+
+
+def deciding(episode: Episode, grades: Sequence[Grade]) -> Grade | None:
+    """The grade that decides *episode*'s outcome (``None``: its own outcome stands): the one
+    from the best source, the newest among equals. The episode's own outcome is the oldest
+    candidate of its rank, and a checked one ranks with the user's: a grade is a correction
+    learnt later, so any checked grade (a verifier's, the user's) overrides what the run
+    recorded, while a claim or a judgement never overrides a checked outcome."""
+    rank = max(precedence(episode.outcome, episode.outcome_source), 1)
+    best: Grade | None = None
+    for grade in grades:
+        if not grade.applies_to(episode):
+            continue
+        # A verified grade with no source ranks with the user's (it corrects any outcome the
+        # run recorded, as verified grades always did).
+        if grade.rank <= rank:
+            best, rank = grade, grade.rank
+    return best
 
 
 def graded(episode: Episode, grades: Sequence[Grade]) -> Episode:
     """*episode* as its grades (oldest first) make it: a copy when one applies, else itself
     (a copy without its score when the recorded score contradicts the recorded outcome)."""
-    grades = [g for g in grades if g.applies_to(episode)]
-    verified = [g for g in grades if g.verified]
-    if verified:
-        grade = verified[-1]
-        outcome = grade.outcome
-    elif not grades or episode.outcome in VERIFIED:
+    grade = deciding(episode, grades)
+    if grade is None:
         if not score_contradicts(episode.outcome, episode.score):
             return episode
         copy = episode.copy()
         copy.score = None
         return copy
-    else:
-        grade = grades[-1]
-        outcome = "claimed_success" if grade.outcome == "success" else grade.outcome
+    outcome, source = grade.reads_as
     copy = episode.copy()
-    copy.outcome = outcome
+    copy.outcome = outcome  # type: ignore[assignment]  # one of OUTCOMES (reads_as keeps it)
+    copy.outcome_source = source
     score = grade.score
     copy.score = score if score is not None and score_fits(grade.outcome, score) else None
     return copy

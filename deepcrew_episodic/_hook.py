@@ -38,8 +38,10 @@ from ._episode import OUTCOMES, Episode, Outcome, check_field, outcome_for_score
 from ._events import EventType, StreamEvent, emit
 from ._exceptions import ConfigurationError, FollowUpError
 from ._followup import FollowUp, FollowUpGrader, read_followup
+from ._recall import INTENTS
 from ._redact import redact_then_cut, safe_message
-from ._validate import number, optional_integer, optional_number
+from ._source import OutcomeSource, check_source
+from ._validate import number, optional_integer, optional_number, shown
 
 if TYPE_CHECKING:
     from ._grade import Grade
@@ -161,6 +163,10 @@ class EpisodicHook:
         back (``None``: no limit).
     tags:
         Added to every recorded episode.
+    intent:
+        What recall looks for among equally relevant episodes: ``"any"`` (the default),
+        ``"what_worked"`` (planning a new approach: successes first) or ``"what_failed"``
+        (avoiding a repeat mistake: failures first).
     grade_followups:
         ``True``: in a conversation (``conversation_id=`` on each call), the user's next
         message grades the conversation's previous run by the documented rule
@@ -175,7 +181,7 @@ class EpisodicHook:
         recalled = await hook.before_run(messages)
         response = await litellm.acompletion(model=model, messages=recalled.messages)
         answer = response.choices[0].message.content
-        await hook.after_run(recalled.query, answer, outcome="success")
+        await hook.after_run(recalled.query, answer, outcome="success", source="verifier")
     """
 
     def __init__(
@@ -189,9 +195,11 @@ class EpisodicHook:
         recall_timeout: float | None = 10.0,
         tags: Sequence[str] = (),
         record_timeout: float | None = 60.0,
+        intent: str = "any",
         grade_followups: bool | FollowUpGrader = False,
     ) -> None:
         top_k = optional_integer("top_k", top_k, minimum=1)
+        self.intent = check_intent(intent)
         recall_timeout = optional_number(
             "recall_timeout", recall_timeout, minimum=0, exclusive_minimum=True
         )
@@ -255,7 +263,7 @@ class EpisodicHook:
     async def _recall(self, original: list[dict[str, Any]], text: str) -> Recalled:
         try:
             with anyio.fail_after(self.recall_timeout):
-                ranking = await self.memory.explain(text, self.top_k)
+                ranking = await self.memory.explain(text, self.top_k, intent=self.intent)
             episodes = [scored.episode for scored in ranking]
             # The renderer says which episodes it kept (one that does not fit is skipped whole
             # under max_block_chars), so the event names exactly what the model sees. recall
@@ -298,6 +306,7 @@ class EpisodicHook:
         tags: Sequence[str] = (),
         run_id: str | None = None,
         transcript_ref: str | None = None,
+        source: str | None = None,
         conversation_id: str | None = None,
         phase: str = "",
     ) -> Recorded:
@@ -305,14 +314,19 @@ class EpisodicHook:
 
         Without *outcome*, a score stands for one (:func:`~deepcrew_episodic.outcome_for_score`:
         ``success`` from 0.7, ``failure`` below 0.3, ``partial`` between); without either, the
-        outcome is ``unknown`` (an answer nobody checked). *score* must be in [0, 1] and
-        *outcome* one of the outcomes: anything else raises ``ConfigurationError`` (a caller's
-        mistake, not a memory failure). *run_id* groups the episodes of one run or refinement
-        loop; *transcript_ref* says where the run's raw transcript is kept. *phase* names the
-        subtask of a long run this episode is (see :meth:`record_phase`); *conversation_id*
-        the chat it answered in. With ``grade_followups``, a run whose message was only a
-        thank-you or an acknowledgement of the previous run is not recorded (the returned
-        :class:`Recorded` has no episode and no error).
+        outcome is ``unknown`` (an answer nobody checked). *source* says where the outcome
+        came from: ``"verifier"`` (your tests, an exit code, a check), ``"user"``, ``"agent"``
+        (the agent's own claim) or ``"judge"`` (a model grading the run); without it, a
+        ``claimed_success`` is the agent's and any other outcome is recorded with no source
+        (read as verified, as before sources existed). *score* must be in [0, 1], *outcome*
+        one of the outcomes and *source* one of the sources: anything else raises
+        ``ConfigurationError`` (a caller's mistake, not a memory failure). *run_id* groups the
+        episodes of one run or refinement loop; *transcript_ref* says where the run's raw
+        transcript is kept. *phase* names the subtask of a long run this episode is (see
+        :meth:`record_phase`); *conversation_id* the chat it answered in. With
+        ``grade_followups``, a run whose message was only a thank-you or an acknowledgement of
+        the previous run is not recorded (the returned :class:`Recorded` has no episode and no
+        error).
 
         Never raises for a memory failure: it is logged, counted
         (``memory.counters.record_failures``), emitted as ``EPISODE_RECORD_FAILED`` and
@@ -335,6 +349,7 @@ class EpisodicHook:
             tags,
             run_id=run_id,
             transcript_ref=transcript_ref,
+            source=given_source(outcome, source),
             conversation_id=conversation_arg(conversation_id),
             phase=phase_arg(phase),
             answer=True,
@@ -355,10 +370,12 @@ class EpisodicHook:
         tags: Sequence[str] = (),
         conversation_id: str | None = None,
         transcript_ref: str | None = None,
+        source: str | None = None,
     ) -> Recorded:
         """Record one phase of a long run as an episode of its own: *task* is the phase's own
         task (what this phase set out to do), *approach* how it went about it, *lesson* what it
-        taught, *outcome*/*score* how it ended (as in :meth:`after_run`). Every phase of one
+        taught, *outcome*/*score*/*source* how it ended and who says so (as in
+        :meth:`after_run`). Every phase of one
         run shares *run_id*; *phase* (one line, e.g. ``"reproduce the bug"``) tells them apart.
 
         Recall shows one item per run and phase: a query about one phase's work finds that
@@ -398,6 +415,7 @@ class EpisodicHook:
                 run_id=run_id,
                 phase=phase,
                 transcript_ref=transcript_ref,
+                outcome_source=given_source(outcome, source),
             )
         except ValueError as exc:
             raise ConfigurationError(f"record_phase: {exc}") from None
@@ -428,7 +446,8 @@ class EpisodicHook:
 
         *infrastructure* is for a framework whose errors are not litellm's: ``True`` or
         ``False`` says what the framework's own error classes told the caller, ``None`` (the
-        default) applies :func:`infrastructure_error`."""
+        default) applies :func:`infrastructure_error`. The outcome's source is
+        ``"verifier"``: the error was seen, not claimed."""
         extra: list[str] = []
         if infrastructure_error(error) if infrastructure is None else infrastructure:
             outcome: Outcome = "abandoned"
@@ -448,6 +467,7 @@ class EpisodicHook:
             [*extra, *tags],
             run_id=run_id,
             transcript_ref=transcript_ref,
+            source="verifier",
             conversation_id=conversation_arg(conversation_id),
             phase=phase_arg(phase),
         )
@@ -519,6 +539,7 @@ class EpisodicHook:
         *,
         run_id: str | None = None,
         transcript_ref: str | None = None,
+        source: OutcomeSource = "",
         conversation_id: str = "",
         phase: str = "",
         answer: bool = False,
@@ -536,6 +557,7 @@ class EpisodicHook:
                 agent_id=self.agent_id,
                 run_id=run_id or "",
                 transcript_ref=transcript_ref,
+                outcome_source=source,
                 conversation_id=conversation_id,
                 phase=phase,
             )
@@ -610,7 +632,9 @@ class EpisodicHook:
             return None  # this very message graded it already (a turn handled twice)
         assert followup.outcome is not None
         # The user's own word on the run: a verified grade (the outcome source "user").
-        grade = await self.memory.grade(previous.id, outcome=followup.outcome, note=note)
+        grade = await self.memory.grade(
+            previous.id, outcome=followup.outcome, note=note, source="user"
+        )
         log.info(
             "follow-up graded episode %s %s (read by %s)",
             previous.id,
@@ -792,6 +816,26 @@ def _langchain_outage(error: BaseException) -> bool:
         if isinstance(kind, type)
     )
     return isinstance(error, kinds)
+
+
+def check_intent(intent: object, name: str = "intent") -> str:
+    """*intent* if it is one of the recall intents, else ``ConfigurationError`` naming them."""
+    if not isinstance(intent, str) or intent not in INTENTS:
+        raise ConfigurationError(
+            f"{name} must be one of {', '.join(map(repr, INTENTS))}, not {shown(intent)}"
+        )
+    return intent
+
+
+def given_source(outcome: str, source: str | None) -> OutcomeSource:
+    """The source an outcome is recorded with: *source* (checked) or, without one, ``agent``
+    for a ``claimed_success`` and none for any other outcome."""
+    if source is None:
+        return "agent" if outcome == "claimed_success" else ""
+    try:
+        return check_source(source)
+    except ValueError as exc:
+        raise ConfigurationError(f"source: {exc}") from None
 
 
 def user_query(messages: Sequence[dict[str, Any]]) -> str:

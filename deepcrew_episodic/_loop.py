@@ -29,6 +29,7 @@ from ._events import EventType, StreamEvent, emit
 from ._exceptions import VerifierError
 from ._hook import EpisodicHook, Recorded, describe, infrastructure_error
 from ._result import AgentResult
+from ._source import OutcomeSource
 from ._verify import LoopConfig, Verdict
 
 __all__ = [
@@ -143,10 +144,11 @@ class Refinement:
             self._results.append(result)
             self._verdicts.append(verdict)
             outcome = config.outcome(verdict.score)
-            # The verifier checked this answer: its outcome is verified, whatever a
-            # distillation model makes of the transcript.
+            # The verifier checked this answer: its outcome stands, whatever a distillation
+            # model makes of the transcript, with the verifier's source (a model verifier is
+            # a judge, not a check).
             recorded = await record_answer(
-                task, run, outcome=outcome, score=verdict.score, iteration=i
+                task, run, outcome=outcome, score=verdict.score, iteration=i, source=config.source()
             )
             if recorded is not None:
                 self.recorded.append(recorded)
@@ -233,13 +235,14 @@ async def record_answer(
     outcome: Outcome | None = None,
     score: float | None = None,
     iteration: int | None = None,
+    source: OutcomeSource = "verifier",
 ) -> Recorded | None:
     """Record the finished *run* as one episode of *task* (``None``: no memory, or a trivial
     run, which is not recorded).
 
-    *outcome* is a verified one (a verifier's verdict) or ``None`` (nobody checked the
-    answer: ``unknown``, or ``claimed_success`` when a distillation model reads a success
-    into it). With ``distill_model`` the episode is the model's TASK / APPROACH / LESSON;
+    *outcome* is a verifier's verdict, from *source* (``"verifier"``, or ``"judge"`` for a
+    model verifier), or ``None``: nobody checked the answer (``unknown``; a score alone is the
+    agent's claim; a distillation model's reading of the transcript is a ``"judge"``'s). With ``distill_model`` the episode is the model's TASK / APPROACH / LESSON;
     if that call fails, the plain episode (query and answer) is stored and the failure
     counted in ``memory.counters.reflection_failures``. With ``transcript_dir`` the
     transcript is written first and the episode points at it.
@@ -261,6 +264,8 @@ async def record_answer(
     if settings.distill_model is not None:
         episode = await _distilled(task, transcript, outcome)
         if episode is not None:
+            if outcome is not None:
+                episode.outcome_source = source
             episode.score = score
             episode.tools_used = sorted(set(run.tools_used))
             episode.run_id = task.run_id
@@ -278,6 +283,7 @@ async def record_answer(
             transcript_ref=ref,
             conversation_id=task.conversation_id,
             phase=task.phase,
+            source=source if outcome is not None else ("agent" if score is not None else ""),
         )
     return _with_error(recorded, ref_error)
 

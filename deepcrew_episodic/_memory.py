@@ -56,6 +56,7 @@ from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
 from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
+from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, check_source
 from ._telemetry import Telemetry, traced, tracing
 from ._time import TimeLike, needs_reading, span, zone, zone_given
 from ._unicode import escape_hidden, search_form
@@ -691,6 +692,8 @@ class EpisodicMemory:
         await self._sync()
         now = self._clock()
         by_outcome = dict.fromkeys(OUTCOMES, 0)
+        by_source: dict[str, int] = {}
+        successes = checked_successes = foreign = 0
         expired = 0
         times: list[tuple[float, str]] = []
         shown: set[int] = set()
@@ -701,6 +704,12 @@ class EpisodicMemory:
                 continue
             shown.add(seq)
             by_outcome[ep.outcome] = by_outcome.get(ep.outcome, 0) + 1
+            source = ep.effective_source
+            by_source[source] = by_source.get(source, 0) + 1
+            foreign += bool(ep.outcome_source) and ep.outcome_source not in SOURCES
+            if ep.outcome in ("success", "claimed_success"):
+                successes += 1
+                checked_successes += source in CHECKED_SOURCES
             known = self._known[seq]
             if known.dated:
                 times.append((known.recorded, ep.timestamp))
@@ -728,7 +737,10 @@ class EpisodicMemory:
                     key=lambda item: (-item[1], -item[0]),
                 )[:5]
             ],
-            warnings=_label_warnings(by_outcome),
+            warnings=_label_warnings(by_outcome)
+            or _success_warnings(sum(by_outcome.values()), successes, checked_successes),
+            by_source=by_source,
+            unknown_sources=foreign,
             embedder=(
                 f"{identity[0]} ({identity[1]} dimensions)"
                 if (identity := decode_identity(self._log.embedder))
@@ -999,18 +1011,23 @@ class EpisodicMemory:
         outcome: Outcome | None = None,
         score: float | None = None,
         note: str = "",
-        verified: bool = True,
+        verified: bool | None = None,
+        source: str | None = None,
     ) -> Grade:
         """Grade an episode after it was recorded: the signal that arrives late ("thanks, that
         worked" / "still broken", a test run). The grade is a record of its own; the episode
-        is never rewritten. Every read path applies the grades: the newest verified grade wins,
-        a verified outcome beats a claimed one, and an unverified ``success`` reads
-        ``claimed_success`` (see ``docs/recall.md``).
+        is never rewritten. Every read path applies the grades: the outcome from the best
+        source wins (a verifier, then the user, then the agent's claim, then a model judging),
+        the newest among equals; a verified outcome beats a claimed one, and a ``success``
+        claimed by the agent reads ``claimed_success`` (see ``docs/recall.md``).
 
         Give *outcome*, *score* (in [0, 1]; without an outcome it stands for one, see
-        :func:`~deepcrew_episodic.outcome_for_score`) or both. *verified* says whether the
-        grade was checked (a test, the user) or is a claim (a model's judgement). Raises
-        :class:`ConfigurationError` when no episode has *episode_id*, or when it has expired.
+        :func:`~deepcrew_episodic.outcome_for_score`) or both. *source* says where the grade
+        came from: ``"verifier"`` (a test, an exit code), ``"user"``, ``"agent"`` (a claim)
+        or ``"judge"`` (a model judging the run). Without it, *verified* says whether the
+        grade was checked (the default) or is the agent's claim (``verified=False``); given
+        both, they must agree. Raises :class:`ConfigurationError` when no episode has
+        *episode_id*, when it has expired, or on a wrong value.
 
         Example::
 
@@ -1034,7 +1051,7 @@ class EpisodicMemory:
             )
         if not isinstance(note, str) or len(note) > NOTE_CHARS:
             raise ConfigurationError(f"note must be a string of at most {NOTE_CHARS} characters")
-        verified = boolean("verified", verified)
+        verified, source = _grade_source(verified, source)
         await self._sync()
         target: Episode | None = None
         if episode_id in self._ids:
@@ -1065,6 +1082,7 @@ class EpisodicMemory:
             verified,
             now_iso(self._clock()),
             target.timestamp,
+            source,
         )
         await self._log.add_grade(grade.to_json())
         log.info(
@@ -1867,13 +1885,43 @@ class MemoryStats:
     most_used: list[tuple[str, int]] = field(default_factory=list)
     """The ids of the (at most five) episodes used most in runs, with their use counts."""
     warnings: list[str] = field(default_factory=list)
-    """What looks wrong, in words: for now, an outcome signal that is not wired (nearly every
-    episode ``unknown`` or ``claimed_success``)."""
+    """What looks wrong, in words: an outcome signal that is not wired (nearly every episode
+    ``unknown`` or ``claimed_success``), or one wired to no check (nearly every episode a
+    success, and nearly none of those successes from a verifier or the user)."""
+    by_source: dict[str, int] = field(default_factory=dict)
+    """Episodes by where their outcome (grades applied) is read as coming from: ``verifier``,
+    ``user``, ``agent``, ``judge``, and ``""`` (no source recorded, or an ``unknown`` outcome)."""
+    unknown_sources: int = 0
+    """Episodes naming an outcome source this version does not know (another tool's): shown
+    as stored, ranked as no source."""
 
 
 # stats() warns when at least this share of at least UNWIRED_MIN episodes carry no verified label.
 UNWIRED_SHARE = 0.9
 UNWIRED_MIN = 10
+
+
+# stats() warns that everything is success when at least this share of at least UNWIRED_MIN
+# episodes are successes (claimed or not) and fewer than CHECKED_SUCCESS_SHARE of them came
+# from a verifier or the user: a store that looks informative and carries no information.
+ALL_SUCCESS_SHARE = 0.9
+CHECKED_SUCCESS_SHARE = 0.1
+
+
+def _success_warnings(total: int, successes: int, checked: int) -> list[str]:
+    if (
+        total < UNWIRED_MIN
+        or successes < ALL_SUCCESS_SHARE * total
+        or checked >= CHECKED_SUCCESS_SHARE * successes
+    ):
+        return []
+    return [
+        f"everything is success: {successes} of {total} episodes are successes and "
+        f"{successes - checked} of those come from no verifier or user (the agent's claim, a "
+        f"model judging, or no recorded source), so the labels carry no information; record "
+        f"your tests' or the user's verdict with its source, or grade runs later (see "
+        f"docs/recall.md#outcome-sources)"
+    ]
 
 
 def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
@@ -1886,6 +1934,27 @@ def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
         f"claimed_success, so outcome-aware recall (what_worked, what_failed) has nothing to "
         f"go on; record a verified outcome or grade runs later (see docs/recall.md#outcomes)"
     ]
+
+
+def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, OutcomeSource]:
+    """``grade()``'s *verified* flag and *source*, checked against each other."""
+    if verified is not None:
+        verified = boolean("verified", verified)
+    if source is None:
+        return (True if verified is None else verified), ""
+    try:
+        said = check_source(source)
+    except ValueError as exc:
+        raise ConfigurationError(f"source: {exc}") from None
+    if not said:
+        return (True if verified is None else verified), ""
+    checked = said in CHECKED_SOURCES
+    if verified is not None and verified != checked:
+        raise ConfigurationError(
+            f"verified={verified} contradicts source={said!r} (a grade from a verifier or "
+            f"the user is verified; the agent's claim or a model's judgement is not): give one"
+        )
+    return checked, said
 
 
 def _time_or_none(value: str | None) -> float | None:

@@ -96,6 +96,7 @@ class PhaseRecorder:
             lesson=str(args.get("lesson") or "") or None,
             outcome=_CLAIMS[str(outcome)],
             conversation_id=self.conversation_id or None,
+            source="agent",  # the model's own word on its phase
         )
         self.recorded.append(recorded)
         if recorded.episode is None:

@@ -25,9 +25,11 @@ Score
     so an old episode that is the only relevant one still surfaces, and an episode with no
     term in common with the query (``m == 0``) is never returned.
 
-    ``outcome_weight`` is 1 for ``intent="any"``; the other intents weight the wanted outcome
-    1 and the others below ``1 - RECENCY_WEIGHT``, so that among equally relevant episodes the
-    wanted outcome comes first whatever their ages.
+    ``outcome_weight`` is the outcome's weight under the intent times its source's
+    (``OUTCOME_WEIGHTS``, ``SOURCE_WEIGHTS``): 1 for every outcome under ``intent="any"``, the
+    other intents weight the wanted outcome 1 and the others below ``1 - RECENCY_WEIGHT``, and a
+    verdict the agent only claimed or a model judged weighs 0.6 or less, so that among equally
+    relevant episodes the wanted outcome, then the checked one, comes first whatever their ages.
 
 Index
     :class:`RecallIndex` keeps, per term, the episodes holding it, grouped by their length
@@ -56,6 +58,7 @@ from itertools import chain
 from typing import Literal
 
 from ._episode import Episode
+from ._source import source_of
 
 __all__ = ["Intent", "Parts", "Ranking", "RecallIndex", "Scored", "stem", "terms"]
 
@@ -69,10 +72,18 @@ LENGTH_CAP = 6
 DEFAULT_FIELDS: tuple[str, ...] = ("query", "tags", "reflection")
 MATCHABLE_FIELDS: tuple[str, ...] = ("query", "response", "tags", "reflection", "tools_used")
 
-# Under an intent, the unwanted outcomes weigh less than the recency floor (0.8) divided by the
-# largest reinforcement boost (1.2), so that the freshest, most used unwanted episode still ranks
-# below the oldest, unused wanted one of equal relevance; a claim ranks below a verified outcome
-# of its kind the same way, and above every other outcome of the same age.
+# weight = OUTCOME_WEIGHTS[intent][outcome] * SOURCE_WEIGHTS[source] (see docs/recall.md).
+# Every factor compared below has to hold against the recency floor (0.8: the oldest episode
+# keeps 0.8 of its score) and the largest reinforcement boost (1.2): a weight that must rank an
+# episode below another of equal relevance whatever their ages and uses is less than
+# 0.8 / 1.2 = 0.667 of it.
+# Under an intent, the unwanted outcomes weigh less than that, so that the freshest, most used
+# unwanted episode still ranks below the oldest, unused wanted one of equal relevance verified by
+# the user (0.95 * 0.8 = 0.76 > 0.55 * 1.2 = 0.66); a wanted outcome the agent only claimed or a
+# model judged (0.6, 0.57) ranks below a verified one the same way, and above every other outcome
+# of the same age. ``claimed_success`` is a success the agent claimed: under "any" and
+# "what_worked" its weight is a success's, times the agent's source weight; when failures are
+# wanted, a success only claimed ranks above a verified one (it may be a failure nobody caught).
 OUTCOME_WEIGHTS: dict[str, dict[str, float]] = {
     "any": {
         "success": 1.0,
@@ -84,21 +95,56 @@ OUTCOME_WEIGHTS: dict[str, dict[str, float]] = {
     },
     "what_failed": {
         "failure": 1.0,
-        "abandoned": 0.65,
-        "partial": 0.6,
-        "unknown": 0.56,
-        "claimed_success": 0.5,
-        "success": 0.48,
+        "abandoned": 0.55,
+        "partial": 0.5,
+        "unknown": 0.45,
+        "claimed_success": 0.72,  # x0.6 (the agent's) = 0.43: between unknown and success
+        "success": 0.4,
     },
     "what_worked": {
         "success": 1.0,
-        "claimed_success": 0.65,
-        "partial": 0.6,
-        "unknown": 0.56,
-        "abandoned": 0.5,
-        "failure": 0.48,
+        "claimed_success": 1.0,
+        "partial": 0.55,
+        "unknown": 0.5,
+        "abandoned": 0.45,
+        "failure": 0.4,
     },
 }
+# The essay's order of outcome sources, under every intent: checked outside the agent (a
+# verifier, then the user) ranks above whatever the agent claims or a model judges by more than
+# age and uses can make up (0.6 < 0.95 * 0.667); within each pair the better source ranks first
+# among episodes of the same age and uses (x0.95). No recorded source ("": older records,
+# deepcrew-ai logs) ranks as verified, as such records always did (an unknown outcome has no
+# source to weigh).
+SOURCE_WEIGHTS: dict[str, float] = {
+    "verifier": 1.0,
+    "": 1.0,
+    "user": 0.95,
+    "agent": 0.6,
+    "judge": 0.57,
+}
+
+
+def rank_key(outcome: str, source: str) -> str:
+    """What an episode's outcome weight is looked up by: its outcome and where it came from."""
+    return f"{outcome}:{source_of(outcome, source)}"
+
+
+# The weight of every outcome from every source, under each intent (what the index looks up).
+WEIGHTS: dict[str, dict[str, float]] = {
+    intent: {
+        f"{outcome}:{source}": weight * SOURCE_WEIGHTS[source]
+        for outcome, weight in table.items()
+        for source in SOURCE_WEIGHTS
+    }
+    for intent, table in OUTCOME_WEIGHTS.items()
+}
+
+
+def outcome_weight(intent: str, episode: Episode) -> float:
+    """*episode*'s outcome weight under *intent* (its outcome times its source's weight)."""
+    return WEIGHTS[intent].get(rank_key(episode.outcome, episode.outcome_source), 1.0)
+
 
 # --- terms ------------------------------------------------------------------------------------
 
@@ -317,7 +363,7 @@ class Parts:
     recency: float
     age_days: float | None
     when: float
-    outcome: str
+    outcome: str  # the outcome and its source (rank_key): what the weight is looked up by
 
 
 def relevance(matched: int, query_size: int, episode_size: int, cap: int | None) -> float:
@@ -334,7 +380,7 @@ class _Entry:
     terms: frozenset[str]
     size: int  # the length class: min(|E|, cap)
     when: float  # the POSIX timestamp; -inf when undated (sorts oldest)
-    outcome: str
+    outcome: str  # the outcome and its source (rank_key): what the weight is looked up by
 
 
 class _Bucket:
@@ -458,7 +504,7 @@ class RecallIndex:
         parts = self.parts(seq, terms(query), now=now, half_life_days=half_life_days)
         if parts.keyword <= 0.0:
             return None
-        weight = OUTCOME_WEIGHTS[intent].get(entry.outcome, 1.0)
+        weight = WEIGHTS[intent].get(entry.outcome, 1.0)
         return Scored(
             entry.episode,
             parts.keyword * parts.factor * weight,
@@ -487,7 +533,8 @@ class RecallIndex:
             except ValueError:
                 when = None
         size = len(found) if self.length_cap is None else min(len(found), self.length_cap)
-        entry = _Entry(episode, found, size, _NEVER if when is None else when, episode.outcome)
+        key = rank_key(episode.outcome, episode.outcome_source)
+        entry = _Entry(episode, found, size, _NEVER if when is None else when, key)
         self._entries[seq] = entry
         postings, df, when_ = self._postings, self._df, entry.when
         for term in found:
@@ -542,7 +589,7 @@ class RecallIndex:
         q_terms = terms(query)
         if not q_terms or k <= 0:
             return []
-        weights = OUTCOME_WEIGHTS[intent]
+        weights = WEIGHTS[intent]
         w_max = max(weights.values())
         rw = self.recency_weight
         floor = 1.0 - rw
@@ -649,7 +696,7 @@ class RecallIndex:
                         score,
                         rel := relevance(len(matched), q, entry.size, cap),
                         recency,
-                        weights.get(entry.episode.outcome, 1.0),
+                        weights.get(entry.outcome, 1.0),
                         tuple(sorted(matched)),
                         age,
                         keyword=rel,

@@ -28,6 +28,7 @@ from ._exceptions import ConfigurationError, MaxTurnsError, ToolError
 from ._hook import (
     EpisodicHook,
     Recorded,
+    check_intent,
     conversation_arg,
     describe,
     phase_arg,
@@ -49,6 +50,7 @@ async def run_agent(
     messages: Sequence[dict[str, Any]],
     *,
     agent_id: str | None = None,
+    intent: str | None = None,
     conversation_id: str | None = None,
     run_id: str | None = None,
     phase: str = "",
@@ -57,7 +59,10 @@ async def run_agent(
 
     With ``agent.episodic_memory``, relevant past episodes are injected before the first
     model call and the run is recorded after it; ``agent.loop_config`` runs the refinement
-    loop. Raises the model's own error (a ``litellm`` exception), ``MaxTurnsError`` or
+    loop. *intent* (default: ``agent.intent``) is what recall looks for: ``"any"``,
+    ``"what_worked"`` or ``"what_failed"``. The episodes say where their outcome came from:
+    a verifier's (``"judge"`` for an ``LLMVerifier``), the run's own error (``"verifier"``),
+    or a distillation model's reading of the transcript (``"judge"``). Raises the model's own error (a ``litellm`` exception), ``MaxTurnsError`` or
     ``ToolError``, each after recording a ``failure`` episode (``abandoned``, or nothing,
     per ``agent.infrastructure_failures``, when the model provider could not be used), or
     ``VerifierError`` after recording the ungraded answer (outcome ``unknown``, tag
@@ -74,7 +79,7 @@ async def run_agent(
         print(result.text, result.episodes_recalled, result.recorded[0].outcome)
         await memory.grade(result.recorded_ids[-1], outcome="success")  # the user confirmed
     """
-    run = _Run(agent, messages, agent_id, conversation_id, run_id, phase)
+    run = _Run(agent, messages, agent_id, intent, conversation_id, run_id, phase)
     async with aclosing(run.events()) as events:
         async for _ in events:
             pass
@@ -88,6 +93,7 @@ def stream_agent(
     *,
     policy: StreamPolicy | None = None,
     agent_id: str | None = None,
+    intent: str | None = None,
     conversation_id: str | None = None,
     run_id: str | None = None,
     phase: str = "",
@@ -107,7 +113,7 @@ def stream_agent(
         print(stream.result.episodes_recalled)
     """
     return AgentStream(
-        _Run(agent, messages, agent_id, conversation_id, run_id, phase),
+        _Run(agent, messages, agent_id, intent, conversation_id, run_id, phase),
         policy or StreamPolicy.verbose(),
     )
 
@@ -169,6 +175,7 @@ class _Run:
         agent: Agent,
         messages: Sequence[dict[str, Any]],
         agent_id: str | None,
+        intent: str | None = None,
         conversation_id: str | None = None,
         run_id: str | None = None,
         phase: str = "",
@@ -182,6 +189,7 @@ class _Run:
         self.agent = agent
         self.messages = list(messages)
         self.agent_id = agent_id or agent.name
+        self.intent = agent.intent if intent is None else check_intent(intent)
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ConfigurationError(f"run_id must be a non-empty string or None, not {run_id!r}")
         # Transcripts are named for this call: the phases of one run share its run_id.
@@ -196,7 +204,10 @@ class _Run:
         if memory is None:
             return None
         return EpisodicHook(
-            memory, agent_id=self.agent_id, grade_followups=self.agent.grade_followups
+            memory,
+            agent_id=self.agent_id,
+            intent=self.intent,
+            grade_followups=self.agent.grade_followups,
         )
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:

@@ -281,7 +281,8 @@ class SyncEpisodicMemory:
         outcome: Outcome | None = None,
         score: float | None = None,
         note: str = "",
-        verified: bool = True,
+        verified: bool | None = None,
+        source: str | None = None,
     ) -> Grade:
         """See :meth:`EpisodicMemory.grade`."""
         return self._call(
@@ -291,6 +292,7 @@ class SyncEpisodicMemory:
             score=score,
             note=note,
             verified=verified,
+            source=source,
         )
 
     def grades(self, episode_id: str | None = None) -> list[Grade]:

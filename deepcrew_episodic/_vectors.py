@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._embed import SIMILARITY_FLOOR
-from ._recall import OUTCOME_WEIGHTS, RecallIndex, Scored, terms
+from ._recall import WEIGHTS, RecallIndex, Scored, terms
 
 __all__ = ["BACKGROUND", "VectorIndex", "hub_levels", "hybrid_scorer", "hybrid_search"]
 
@@ -269,7 +269,7 @@ def hybrid_scorer(
         return sim, sim - 0.5 * (vectors.hub(seq) + query_hub)
 
     q_terms = terms(query)
-    weights = OUTCOME_WEIGHTS[intent]
+    weights = WEIGHTS[intent]
     span = MEANING_SPAN
 
     def score(seq: int) -> tuple[float, float, int, Scored] | None:

@@ -21,6 +21,7 @@ from ._exceptions import ConfigurationError, VerifierError
 from ._hook import describe
 from ._litellm import load_litellm
 from ._redact import Redactor, as_redactor, safe_message
+from ._source import OutcomeSource
 from ._validate import integer, number
 
 if TYPE_CHECKING:
@@ -81,6 +82,11 @@ class LoopConfig:
         always uses ``Agent.episodic_memory``, once, before the first iteration.
     refine_prompt:
         The user message that asks for the next iteration; the verifier's feedback follows it.
+    outcome_source:
+        Where the verifier's outcomes come from, as the episodes record it: ``"verifier"`` (a
+        test, a check in code) or ``"judge"`` (a model grading the answer), which ranks below
+        the agent's own claim. ``None`` (default): ``"judge"`` for an :class:`LLMVerifier` (or
+        a verifier whose ``outcome_source`` attribute says ``"judge"``), else ``"verifier"``.
 
     Example::
 
@@ -94,6 +100,7 @@ class LoopConfig:
     failure_score: float = 0.3
     episodic_memory: EpisodicMemory | None = None
     refine_prompt: str = REFINE_PROMPT
+    outcome_source: str | None = None
 
     def __post_init__(self) -> None:
         integer("LoopConfig.max_iterations", self.max_iterations, minimum=1)
@@ -108,6 +115,19 @@ class LoopConfig:
                 f"LoopConfig.failure_score ({self.failure_score}) must not exceed "
                 f"target_score ({self.target_score})"
             )
+        if self.outcome_source is not None and self.outcome_source not in ("verifier", "judge"):
+            raise ConfigurationError(
+                f"LoopConfig.outcome_source must be 'verifier', 'judge' or None, not "
+                f"{safe_message(repr(self.outcome_source), 60)}"
+            )
+
+    def source(self) -> OutcomeSource:
+        """Where this loop's outcomes come from: ``"verifier"`` or ``"judge"`` (see
+        ``outcome_source``)."""
+        said = self.outcome_source
+        if said is None:
+            said = getattr(self.verifier, "outcome_source", None)
+        return "judge" if said == "judge" else "verifier"
 
     def outcome(self, score: float) -> Outcome:
         """``success`` / ``failure`` / ``partial`` for an iteration's score: the library's one
@@ -145,10 +165,15 @@ class LLMVerifier:
     default: the built-in rules; a :class:`~deepcrew_episodic.Redactor`: its rules;
     ``False``: as they are): the grading model is one more service a secret must not reach.
 
+    Its verdicts are a model judging the answer: the episodes record them with the outcome
+    source ``"judge"`` (unverified; see docs/recall.md).
+
     Example::
 
         LoopConfig(verifier=LLMVerifier("openai/gpt-4o-mini", rubric="Cites the docs."))
     """
+
+    outcome_source = "judge"
 
     def __init__(
         self,

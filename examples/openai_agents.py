@@ -68,7 +68,9 @@ async def main() -> None:
 
     # The user's next message is the verdict: grade the run it is about.
     assert first.recorded_id is not None
-    await memory.grade(first.recorded_id, outcome="failure", note="user: which carrier?")
+    await memory.grade(
+        first.recorded_id, outcome="failure", source="user", note="user: which carrier?"
+    )
     print("  graded failure from the user's follow-up: 'Which carrier? I need tracking.'")
 
     checked = agent.clone(tools=[lookup_order], output_guardrails=[names_the_carrier])

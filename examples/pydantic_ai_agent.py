@@ -90,7 +90,9 @@ async def main() -> None:
             # Later, the user writes back that a client broke: grade run 2 with what you learnt.
             second = runs[1].recorded_id
             assert second is not None
-            await memory.grade(second, outcome="failure", note="a client still used key-1")
+            await memory.grade(
+                second, outcome="failure", source="user", note="a client still used key-1"
+            )
             graded = {e.id: e.outcome for e in await memory.load()}
             print(f"graded: {graded[second]}")
 

@@ -27,6 +27,7 @@ CORE = {
     "_embed",
     "_vectors",
     "_grade",
+    "_source",
     "_distill",
     "_telemetry",
     "_time",

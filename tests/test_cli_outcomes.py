@@ -365,7 +365,7 @@ def test_a_transcript_is_distilled_into_a_claimed_episode(
     llm.script(distilled("success"))
     out = run.ok(*distill_argv(llm, path, "--tag", "deploy"))
     assert out.startswith("recorded ")
-    assert out.endswith("(claimed_success)\n")
+    assert out.endswith("(claimed_success from judge)\n")
     [episode] = run.episodes()
     assert episode["query"] == "deploy the api to staging"
     assert episode["approach"] == "kubectl apply"
@@ -452,7 +452,7 @@ def test_a_transcript_may_be_a_json_array(run: Run, llm: ScriptedLLM, tmp_path: 
     path = tmp_path / "run.json"
     path.write_text(json.dumps(RUN, indent=2))
     llm.script(distilled("failure"))
-    assert run.ok(*distill_argv(llm, path)).endswith("(failure)\n")
+    assert run.ok(*distill_argv(llm, path)).endswith("(failure from judge)\n")
     assert run.episodes()[0]["transcript_ref"] == str(path.resolve())
 
 
@@ -533,3 +533,75 @@ def test_grade_refuses_an_outcome_and_a_score_that_disagree(
     assert "disagree" in line
     assert "nothing was graded" in line
     assert run.json("timeline")[0]["grades"] == []
+
+
+# --- outcome sources ------------------------------------------------------------------------
+
+
+def test_stats_warns_when_every_success_comes_from_no_check(run: Run) -> None:
+    ids = [run.record("-q", f"Answer ticket {n}", "--outcome", "success") for n in range(10)]
+    code, out, err = run("stats")
+    assert code == 0
+    [warning] = [line for line in err.splitlines() if line.strip()]
+    assert warning.startswith("deepcrew-episodic: warning: everything is success: 10 of 10")
+    assert "sources    verifier 0, user 0, agent 0, judge 0, none 10" in out
+    stats = run.json("stats")
+    assert stats["by_source"] == {"": 10}
+    assert stats["warnings"] == [warning.removeprefix("deepcrew-episodic: warning: ")]
+    # One success in ten confirmed by the user: the labels carry a signal.
+    run.ok("grade", ids[0], "--outcome", "success", "--source", "user")
+    code, out, err = run("stats")
+    assert err == ""
+    assert "sources    verifier 0, user 1, agent 0, judge 0, none 9" in out
+
+
+def test_record_grade_and_the_listings_show_the_source(run: Run) -> None:
+    tested = run.record("-q", "Deploy the api", "--outcome", "failure", "--source", "verifier")
+    claim = run.record("-q", "Deploy the api again", "--outcome", "claimed_success")
+    assert run.ok("grade", claim, "--outcome", "failure", "--source", "user").startswith(
+        f"graded {claim}: failure (verified by user)"
+    )
+    outweighed = run.ok("grade", claim, "--outcome", "success", "--claimed")
+    assert "(a verified outcome outweighs this claim)" in outweighed
+    timeline = run.ok("timeline")
+    assert "failure (verifier)" in timeline
+    assert "failure (user, graded)" in timeline
+    recalled = run.ok("recall", "deploy the api")
+    assert "failure (verifier)" in recalled
+    by_id = {e["id"]: e for e in run.episodes()}
+    assert by_id[tested]["outcome_source"] == "verifier"
+    assert (by_id[claim]["outcome"], by_id[claim]["outcome_source"]) == ("failure", "user")
+    assert [g["source"] for g in by_id[claim]["grades"]] == ["user", ""]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("grade", "ID", "--outcome", "success", "--claimed", "--source", "verifier"), "contra"),
+        (("record", "-q", "x", "--source", "ci"), "invalid choice"),
+    ],
+)
+def test_a_source_that_contradicts_or_is_unknown_is_refused(
+    run: Run, argv: tuple[str, ...], message: str
+) -> None:
+    episode_id = run.record("-q", "Deploy the api")
+    code, _out, err = run(*(episode_id if a == "ID" else a for a in argv))
+    assert code != 0
+    assert message in err
+    assert [e["grades"] for e in run.episodes()] == [[]]
+
+
+def test_export_and_import_keep_the_sources(run: Run, tmp_path: Path) -> None:
+    judged = run.record("-q", "Deploy the api", "--outcome", "success", "--source", "judge")
+    run.ok("grade", judged, "--outcome", "failure", "--source", "user")
+    backup = tmp_path / "backup.jsonl"
+    run.ok("export", "-o", str(backup))
+    copy = Run(run.capsys, str(tmp_path / "copy.json"))
+    copy.ok("import", str(backup))
+    [episode] = copy.episodes()
+    assert (episode["outcome"], episode["outcome_source"]) == ("failure", "user")
+    assert [(g["outcome"], g["source"], g["verified"]) for g in episode["grades"]] == [
+        ("failure", "user", True)
+    ]
+    [line] = backup.read_text().splitlines()
+    assert json.loads(line)["outcome_source"] == "judge"  # as recorded

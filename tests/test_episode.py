@@ -31,6 +31,7 @@ FULL = Episode(
     approach="Looked the order up and refunded it.",
     transcript_ref="runs/2026-03-01/abc123.jsonl",
     run_id="run-7",
+    outcome_source="verifier",
     phase="refund",
     conversation_id="thread-42",
 )
@@ -49,8 +50,8 @@ def test_positional_arguments_follow_deepcrew_ai() -> None:
     assert dataclasses.asdict(theirs) == {
         k: v
         for k, v in dataclasses.asdict(ours).items()
-        if k not in ("id", "forget_after", "approach", "transcript_ref", "run_id", "phase")
-        and k != "conversation_id"
+        if k not in ("id", "forget_after", "approach", "transcript_ref", "run_id", "outcome_source")
+        and k not in ("phase", "conversation_id")
     }
 
 
@@ -201,6 +202,7 @@ def test_deepcrew_ai_records_decode_unchanged() -> None:
         "approach": "",
         "transcript_ref": None,
         "run_id": "",
+        "outcome_source": "",
         "phase": "",
         "conversation_id": "",
     }

@@ -381,7 +381,10 @@ class TestHandMadeGraph:
         system = llm.requests[-1].texts("system")
         assert len(system) == 1
         assert 'lesson: "Revoke the old key only after every client uses the new one."' in system[0]
-        assert "[" + episode.timestamp[:10] + "; failure; score 0.20]" in system[0]
+        assert (
+            "[" + episode.timestamp[:10] + "; failed (verified by a check); score 0.20]"
+            in system[0]
+        )
         assert state["episodic"]["recalled_ids"] == [episode.id]
         newest = await memory.load()
         assert {e.outcome for e in newest} == {"failure", "success"}

@@ -389,7 +389,7 @@ async def test_a_tripped_output_guardrail_is_a_verified_failure_the_next_run_see
     assert second.outcome == "success"
     assert second.recalled_ids == [episode.id]
     system = llm.requests[1].system_text
-    assert "; failure] asked:" in system
+    assert "; failed (verified by a check)] asked:" in system
     assert (
         "Rejected by output guardrail names_the_carrier: The answer must name the carrier."
         in system
@@ -1012,7 +1012,10 @@ def test_the_example_runs_offline() -> None:
     assert "tools used: ['lookup_order']" in out
     seen = out.split("The model saw in run 2:")[1].split("The log:")[0]
     assert seen.strip().startswith("You answer shipping questions.\n\n## Relevant past experience")
-    assert '; failure] asked: "Where is order 7?" -> answer: "Order 7 has shipped."' in seen
+    assert (
+        '; failed (reported by the user)] asked: "Where is order 7?" -> answer: "Order 7 has shipped."'
+        in seen
+    )
     log = out.split("The log:")[1].splitlines()
     assert [line.split()[1:3] for line in log if line.strip()] == [
         ["failure", "verified=True"],

@@ -869,6 +869,6 @@ def test_the_example_runs_offline() -> None:
     block = out.split("Instructions the model saw in run 2:")[1]
     assert block.lstrip().startswith("Answer in one sentence.")
     assert BLOCK in block
-    assert "success; tools: lookup_key" in block
+    assert "worked (verified by a check); tools: lookup_key" in block
     assert 'asked: "How do I rotate the billing API key?"' in block
     assert out.rstrip().endswith("graded: failure")

@@ -107,6 +107,7 @@ async def test_record_recall_grade_and_timeline_over_stdio(tmp_path: Path, mode:
             answer="Deployed after the migration.",
             outcome="success",
             verified=True,
+            source="verifier",
             lesson="Run the database migration before the deploy, off-peak.",
             tags=["deploy"],
             tools=["kubectl", "psql"],
@@ -130,6 +131,8 @@ async def test_record_recall_grade_and_timeline_over_stdio(tmp_path: Path, mode:
         [item] = data["items"]
         assert item["id"] == first["id"]
         assert item["outcome"] == "success"
+        assert item["source"] == "verifier"
+        assert "worked (verified by a check)" in block.text
         assert item["tools"] == ["kubectl", "psql"]
         assert item["relevance"] > 0
         assert "deploy" in item["why"]
@@ -137,12 +140,12 @@ async def test_record_recall_grade_and_timeline_over_stdio(tmp_path: Path, mode:
         assert first["id"] in text_of(recalled)
 
         graded = await call(
-            client, "grade", id=claim["id"], outcome="failure", verified=True,
+            client, "grade", id=claim["id"], outcome="failure", verified=True, source="user",
             note="user: the old key still works",
         )  # fmt: skip
         assert graded == {
-            "id": claim["id"], "graded": "failure", "verified": True, "now_reads": "failure",
-            "grades": 1,
+            "id": claim["id"], "graded": "failure", "verified": True, "source": "user",
+            "now_reads": "failure", "grades": 1,
         }  # fmt: skip
         # A claimed grade does not outweigh the verified one.
         later = await call(client, "grade", id=claim["id"], outcome="success", verified=False)
@@ -152,6 +155,7 @@ async def test_record_recall_grade_and_timeline_over_stdio(tmp_path: Path, mode:
         timeline = await call(client, "timeline")
         assert [e["id"] for e in timeline["episodes"]] == [claim["id"], first["id"]]
         assert timeline["episodes"][0]["outcome"] == "failure"
+        assert timeline["episodes"][0]["source"] == "user"
         assert timeline["episodes"][0]["grades"] == 2
         assert (timeline["matching"], timeline["total"]) == (2, 2)
         only = await call(client, "timeline", outcome=["failure"], limit=5)

@@ -300,7 +300,7 @@ async def test_a_run_item_is_never_an_expired_filtered_or_abandoned_iteration(
     (failed,) = await memory.recall("deploy billing", outcome="failure")
     assert failed.tags == ["prod"]  # the filter holds for the run's item
     ranked = await memory.explain("deploy billing", intent="what_failed")
-    assert [(s.episode.outcome, s.outcome_weight) for s in ranked] == [("success", 0.48)]
+    assert [(s.episode.outcome, s.outcome_weight) for s in ranked] == [("success", 0.4)]
 
 
 async def test_a_grade_never_moves_to_a_new_episode_that_reuses_the_id(clock: Clock) -> None:
@@ -331,7 +331,7 @@ async def test_a_grade_without_a_score_shows_no_recorded_score_on_any_read_path(
     (explained,) = await memory.explain("rotate the signing key")
     assert explained.episode.score is None
     block = memory.render([recalled])
-    assert "success]" in block
+    assert "worked (verified)]" in block
     assert "0.10" not in block
     assert (await memory.select(outcome="success"))[0].score is None
     stats = await memory.stats()

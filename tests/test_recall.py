@@ -18,6 +18,7 @@ from deepcrew_episodic._recall import (
     RecallIndex,
     episode_terms,
     fold,
+    outcome_weight,
     relevance,
     stem,
     terms,
@@ -481,7 +482,7 @@ def brute_force(
         f = 1 - RECENCY_WEIGHT
         if when is not None:
             f += RECENCY_WEIGHT * 0.5 ** (max(0.0, NOW - when) / DAY / 30.0)
-        score = rel * f * OUTCOME_WEIGHTS[intent][episode.outcome]
+        score = rel * f * outcome_weight(intent, episode)
         ranked.append((score, -math.inf if when is None else when, seq))
     ranked.sort(reverse=True)
     return [(seq, score) for score, _, seq in ranked[:k]]
@@ -493,7 +494,8 @@ def test_pruned_search_equals_brute_force(seed: int) -> None:
     cap = rng.choice([LENGTH_CAP, 3, None])
     index = RecallIndex(length_cap=cap)
     episodes: dict[int, Episode] = {}
-    outcomes = ["success", "failure", "partial", "unknown"]
+    outcomes = ["success", "failure", "partial", "unknown", "claimed_success"]
+    sources = ["", "verifier", "user", "agent", "judge"]
     for seq in range(1, 400):
         words = rng.sample(VOCABULARY, rng.randint(1, 9))
         lesson = " ".join(rng.sample(VOCABULARY, rng.randint(0, 14)))
@@ -504,6 +506,7 @@ def test_pruned_search_equals_brute_force(seed: int) -> None:
             outcome=rng.choice(outcomes),  # type: ignore[arg-type]
             tags=rng.sample(VOCABULARY, rng.randint(0, 2)),
             timestamp=stamp,
+            outcome_source=rng.choice(sources),
         )
         episodes[seq] = episode
         index.add(seq, episode)
@@ -626,7 +629,7 @@ async def test_explain_gives_scores_and_reasons_in_recall_order() -> None:
     assert hits[0].score >= hits[1].score
     assert hits[0].matched == ("charg", "duplic", "refund")
     assert "matched charg, duplic, refund" in hits[0].why()
-    assert "outcome=success x0.48" in hits[0].why()
+    assert "outcome=success x0.4" in hits[0].why()
 
 
 @pytest.mark.anyio

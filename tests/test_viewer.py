@@ -962,3 +962,25 @@ async def test_the_timeline_takes_phrases_in_the_memory_time_zone(memory: Episod
     utc_memory = EpisodicMemory(memory.backend, max_episodes=1000)
     assert await ids(utc_memory, "since=2026-03-01&until=2026-03-01") == set()
     assert await ids(utc_memory, "since=2026-02-28&until=2026-02-28") == {month.id}
+
+
+# --- outcome sources ----------------------------------------------------------------------------
+
+
+async def test_the_viewer_shows_each_outcomes_source_and_the_all_success_warning(
+    memory: EpisodicMemory,
+) -> None:
+    stored = await fill(memory, 10, outcome="success", score=None)
+    await memory.grade(stored[0].id, outcome="failure", source="user", note="still broken")
+    async with client(memory) as c:
+        overview = (await c.get("/overview")).text
+        warnings = re.search(r'<div id="warnings">(.*?)</div>', overview, re.S)[1]  # type: ignore[index]
+        assert "everything is success: 9 of 10" in html.unescape(warnings)
+        sources = re.search(r'<table id="sources">(.*?)</table>', overview, re.S)[1]  # type: ignore[index]
+        counts = dict(re.findall(r'data-source="([^"]*)".*?class="count">(\d+)<', sources))
+        assert counts == {"verifier": "0", "user": "1", "agent": "0", "judge": "0", "none": "9"}
+        timeline = (await c.get("/")).text
+        assert '<span class="source">(user)</span>' in timeline
+        episode = (await c.get(f"/episode/{quote(stored[0].id, safe='')}")).text
+        assert '<span class="source">(user)</span>' in episode  # the grade's source
+        assert "outcome_source" in episode

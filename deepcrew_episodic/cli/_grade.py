@@ -11,7 +11,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ._errors import CliError
-from ._output import clean, dump, for_display, grade_applies, grade_json, one_line, out
+from ._output import clean, dump, for_display, grade_json, one_line, out
 from ._store import stored
 
 if TYPE_CHECKING:
@@ -31,7 +31,8 @@ async def cmd_grade(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             outcome=args.outcome,
             score=args.score,
             note=args.note,
-            verified=not args.claimed,
+            verified=False if args.claimed else None,
+            source=args.source,
         )
     except ConfigurationError as exc:
         # An id the log does not hold, or a note too long: the library's message names it.
@@ -51,13 +52,22 @@ async def cmd_grade(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             }
         )
         return 0
-    kind = "verified" if grade.verified else "claimed"
+    kind = ("verified" if grade.verified else "claimed") + (
+        f" by {grade.source}" if grade.source and grade.source != "agent" else ""
+    )
     score = f", score {grade.score:.2f}" if grade.score is not None else ""
     out(f"graded {clean(episode_id)}: {grade.outcome} ({kind}{score})")
     if episode is not None:
         now = episode.outcome + (f" {episode.score:.2f}" if episode.score is not None else "")
-        outweighed = not grade.verified and not grade_applies(episode, [grade])
-        why = " (a verified outcome outweighs this claim)" if outweighed else ""
+        # This grade decides only if the episode now reads as it says.
+        outweighed = (episode.outcome, episode.outcome_source) != grade.reads_as
+        why = (
+            " (a verified outcome outweighs this claim)"
+            if outweighed and not grade.verified
+            else " (a better source's outcome outweighs this grade)"
+            if outweighed
+            else ""
+        )
         out(
             f"now reads: {now}  {one_line(episode.query, 70)}  ({len(grades)} grade"
             f"{'s' * (len(grades) != 1)}){why}"

@@ -460,21 +460,26 @@ def _score(episode: dict[str, Any]) -> str:
 
 def outcome_label(episode: Episode, grades: Sequence[Grade] = ()) -> str:
     """The outcome a listing shows: the effective one (grades applied, as every read path
-    reads it), marked ``(graded)`` when a grade decided it."""
+    reads it) with where it came from (``success (verifier)``, ``claimed_success (agent)``;
+    nothing more when no source is recorded), marked ``graded`` when a grade decided it."""
     label = one_line(episode.outcome, 40)
-    return f"{label} (graded)" if grade_applies(episode, grades) else label
+    notes = [one_line(source, 60)] if (source := episode.source_label()) else []
+    if grade_applies(episode, grades):
+        notes.append("graded")
+    return f"{label} ({', '.join(notes)})" if notes else label
 
 
 def grade_applies(episode: Episode, grades: Sequence[Grade]) -> bool:
-    """Whether *grades* decide the outcome *episode* (the effective one) reads: a verified
-    grade always does (the newest wins); a claim only when no verified outcome outweighs it,
-    and then the episode reads as the newest claim does."""
-    if any(g.verified for g in grades):
-        return True
-    if not grades:
+    """Whether *grades* decide the outcome *episode* (the effective one) reads: the best
+    ranked grade, the newest among equals (``Grade.rank``), decides unless the run's own
+    outcome outranks it, and then the episode reads as that grade says (``Grade.reads_as``)."""
+    best: Grade | None = None
+    for grade in grades:
+        if best is None or grade.rank <= best.rank:
+            best = grade
+    if best is None:
         return False
-    claim = grades[-1].outcome
-    return episode.outcome == ("claimed_success" if claim == "success" else claim)
+    return (episode.outcome, episode.outcome_source) == best.reads_as
 
 
 def outcome_width(labels: Iterable[str]) -> int:
@@ -556,6 +561,7 @@ def grade_json(grade: Grade, *, as_stored: bool = False) -> dict[str, Any]:
         "score": grade.score,
         "note": text(grade.note),
         "verified": grade.verified,
+        "source": text(grade.source),
         "timestamp": text(grade.timestamp),
     }
 

@@ -40,6 +40,7 @@ MAX_COUNT = 1_000_000_000
 # parsing the command line imports nothing of the library.
 OUTCOMES = ("success", "failure", "partial", "unknown", "claimed_success", "abandoned")
 INTENTS = ("any", "what_failed", "what_worked")
+SOURCE_CHOICES = ("verifier", "user", "agent", "judge")
 
 # ASCII digits only: re's \d, int() and float() also take "٣" (Arabic-Indic three).
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhdw])", re.ASCII)
@@ -266,6 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how well it went, from 0 to 1; without --outcome, >= 0.7 is success, < 0.3 "
         "failure, partial between",
     )
+    rec.add_argument(
+        "--source",
+        choices=SOURCE_CHOICES,
+        help="who says --outcome (or --score): verifier (a test, an exit code), user, agent "
+        "(its own claim) or judge (a model); default: none named (a success or failure then "
+        "reads as verified; claimed_success is the agent's)",
+    )
     rec.add_argument("--tool", action="append", dest="tools", default=[], metavar="TOOL")
     rec.add_argument("--tag", action="append", dest="tags", default=[], metavar="TAG")
     rec.add_argument("--reflection", help="a one-line lesson")
@@ -313,7 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument(
         "--claimed",
         action="store_true",
-        help="nothing checked this grade (a model's judgement): a verified outcome beats it",
+        help="nothing checked this grade (the agent's own claim): a verified outcome beats it",
+    )
+    gr.add_argument(
+        "--source",
+        choices=SOURCE_CHOICES,
+        help="who gave the grade: verifier (a test, an exit code), user, agent (a claim) or "
+        "judge (a model grading the run); ranks in that order (default: verified, no source "
+        "named; with --claimed: agent)",
     )
     gr.add_argument("--json", action="store_true", help="print the grade and the episode as JSON")
 
@@ -549,11 +564,18 @@ def _check_record(args: argparse.Namespace) -> None:
                 f"record: distilling {shown(args.transcript)} needs --distill-model MODEL (to "
                 f"record episodes from a file, use --file)"
             )
+        if args.source is not None and args.outcome is None and args.score is None:
+            raise UsageError(
+                "record: --source says who gave --outcome or --score; the model's own reading "
+                "of a transcript is recorded as a judge's"
+            )
         return
     for option, value in (("--distill-model", args.distill_model), ("--api-base", args.api_base)):
         if value is not None:
             raise UsageError(f"record: {option} applies to a transcript (record TRANSCRIPT ...)")
-    given = args.tags or args.outcome is not None or args.score is not None
+    given = (
+        args.tags or args.outcome is not None or args.score is not None or args.source is not None
+    )
     if args.file is not None and (flags or given):
         raise UsageError("record: give either --file or the episode's flags, not both")
     if args.file is None and args.query is None:

@@ -222,6 +222,8 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
                 "namespace": memory.namespace,
                 "total": stats.total,
                 "by_outcome": {clean(k): v for k, v in stats.by_outcome.items()},
+                "by_source": {clean(k): v for k, v in stats.by_source.items()},
+                "unknown_sources": stats.unknown_sources,
                 "expired": stats.expired,
                 "corrupt": stats.corrupt,
                 "oldest": clean(stats.oldest) if stats.oldest else stats.oldest,
@@ -260,6 +262,7 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
         rows.append(("grades", f"{stats.grades}" + " (given later: 'grade')" * bool(stats.grades)))
         used = [f"{short_id(i)} {n}x" for i, n in stats.most_used]
         rows.append(("most used", ", ".join(used) if used else "-"))
+        rows.append(("sources", _sources_text(stats)))
         for name, value in rows:
             out(f"{name:<10} {value}")
         out()
@@ -273,6 +276,19 @@ async def cmd_stats(args: argparse.Namespace, memory: EpisodicMemory, label: str
     if not stats.total and not stats.expired and not stats.corrupt:
         await hint_if_empty(memory)
     return 0
+
+
+# Best to worst, as recall ranks them; "" is no source recorded (or an unknown outcome).
+_SOURCE_ORDER = ("verifier", "user", "agent", "judge", "")
+
+
+def _sources_text(stats: MemoryStats) -> str:
+    """Where the outcomes came from, on one line: ``verifier 3, user 1, agent 5, none 2``."""
+    counts = stats.by_source
+    parts = [f"{name or 'none'} {counts.get(name, 0)}" for name in _SOURCE_ORDER]
+    if stats.unknown_sources:
+        parts.append(f"({stats.unknown_sources} name a source this version does not know)")
+    return ", ".join(parts)
 
 
 def _vectors_counted(memory: EpisodicMemory, stats: MemoryStats) -> int | None:

@@ -26,6 +26,7 @@ from ._output import (
     dump,
     for_display,
     note,
+    one_line,
     out,
     timeline_line,
     without_traceback,
@@ -69,6 +70,8 @@ async def cmd_record(
             fields["reflection"] = args.reflection
         if args.forget_after is not None:
             fields["forget_after"] = args.forget_after
+        if args.source is not None:
+            fields["outcome_source"] = args.source
         episodes = [_validated(Episode, fields, "the episode")]
     if args.file is not None:
         _refuse_stored_ids(episodes, {ep.id for ep in await stored(memory)})
@@ -93,7 +96,8 @@ def _show_recorded(
         return
     for episode in recorded:
         expired = ", expired at once" if memory.is_expired(episode) else ""
-        out(f"recorded {clean(episode.id)} ({episode.outcome}{expired})")
+        source = f" from {one_line(episode.source_label(), 60)}" if episode.source_label() else ""
+        out(f"recorded {clean(episode.id)} ({episode.outcome}{source}{expired})")
 
 
 async def _record_transcript(
@@ -140,6 +144,9 @@ async def _record_transcript(
         extra["score"] = args.score
     if args.forget_after is not None:
         extra["forget_after"] = args.forget_after
+    if verified is not None:
+        # The outcome given here is the caller's, not the model's reading of the transcript.
+        extra["outcome_source"] = args.source or ""
     episode = dataclasses.replace(episode, **extra)
     recorded = await memory.record(episode)
     _report_redactions([episode], [recorded])

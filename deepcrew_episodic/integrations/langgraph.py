@@ -28,7 +28,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Annotated, Any, NotRequired, TypedDict, cast, get_args
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, cast, get_args
 
 from deepcrew_episodic import (
     ConfigurationError,
@@ -380,6 +380,7 @@ class EpisodicNodes:
                 f"Run failed: out of steps before a final answer ({OUT_OF_STEPS})",
                 outcome="failure",
                 tools_used=tools,
+                source="verifier",
             )
         try:
             outcome, score, lesson = _verdict(run)
@@ -412,6 +413,10 @@ class EpisodicNodes:
                 )
                 return await self.hook.unverified(query, answer, exc, tools_used=tools)
             score, lesson = verdict.score, verdict.feedback or None
+        # A verdict the graph or the verifier gave is a check; no verdict is the model's claim.
+        source: Literal["agent", "verifier"] = (
+            "agent" if outcome is None and score is None else "verifier"
+        )
         if outcome is None:
             outcome = "claimed_success" if score is None else outcome_for_score(score)
         try:
@@ -422,6 +427,7 @@ class EpisodicNodes:
                 score=score,
                 reflection=lesson,
                 tools_used=tools,
+                outcome_source=source,
             )
         except Exception as exc:  # text no episode can hold: the run goes on without it
             self.memory.counters.record_failures += 1

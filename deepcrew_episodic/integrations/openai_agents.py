@@ -401,12 +401,15 @@ async def _record_result(
             + f"\nAnswer: {answer}",
             outcome="failure",
             tools_used=tools,
+            source="verifier",
         )
     if verifier is not None:
         verdict = await _verdict(verifier, query, result, hook, answer, tools)
         feedback = verdict.feedback.strip()
         text = f"{answer}\nVerifier: {feedback}" if feedback else answer
-        return await hook.after_run(query, text, score=verdict.score, tools_used=tools)
+        return await hook.after_run(
+            query, text, score=verdict.score, tools_used=tools, source="verifier"
+        )
     checked = [r.guardrail.get_name() for r in result.output_guardrail_results]
     if checked:
         return await hook.after_run(
@@ -414,6 +417,7 @@ async def _record_result(
             f"{answer}\nPassed output guardrails: {', '.join(checked)}",
             outcome="success",
             tools_used=tools,
+            source="verifier",
         )
     return await hook.after_run(query, answer, outcome="claimed_success", tools_used=tools)
 
@@ -457,7 +461,11 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
         answer = _output_text(checked.agent_output)
         text = _rejection(hook, "output guardrail", checked.guardrail.get_name(), checked.output)
         return await hook.after_run(
-            query, f"{text}\nAnswer: {answer}", outcome="failure", tools_used=tools
+            query,
+            f"{text}\nAnswer: {answer}",
+            outcome="failure",
+            tools_used=tools,
+            source="verifier",
         )
     crashed = _crashed_guardrail(error)
     if crashed is not None:
@@ -468,7 +476,9 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
     if isinstance(error, InputGuardrailTripwireTriggered):
         refused = error.guardrail_result
         text = _rejection(hook, "input guardrail", refused.guardrail.get_name(), refused.output)
-        return await hook.after_run(query, text, outcome="failure", tools_used=tools)
+        return await hook.after_run(
+            query, text, outcome="failure", tools_used=tools, source="verifier"
+        )
     if isinstance(error, ModelTimeoutError):
         # The SDK's own deadline on one model call (ModelSettings.timeout): the provider did not
         # answer in time, which the library's rule (EpisodicHook.failed) counts as an outage.
@@ -478,6 +488,7 @@ async def _record_error(hook: EpisodicHook, query: str, error: Exception) -> Rec
             outcome="abandoned",
             tools_used=tools,
             tags=["infrastructure"],
+            source="verifier",
         )
     return await hook.failed(query, error, partial_response=partial, tools_used=tools)
 

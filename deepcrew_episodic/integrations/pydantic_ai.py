@@ -312,6 +312,7 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
                 outcome="success" if checked else "claimed_success",
                 tools_used=state.tools,
                 run_id=ctx.run_id,
+                source="verifier" if checked else "agent",
             )
         self._remember(result, self._summary(ctx, state, done))
 
@@ -330,7 +331,12 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
             if state.last_rejected.strip():
                 response += f"\nLast answer: {state.last_rejected.strip()}"
             done = await state.hook.after_run(
-                state.query, response, outcome="failure", tools_used=state.tools, run_id=ctx.run_id
+                state.query,
+                response,
+                outcome="failure",
+                tools_used=state.tools,
+                run_id=ctx.run_id,
+                source="verifier",
             )
         else:
             done = await state.hook.failed(

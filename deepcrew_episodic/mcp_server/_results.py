@@ -25,6 +25,10 @@ class EpisodeItem(BaseModel):
         description="what happened, grades applied: success or failure (verified), "
         "claimed_success (a claim nobody checked), partial, abandoned, unknown"
     )
+    source: str = Field(
+        description="who says so: verifier (a test or check), user, agent (its own claim), "
+        "judge (a model grading the run), or '' when not recorded"
+    )
     score: float | None = Field(description="how well it went, 0 to 1, when known")
     task: str = Field(description="what the agent was asked")
     answer: str = Field(description="what it answered (cut when long)")
@@ -63,6 +67,7 @@ class GradeResult(BaseModel):
     id: str
     graded: str = Field(description="the outcome this grade gave")
     verified: bool
+    source: str = Field(description="who gave this grade: verifier, user, agent, or ''")
     now_reads: str = Field(
         description="the episode's outcome now, every grade applied (a verified outcome "
         "outweighs a claim)"

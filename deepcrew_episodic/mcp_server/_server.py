@@ -65,6 +65,7 @@ NONE_FITS = (
 
 Outcome = Literal["success", "failure", "partial", "abandoned", "unknown"]
 GradeOutcome = Literal["success", "failure", "partial", "abandoned"]
+CheckedBy = Literal["verifier", "user"]
 Shown = Literal["success", "failure", "partial", "abandoned", "unknown", "claimed_success"]
 
 INSTRUCTIONS = """\
@@ -86,7 +87,8 @@ RECORD = """\
 Record a finished run, once, after you finish a task (or give up on it): what you were asked,
 what you answered, how it turned out and the lesson a later run should know. Use
 verified=true only when something outside you checked the outcome (tests passed, the user
-confirmed); your own judgement of success is stored as claimed_success. Secrets in the text
+confirmed; say which with source="verifier" or "user"); your own judgement is stored as your
+claim (a success as claimed_success), which recall ranks below a checked outcome. Secrets in the text
 are redacted before storing. Returns the episode's id: keep it, to `grade` the run when the
 user says whether it worked."""
 
@@ -95,8 +97,9 @@ Grade a recorded run when its real outcome becomes known after the fact: the use
 worked ("thanks, that fixed it") or did not ("still broken"), or a test run settles it. Give
 the id that `record` or `recall` returned, the outcome and/or a score, a short note of the
 evidence, and verified=true when the user or a check confirmed it (false for your own
-judgement). The run itself is never rewritten: the grade is kept beside it, and the newest
-verified grade decides how recall ranks it. Returns the outcome the run now reads as."""
+judgement; source="user" or "verifier" says which). The run itself is never rewritten: the
+grade is kept beside it, and the grade from the best source (a check, then the user, then your
+claim), the newest among equals, decides how recall ranks it. Returns the outcome the run now reads as."""
 
 TIMELINE = """\
 List the most recent runs in the memory, newest first, with their ids, outcomes, scores and
@@ -244,6 +247,7 @@ class _Tools:
             "id": self.safe.ident(ep.id),
             "when": text(ep.timestamp, LABEL_CHARS),
             "outcome": ep.outcome,
+            "source": text(ep.source_label(), LABEL_CHARS),
             "score": ep.score,
             "task": text(ep.query, TASK_CHARS),
             "answer": text(ep.response, ANSWER_CHARS),
@@ -401,6 +405,10 @@ class _Tools:
                 "the user); a success you only believe is stored as claimed_success"
             ),
         ] = False,
+        source: Annotated[
+            CheckedBy | None,
+            Field(description="with verified=true, who checked: verifier (tests, CI) or user"),
+        ] = None,
         score: Annotated[
             float | None, Field(description="how well it went, from 0 to 1", ge=0.0, le=1.0)
         ] = None,
@@ -425,6 +433,7 @@ class _Tools:
                 "query": task,
                 "response": answer,
                 "outcome": stored_outcome,
+                "outcome_source": (source or "") if verified else "agent",
                 "tools_used": list(tools),
                 "tags": list(tags),
                 "agent_id": agent_id,
@@ -456,6 +465,10 @@ class _Tools:
                 "false when it is your own judgement"
             ),
         ],
+        source: Annotated[
+            CheckedBy | None,
+            Field(description="with verified=true, who checked: verifier (tests, CI) or user"),
+        ] = None,
         outcome: Annotated[
             GradeOutcome | None,
             Field(description="what really happened (give this, a score, or both)"),
@@ -475,7 +488,12 @@ class _Tools:
             found, _missing = await self._resolve([id])
             episode_id = found[0] if found else id
             grade = await self.memory.grade(
-                episode_id, outcome=outcome, score=score, note=note, verified=verified
+                episode_id,
+                outcome=outcome,
+                score=score,
+                note=note,
+                verified=verified,
+                source=source if verified else None,
             )
             now = await self.memory.select(ids=[episode_id])
             grades = await self.memory.grades(episode_id)
@@ -483,6 +501,7 @@ class _Tools:
                 id=self.safe.ident(episode_id),
                 graded=grade.outcome,
                 verified=grade.verified,
+                source=grade.effective_source,
                 now_reads=now[0].outcome if now else grade.outcome,
                 grades=len(grades),
             )

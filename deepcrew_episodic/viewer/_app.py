@@ -369,6 +369,7 @@ class _Viewer:
                 "id": s.episode.id,
                 "task": s.episode.query,
                 "outcome": s.episode.outcome,
+                "source": s.episode.source_label(),
                 "keyword": _n(s.keyword),
                 "similarity": _n(s.similarity) if hybrid and s.similarity is not None else "-",
                 "meaning": _n(s.meaning) if hybrid and s.similarity is not None else "-",
@@ -461,6 +462,11 @@ class _Viewer:
             (o, n, round(n / top_count * 200) if top_count else 0)
             for o, n in stats.by_outcome.items()
         ]
+        # Best to worst, as recall ranks them; "" is no source recorded (or an unknown outcome).
+        sources = [
+            (name or "none", stats.by_source.get(name, 0))
+            for name in ("verifier", "user", "agent", "judge", "")
+        ]
         counters = self.memory.counters
         return await self.page(
             "overview.html",
@@ -469,6 +475,7 @@ class _Viewer:
             cut=cut,
             undated=undated,
             histogram=histogram,
+            sources=sources,
             stats=stats,
             size=_size(stats.stored_bytes),
             tags=tags,
@@ -768,6 +775,7 @@ def _row(ep: Episode, redact: Callable[[str], str]) -> dict[str, Any]:
         "date": _date(ep.timestamp),
         "timestamp": ep.timestamp,
         "outcome": ep.outcome,
+        "source": ep.source_label(),
         "score": "-" if ep.score is None else f"{ep.score:.2f}",
         "task": _cut(redact(ep.query)),
         "lesson": _cut(redact(ep.reflection or "")),
