@@ -87,7 +87,7 @@ async def test_still_broken_grades_a_failure_and_the_next_answer_is_another_try_
     # Recalled and recorded under the task, not under "still broken": the block of this very
     # turn already shows the first answer as a failure.
     assert recalled.query == TASK
-    assert "; failure] asked: " in recalled.block
+    assert "; failed (reported by the user)] asked: " in recalled.block
     assert retry.episode.query == TASK
     assert retry.episode.response == "Use the background export."
     assert retry.episode.outcome == "unknown"

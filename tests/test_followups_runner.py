@@ -106,7 +106,7 @@ async def test_run_agent_grades_the_conversations_previous_run(llm: ScriptedLLM)
     llm.script(Reply.text("Then use the background export."))
     retry = await run_agent(agent, ask(TASK, "Still broken."), conversation_id="t-1")
     # The retry's recall already saw the failure; its episode is a run of the task.
-    assert "; failure] asked: " in llm.requests[-1].system_text
+    assert "; failed (reported by the user)] asked: " in llm.requests[-1].system_text
     [again] = retry.recorded
     assert (again.query, again.conversation_id) == (TASK, "t-1")
 
