@@ -330,10 +330,18 @@ def hybrid_search(
     accept: Callable[[int], bool] | None = None,
     scorer: tuple[Callable[[int], tuple[float, float, int, Scored] | None], list[int]]
     | None = None,
+    min_relevance: float = 0.0,
+    under: list[tuple[int, Scored]] | None = None,
 ) -> list[tuple[int, Scored]]:
     """The *k* best episodes for *query* by the hybrid score (module doc), best first. The
     index's background must be set (:meth:`VectorIndex.set_background`); *scorer* is what
-    :func:`hybrid_scorer` returned for the same arguments, made once for several searches."""
+    :func:`hybrid_scorer` returned for the same arguments, made once for several searches.
+
+    *min_relevance* is the floor on the combined relevance (``keyword + meaning * (1 -
+    keyword)``): the result is the top *k* of the episodes at or above it. With *under*, the
+    episodes under the floor that would have been in the top *k* without it are appended to
+    it, best first (among those the search looked at: every episode with a meaning part, and
+    the best by keywords)."""
     if k <= 0:
         return []
     score, meant = scorer or hybrid_scorer(
@@ -353,9 +361,13 @@ def hybrid_search(
         if seq in index and index.when(seq) >= cutoff and (accept is None or accept(seq)):
             scored_at[seq] = score(seq)
     # Keyword candidates, more of them until the k-th hybrid score is above what any episode
-    # not fetched could reach (its keyword score, since its meaning part is zero): exact.
+    # not fetched could reach (its keyword score, since its meaning part is zero): exact. The
+    # floor applies to the keyword fetch too: without a meaning part, an episode's combined
+    # relevance is at most its keyword relevance.
     wanted = max(4 * k, 32)
+    keyword_under: list[tuple[int, Scored]] | None = None
     while True:
+        keyword_under = [] if under is not None and min_relevance > 0.0 else None
         fetched = index.search(
             query,
             wanted,
@@ -364,11 +376,17 @@ def hybrid_search(
             half_life_days=half_life_days,
             since=since,
             accept=accept,
+            min_relevance=min_relevance,
+            under=keyword_under,
         )
         for seq, _ in fetched:
             if seq not in scored_at:
                 scored_at[seq] = score(seq)
-        ranked = [item for item in scored_at.values() if item is not None]
+        ranked = [
+            item
+            for item in scored_at.values()
+            if item is not None and item[3].relevance >= min_relevance
+        ]
         if len(fetched) < wanted:
             break
         best = heapq.nlargest(k, ranked, key=lambda t: t[:3])
@@ -376,4 +394,14 @@ def hybrid_search(
             break
         wanted *= 4
     best = heapq.nlargest(k, ranked, key=lambda t: t[:3])
+    if under is not None and min_relevance > 0.0:
+        for seq, _ in keyword_under or ():
+            if seq not in scored_at:
+                scored_at[seq] = score(seq)
+        everything = heapq.nlargest(
+            k, (item for item in scored_at.values() if item is not None), key=lambda t: t[:3]
+        )
+        under.extend(
+            (seq, scored) for _, _, seq, scored in everything if scored.relevance < min_relevance
+        )
     return [(seq, scored) for _, _, seq, scored in best]
