@@ -22,7 +22,7 @@ import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from ._exceptions import ConfigurationError
-from ._validate import integer, number
+from ._validate import integer, number, optional_number
 
 if TYPE_CHECKING:
     from ._memory import EpisodicMemory
@@ -58,6 +58,9 @@ class Agent:
         ``num_retries``, ``drop_params``, ``mock_response``, ...).
     episodic_memory:
         Recall relevant past runs before each run and record each run after it.
+    min_relevance:
+        The relevance floor of that recall (default ``None``: the memory's
+        ``min_relevance``); a past run less relevant than this is not injected.
     loop_config:
         Run a refinement loop (see :class:`~deepcrew_episodic.LoopConfig`).
     tool_errors:
@@ -104,6 +107,7 @@ class Agent:
     max_tokens: int | None = None
     extra_params: dict[str, Any] = field(default_factory=dict)
     episodic_memory: EpisodicMemory | None = None
+    min_relevance: float | None = None
     loop_config: LoopConfig | None = None
     tool_errors: ToolErrors = "report"
     infrastructure_failures: InfrastructureFailures = "abandoned"
@@ -121,6 +125,9 @@ class Agent:
                 f"Agent.model must be a litellm model name, not {self.model!r}"
             )
         integer("Agent.max_turns", self.max_turns, minimum=1)
+        self.min_relevance = optional_number(
+            "Agent.min_relevance", self.min_relevance, minimum=0.0, maximum=1.0
+        )
         if self.tool_errors not in ("report", "raise"):
             raise ConfigurationError(
                 f"Agent.tool_errors must be 'report' or 'raise', not {self.tool_errors!r}"

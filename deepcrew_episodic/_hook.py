@@ -129,6 +129,9 @@ class EpisodicHook:
         ``EPISODE_RECALL_FAILED``, ``EPISODE_RECORD_FAILED``). A plain or an async function.
     top_k:
         Episodes to recall (default: the memory's ``recall_k``).
+    min_relevance:
+        The relevance floor of the recall (default: the memory's ``min_relevance``): an
+        episode less relevant than this is left out of the block (see docs/recall.md).
     max_block_chars:
         Budget for the injected block: the best episodes that fit, in rank order (one that
         does not fit is skipped whole).
@@ -161,8 +164,10 @@ class EpisodicHook:
         recall_timeout: float | None = 10.0,
         tags: Sequence[str] = (),
         record_timeout: float | None = 60.0,
+        min_relevance: float | None = None,
     ) -> None:
         top_k = optional_integer("top_k", top_k, minimum=1)
+        min_relevance = optional_number("min_relevance", min_relevance, minimum=0.0, maximum=1.0)
         recall_timeout = optional_number(
             "recall_timeout", recall_timeout, minimum=0, exclusive_minimum=True
         )
@@ -174,6 +179,7 @@ class EpisodicHook:
         self.agent_id = agent_id
         self.on_event = on_event
         self.top_k = top_k
+        self.min_relevance = min_relevance
         self.max_block_chars = max_block_chars
         self.recall_timeout = recall_timeout
         self.record_timeout = record_timeout
@@ -195,7 +201,9 @@ class EpisodicHook:
             return Recalled(original, text)
         try:
             with anyio.fail_after(self.recall_timeout):
-                ranking = await self.memory.explain(text, self.top_k)
+                ranking = await self.memory.explain(
+                    text, self.top_k, min_relevance=self.min_relevance
+                )
             episodes = [scored.episode for scored in ranking]
             # The renderer says which episodes it kept (one that does not fit is skipped whole
             # under max_block_chars), so the event names exactly what the model sees. recall

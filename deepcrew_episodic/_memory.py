@@ -794,9 +794,7 @@ class EpisodicMemory:
         wanted_tags = _tags(tags)
         after = _since("since", since, self._clock()) if since is not None else None
         floor = (
-            self._min_relevance
-            if min_relevance is None
-            else _floor("min_relevance", min_relevance)
+            self._min_relevance if min_relevance is None else _floor("min_relevance", min_relevance)
         )
         await self._sync()
         if k == 0:

@@ -158,7 +158,9 @@ class _Run:
 
     def _hook(self, memory: Any) -> EpisodicHook | None:
         # The hook's events come back on its results; the run yields them in order.
-        return None if memory is None else EpisodicHook(memory, agent_id=self.agent_id)
+        if memory is None:
+            return None
+        return EpisodicHook(memory, agent_id=self.agent_id, min_relevance=self.agent.min_relevance)
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:
         agent, aid = self.agent, self.agent_id

@@ -142,10 +142,18 @@ class SyncEpisodicMemory:
         tags: Collection[str] | None = None,
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
+        min_relevance: float | None = None,
     ) -> list[Episode]:
         """See :meth:`EpisodicMemory.recall`."""
         return self._call(
-            self.memory.recall, query, top_k, intent=intent, tags=tags, outcome=outcome, since=since
+            self.memory.recall,
+            query,
+            top_k,
+            intent=intent,
+            tags=tags,
+            outcome=outcome,
+            since=since,
+            min_relevance=min_relevance,
         )
 
     def explain(
@@ -157,6 +165,7 @@ class SyncEpisodicMemory:
         tags: Collection[str] | None = None,
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
+        min_relevance: float | None = None,
     ) -> Ranking:
         """See :meth:`EpisodicMemory.explain`."""
         return self._call(
@@ -167,6 +176,7 @@ class SyncEpisodicMemory:
             tags=tags,
             outcome=outcome,
             since=since,
+            min_relevance=min_relevance,
         )
 
     def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
