@@ -29,6 +29,7 @@ from ._output import (
     outcome_label,
     outcome_width,
     recall_lines,
+    under_floor_lines,
     short_id,
     shown,
     size_text,
@@ -49,7 +50,12 @@ EXPORT_MODE = 0o600
 
 async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     found = await memory.explain(
-        args.query, args.top_k, intent=args.intent, tags=args.tags, outcome=args.outcome
+        args.query,
+        args.top_k,
+        intent=args.intent,
+        tags=args.tags,
+        outcome=args.outcome,
+        min_relevance=args.min_relevance,
     )
     # An embedder that failed has already said so, in one warning line on stderr (the library
     # logs it): the ranking below is by keywords, and --json -v says so in "ranking".
@@ -71,6 +77,9 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         )
         for rank, (s, grades) in enumerate(zip(found, graded, strict=True), 1):
             for line in recall_lines(rank, s, args.verbose, found.by, grades, width):
+                out(line)
+        if args.verbose:
+            for line in under_floor_lines(found.under_floor, found.min_relevance, found.by):
                 out(line)
     if not found:
         if not args.json:
@@ -97,6 +106,7 @@ def _recall_json(found: Scored, ranking: Ranking) -> dict[str, Any]:
         "iterations": found.iterations,
         "why": clean(found.why()),
         "ranking": ranking.by,
+        "min_relevance": number(ranking.min_relevance),
         "embedder_error": (
             clean(without_traceback(ranking.embedder_error)) if ranking.embedder_error else None
         ),
