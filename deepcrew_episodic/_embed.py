@@ -48,7 +48,7 @@ TEXT_CHARS = 2000
 MAX_DIMENSION = 16384
 # How far above the background level a query's similarity to an episode must be to count as
 # meaning the same (see _vectors.py); calibrated on the paraphrase probe (docs/benchmarks.md).
-SIMILARITY_FLOOR = 0.14
+SIMILARITY_FLOOR = 0.13
 _FORMAT = "v1"
 
 

@@ -70,7 +70,7 @@ LENGTH_CAP = 6
 # of three terms or more, against an episode of LENGTH_CAP terms, is 1/8 = 0.125, under it; two
 # shared terms of a question of up to 11 are above it. Calibrated on the probe sets (recall@3
 # kept, incidental one-word matches out): see docs/benchmarks.md.
-MIN_RELEVANCE = 0.13
+MIN_RELEVANCE = 0.15
 DEFAULT_FIELDS: tuple[str, ...] = ("query", "tags", "reflection")
 MATCHABLE_FIELDS: tuple[str, ...] = ("query", "response", "tags", "reflection", "tools_used")
 
