@@ -106,7 +106,8 @@ async def test_the_right_episode_comes_first_when_it_shares_more_than_one_word()
         [first] = await memory.recall(question)
         assert first.id == key
         unfloored = await memory.recall(question, min_relevance=0)
-        assert unfloored[0].id == key and len(unfloored) == 3  # the rest matched one word
+        assert unfloored[0].id == key
+        assert len(unfloored) == 3  # the other two matched one word
 
 
 # --- the floor only removes -----------------------------------------------------------------------
