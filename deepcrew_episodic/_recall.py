@@ -615,7 +615,9 @@ class RecallIndex:
                 rel_most = bound(size, most)
                 rel_bound = rel_most * w_max
                 if useless(rel_most, rel_bound):
-                    break
+                    # not break: the classes were sorted by their bounds for the `most` the
+                    # term began with, and counting may lower it mid-term, which reorders them
+                    continue
                 bucket = buckets[size]
                 whens, seqs = bucket.whens, bucket.seqs
                 i = len(seqs) - 1

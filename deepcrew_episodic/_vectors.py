@@ -38,6 +38,7 @@ import heapq
 import math
 import re
 from collections.abc import Callable, Iterator
+from itertools import chain
 
 import numpy as np
 import numpy.typing as npt
@@ -340,8 +341,7 @@ def hybrid_search(
     *min_relevance* is the floor on the combined relevance (``keyword + meaning * (1 -
     keyword)``): the result is the top *k* of the episodes at or above it. With *under*, the
     episodes under the floor that would have been in the top *k* without it are appended to
-    it, best first (among those the search looked at: every episode with a meaning part, and
-    the best by keywords)."""
+    it, best first (exact, at most the cost of the same search without the floor)."""
     if k <= 0:
         return []
     score, meant = scorer or hybrid_scorer(
@@ -365,9 +365,9 @@ def hybrid_search(
     # floor applies to the keyword fetch too: without a meaning part, an episode's combined
     # relevance is at most its keyword relevance.
     wanted = max(4 * k, 32)
-    keyword_under: list[tuple[int, Scored]] | None = None
+    collecting = under is not None and min_relevance > 0.0
     while True:
-        keyword_under = [] if under is not None and min_relevance > 0.0 else None
+        keyword_under: list[tuple[int, Scored]] = []
         fetched = index.search(
             query,
             wanted,
@@ -377,30 +377,28 @@ def hybrid_search(
             since=since,
             accept=accept,
             min_relevance=min_relevance,
-            under=keyword_under,
+            under=keyword_under if collecting else None,
         )
-        for seq, _ in fetched:
+        for seq, _ in chain(fetched, keyword_under):
             if seq not in scored_at:
                 scored_at[seq] = score(seq)
-        ranked = [
-            item
-            for item in scored_at.values()
-            if item is not None and item[3].relevance >= min_relevance
-        ]
-        if len(fetched) < wanted:
-            break
-        best = heapq.nlargest(k, ranked, key=lambda t: t[:3])
-        if len(best) == k and best[-1][0] >= fetched[-1][1].score:
+        ranked = [item for item in scored_at.values() if item is not None]
+        best = heapq.nlargest(
+            k, (t for t in ranked if t[3].relevance >= min_relevance), key=lambda t: t[:3]
+        )
+        done = len(fetched) < wanted or (len(best) == k and best[-1][0] >= fetched[-1][1].score)
+        if collecting and done:
+            # The same test for the top k without the floor (what fell under it is reported):
+            # the keyword top `wanted` without the floor is in fetched + keyword_under.
+            pool = heapq.nlargest(wanted, (s.score for _, s in chain(fetched, keyword_under)))
+            if len(pool) == wanted:
+                everything = heapq.nlargest(k, ranked, key=lambda t: t[:3])
+                done = len(everything) == k and everything[-1][0] >= pool[-1]
+        if done:
             break
         wanted *= 4
-    best = heapq.nlargest(k, ranked, key=lambda t: t[:3])
-    if under is not None and min_relevance > 0.0:
-        for seq, _ in keyword_under or ():
-            if seq not in scored_at:
-                scored_at[seq] = score(seq)
-        everything = heapq.nlargest(
-            k, (item for item in scored_at.values() if item is not None), key=lambda t: t[:3]
-        )
+    if collecting and under is not None:
+        everything = heapq.nlargest(k, ranked, key=lambda t: t[:3])
         under.extend(
             (seq, scored) for _, _, seq, scored in everything if scored.relevance < min_relevance
         )

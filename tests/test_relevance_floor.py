@@ -145,6 +145,36 @@ async def test_the_floor_only_removes_episodes_under_it(floor: float) -> None:
             ], probe.id
 
 
+@pytest.mark.parametrize("floor", [MIN_RELEVANCE, 0.3])
+async def test_with_an_embedder_the_floor_only_removes_too(llm: ScriptedLLM, floor: float) -> None:
+    # hash-64 vectors (shared words meet, through the scripted server): a meaning part on
+    # many episodes, so the combined relevance, not the keyword part, is what is floored
+    now = time.time()
+    memory = EpisodicMemory(
+        InMemoryProvider(),
+        max_episodes=1000,
+        min_relevance=0,
+        clock=lambda: now,
+        embedder=LiteLLMEmbedder("openai/hash-64", **llm.params),
+    )
+    for _, episode in load_episodes(now):
+        await memory.record(episode)
+    meant = 0
+    for probe in load_probes():
+        everything = await memory.explain(probe.query, 400, intent=probe.intent)
+        assert everything.by == "hybrid"
+        meant += sum(1 for s in everything if s.meaning > 0)
+        floored = await memory.explain(probe.query, 3, intent=probe.intent, min_relevance=floor)
+        kept = [s for s in everything if s.relevance >= floor][:3]
+        assert [(s.episode.id, s.score) for s in floored] == [
+            (s.episode.id, s.score) for s in kept
+        ], probe.id
+        assert [s.episode.id for s in floored.under_floor] == [
+            s.episode.id for s in list(everything)[:3] if s.relevance < floor
+        ], probe.id
+    assert meant > 100
+
+
 async def test_the_probe_keeps_its_answers_and_drops_its_near_misses() -> None:
     memory = EpisodicMemory(InMemoryProvider(), max_episodes=1000)
     for _, episode in load_episodes(time.time()):
