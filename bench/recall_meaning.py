@@ -46,6 +46,7 @@ from embedding_models import available
 from llm_server import ScriptedLLM, scripted_llm
 from recall_probes import (
     DEPTH,
+    HELDOUT,
     PARAPHRASES,
     PROBES,
     Probe,
@@ -60,7 +61,7 @@ from deepcrew_episodic import Episode, EpisodicMemory, LiteLLMEmbedder
 from deepcrew_episodic._episode import now_iso
 from deepcrew_episodic.providers import InMemoryProvider
 
-SETS = {"paraphrase": PARAPHRASES, "original": PROBES}
+SETS = {"paraphrase": PARAPHRASES, "heldout": HELDOUT, "original": PROBES}
 
 
 async def filled(folder: Path, **options: Any) -> EpisodicMemory:
