@@ -85,7 +85,7 @@ def by_cosine(memory: EpisodicMemory) -> RecallFn:
     async def recall(probe: Probe) -> list[str]:
         vector, error = await memory._query_vector(probe.query)
         assert error is None, error
-        seqs, sims, _ = memory._vectors.similarities(vector)
+        seqs, sims = memory._vectors.similarities(vector)
         order = np.argsort(-sims, kind="stable")[:DEPTH]
         return [memory._index.episode(int(seqs[i])).id for i in order]
 

@@ -5,16 +5,20 @@ Imported only by a memory with an embedder (it needs numpy).
 Score (see docs/recall.md)
     ``c`` is the cosine similarity of the query's vector and the episode's. How high ``c`` runs
     for unrelated texts depends on the model (about 0.1 with one, 0.7 with another) and on the
-    texts themselves: some are close to everything (short, generic, or in the same language as
-    the query). So ``c`` is measured against a fixed set of everyday sentences that no log is
-    about, the *background* (:data:`BACKGROUND`, a few languages): ``b_q`` and ``b_e`` are the
-    means of the query's and of the episode's :data:`HUB_TOP` highest similarities to it, and
-    the part of ``c`` above what unrelated text reaches is::
+    query itself: some queries are close to everything (short, generic, or in a language
+    few episodes are in). So ``c`` is measured against a fixed set of everyday sentences that no
+    log is about, the *background* (:data:`BACKGROUND`: the same everyday requests in English,
+    German, French and Spanish, at least :data:`HUB_TOP` in each): ``b_q`` is the mean of the
+    query's :data:`HUB_TOP` highest similarities to it, what unrelated text reaches with this
+    model and this query, and the part of ``c`` above it is::
 
-        excess    = c - (b_q + b_e) / 2          (cross-domain similarity local scaling)
+        excess    = c - b_q
         meaning   = clamp((excess - similarity_floor) / MEANING_SPAN, 0, 1)      (span 0.5)
         relevance = keyword + meaning * (1 - keyword)
         score     = relevance * recency factor * outcome weight      (as for keywords)
+
+    (The episode's own level against the background is not subtracted: on both paraphrase
+    probes that cost more paraphrases than it kept decoys out; docs/benchmarks.md.)
 
     ``keyword`` is the Jaccard relevance of :mod:`._recall`. An episode is returned when one of
     the two parts is above zero, so an exact identifier still finds its episode, a paraphrase
@@ -55,16 +59,17 @@ Matrix = npt.NDArray[np.float32]
 # handles a language poorly still sees a real match in it at about the floor; calibrated on
 # both probe sets, see docs/benchmarks.md.)
 WEAK_KEYWORD = 0.5
-# Meaning reaches 1 this far above the floor: a clear paraphrase (excess about 0.4 with
-# all-MiniLM-L6-v2) then outweighs a coincidental shared word (calibrated: docs/benchmarks.md).
+# Meaning reaches 1 this far above the floor: a clear paraphrase then outweighs a coincidental
+# shared word (calibrated with all-MiniLM-L6-v2: docs/benchmarks.md).
 MEANING_SPAN = 0.5
 # A matched term holding a digit is an identifier (an order, a ticket, a version): models see
 # little in it, so a match on one always counts.
 _IDENTIFIER = re.compile(r"[0-9]")
 
-# Everyday requests in a few languages that no agent's log is about. How similar a query and an
-# episode each are to these is the level that "unrelated" reaches with this model (see the module
-# doc); a query must exceed it to recall anything by meaning.
+# Everyday requests that no agent's log is about, in English and, with the same topics, in German,
+# French and Spanish (at least HUB_TOP in each, so that a query in one of them is measured against
+# sentences in its own language). How similar a query is to these is the level that "unrelated"
+# reaches with this model (see the module doc); it must exceed it to recall anything by meaning.
 BACKGROUND: tuple[str, ...] = (
     "How do I descale an electric kettle?",
     "Suggest a board game for four players.",
@@ -102,15 +107,30 @@ BACKGROUND: tuple[str, ...] = (
     "Comment faire une pâte à crêpes légère ?",
     "¿Cuál es la mejor forma de aprender a nadar?",
     "¿Qué ropa llevar para una excursión en la nieve?",
+    "Wie entkalke ich einen Wasserkocher?",
+    "Welches Brettspiel eignet sich für vier Personen?",
+    "Was ist der Unterschied zwischen einem Krokodil und einem Alligator?",
+    "Hilf mir, ein vegetarisches Abendessen zu planen.",
+    "Wie oft sollte ich einen Kaktus gießen?",
+    "Erkläre mir einfach die Regeln von Kricket.",
+    "Comment détartrer une bouilloire électrique ?",
+    "Quel jeu de société conseiller pour quatre joueurs ?",
+    "Quelle est la différence entre un crocodile et un alligator ?",
+    "Aide-moi à préparer un menu de dîner végétarien.",
+    "À quelle fréquence faut-il arroser un cactus ?",
+    "Explique-moi simplement les règles du cricket.",
+    "¿Cómo se quita la cal de un hervidor eléctrico?",
+    "Sugiere un juego de mesa para cuatro jugadores.",
+    "¿Cuál es la diferencia entre un cocodrilo y un caimán?",
+    "¿Cada cuánto hay que regar un cactus?",
 )
-# A vector's "hubness": the mean of its this many highest similarities to the background.
+# A query's "hubness": the mean of its this many highest similarities to the background.
 HUB_TOP = 5
 
 
 class VectorIndex:
     """Unit vectors of the cached episodes as rows of one float32 matrix, by sequence number,
-    with each row's similarity to the background (its "hub" level, once the background is
-    known).
+    and the background's vectors once they are known.
 
     Rows are appended (the matrix grows by a quarter when full); a removed row is zeroed and
     the rows are compacted once half of them are dead, so adding and removing cost
@@ -121,7 +141,6 @@ class VectorIndex:
         self.dimension: int | None = None
         self.background: Matrix | None = None
         self._rows: Matrix = np.zeros((0, 0), dtype=np.float32)
-        self._hubs: Matrix = np.zeros(0, dtype=np.float32)
         self._seqs: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)  # -1: a dead row
         self._row_of: dict[int, int] = {}
         self._used = 0
@@ -137,21 +156,18 @@ class VectorIndex:
 
     @property
     def nbytes(self) -> int:
-        return int(self._rows.nbytes + self._hubs.nbytes + self._seqs.nbytes)
+        return int(self._rows.nbytes + self._seqs.nbytes)
 
     def reset(self) -> None:
         self._rows = np.zeros((0, 0), dtype=np.float32)
-        self._hubs = np.zeros(0, dtype=np.float32)
         self._seqs = np.zeros(0, dtype=np.int64)
         self._row_of = {}
         self._used = 0
         self.dimension = None
 
     def set_background(self, background: Matrix) -> None:
-        """Measure every row against *background* (the same model's vectors of BACKGROUND)."""
+        """Queries are measured against *background* (the same model's vectors of BACKGROUND)."""
         self.background = background
-        if self._used:
-            self._hubs[: self._used] = hub_levels(self._rows[: self._used], background)
 
     def add(self, seq: int, vector: Matrix) -> None:
         if self.dimension is None or not self._row_of:
@@ -169,8 +185,6 @@ class VectorIndex:
             self._row_of[seq] = row
             self._used += 1
         self._rows[row] = vector
-        if self.background is not None and self.background.shape[1] == self.dimension:
-            self._hubs[row] = hub_levels(vector[None, :], self.background)[0]
 
     def remove(self, seq: int) -> None:
         row = self._row_of.pop(seq, None)
@@ -185,22 +199,17 @@ class VectorIndex:
         row = self._row_of.get(seq)
         return None if row is None else self._rows[row]
 
-    def hub(self, seq: int) -> float:
-        return float(self._hubs[self._row_of[seq]])
-
-    def similarities(self, query: Matrix) -> tuple[npt.NDArray[np.int64], Matrix, Matrix]:
-        """The sequence numbers of the live rows, their cosine similarity to *query* and their
-        hub levels."""
+    def similarities(self, query: Matrix) -> tuple[npt.NDArray[np.int64], Matrix]:
+        """The sequence numbers of the live rows and their cosine similarity to *query*."""
         used = self._used
         if not self._row_of:
-            empty = np.zeros(0, dtype=np.float32)
-            return np.zeros(0, dtype=np.int64), empty, empty
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         sims = self._rows[:used] @ query
-        seqs, hubs = self._seqs[:used], self._hubs[:used]
+        seqs = self._seqs[:used]
         if len(self._row_of) == used:
-            return seqs, sims, hubs
+            return seqs, sims
         live = seqs >= 0
-        return seqs[live], sims[live], hubs[live]
+        return seqs[live], sims[live]
 
     def _grow(self) -> None:
         self._resize(max(64, len(self._rows) + len(self._rows) // 4))  # 1.25x: little slack
@@ -208,9 +217,8 @@ class VectorIndex:
     def _compact(self) -> None:
         live = self._seqs[: self._used] >= 0
         rows = self._rows[: self._used][live]
-        hubs = self._hubs[: self._used][live]
         seqs = self._seqs[: self._used][live]
-        self._rows, self._hubs, self._seqs = rows, hubs, seqs
+        self._rows, self._seqs = rows, seqs
         self._used = len(seqs)
         self._resize(max(64, self._used + self._used // 4))
         self._row_of = {int(s): i for i, s in enumerate(seqs)}
@@ -219,11 +227,9 @@ class VectorIndex:
         used = self._used
         rows = np.zeros((size, self.dimension or 0), dtype=np.float32)
         rows[:used] = self._rows[:used]
-        hubs = np.zeros(size, dtype=np.float32)
-        hubs[:used] = self._hubs[:used]
         seqs = np.full(size, -1, dtype=np.int64)
         seqs[:used] = self._seqs[:used]
-        self._rows, self._hubs, self._seqs = rows, hubs, seqs
+        self._rows, self._seqs = rows, seqs
 
 
 def hub_levels(rows: Matrix, background: Matrix) -> Matrix:
@@ -251,9 +257,9 @@ def hybrid_scorer(
     (:meth:`VectorIndex.set_background`)."""
     if vectors.background is None:
         raise ValueError("the vector index has no background yet")
-    seqs, sims, hubs = vectors.similarities(query_vector)
+    seqs, sims = vectors.similarities(query_vector)
     query_hub = float(hub_levels(query_vector[None, :], vectors.background)[0])
-    excess = sims - 0.5 * (hubs + query_hub)
+    excess = sims - query_hub
     above = excess > similarity_floor
     if min_similarity is not None:
         above &= sims >= min_similarity
@@ -267,7 +273,7 @@ def hybrid_scorer(
         if vector is None:
             return None
         sim = float(vector @ query_vector)
-        return sim, sim - 0.5 * (vectors.hub(seq) + query_hub)
+        return sim, sim - query_hub
 
     q_terms = terms(query)
     weights = OUTCOME_WEIGHTS[intent]

@@ -29,12 +29,12 @@ from ._output import (
     outcome_label,
     outcome_width,
     recall_lines,
-    under_floor_lines,
     short_id,
     shown,
     size_text,
     timeline_line,
     to_json,
+    under_floor_lines,
     without_traceback,
 )
 from ._store import Settings, grades_of, hint_if_empty, off_the_loop
