@@ -49,7 +49,7 @@ MAX_DIMENSION = 16384
 # How far above the background level a query's similarity to an episode must be to count as
 # meaning the same (see _vectors.py); calibrated on the held-out paraphrase probe with
 # all-MiniLM-L6-v2, reported on the first one (docs/benchmarks.md).
-SIMILARITY_FLOOR = 0.07
+SIMILARITY_FLOOR = 0.05
 _FORMAT = "v1"
 
 

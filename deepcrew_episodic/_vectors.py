@@ -13,7 +13,7 @@ Score (see docs/recall.md)
     model and this query, and the part of ``c`` above it is::
 
         excess    = c - b_q
-        meaning   = clamp((excess - similarity_floor) / MEANING_SPAN, 0, 1)      (span 0.5)
+        meaning   = clamp((excess - similarity_floor) / MEANING_SPAN, 0, 1)      (span 0.6)
         relevance = keyword + meaning * (1 - keyword)
         score     = relevance * recency factor * outcome weight      (as for keywords)
 
@@ -61,7 +61,7 @@ Matrix = npt.NDArray[np.float32]
 WEAK_KEYWORD = 0.5
 # Meaning reaches 1 this far above the floor: a clear paraphrase then outweighs a coincidental
 # shared word (calibrated with all-MiniLM-L6-v2: docs/benchmarks.md).
-MEANING_SPAN = 0.5
+MEANING_SPAN = 0.6
 # A matched term holding a digit is an identifier (an order, a ticket, a version): models see
 # little in it, so a match on one always counts.
 _IDENTIFIER = re.compile(r"[0-9]")
