@@ -26,10 +26,11 @@ Score (see docs/recall.md)
     nothing. The background does not depend on the log, so the floor means the same for a log
     of one episode and of a million.
 
-    A weak keyword match (``keyword < WEAK_KEYWORD``) whose excess is at most half the floor
-    ("the river bank" against "bank transfer failed") is left out: the word is shared, the
-    meaning is not. A match on an identifier (a term with a digit: an order number, a ticket,
-    a version) always counts: that is what vectors miss.
+    A weak keyword match (``keyword < WEAK_KEYWORD``) counts only when the model sees at least
+    ``WEAK_MEANING`` of meaning in it ("the river bank" against "bank transfer failed", "what
+    time does your office open" against "calendar shows the wrong time"): the word is shared,
+    the meaning is not. A match on an identifier (a term with a digit: an order number, a
+    ticket, a version) always counts: that is what vectors miss.
 
     The top k is exact: an episode that is not among the keyword top k (with the same filters)
     and whose meaning part is zero scores its keyword part alone, which is below every keyword
@@ -54,11 +55,10 @@ __all__ = ["BACKGROUND", "VectorIndex", "hub_levels", "hybrid_scorer", "hybrid_s
 
 Matrix = npt.NDArray[np.float32]
 
-# A keyword match weaker than this whose excess similarity is at most half the similarity
-# floor is dropped: the word is shared, the meaning is not. (Half, not all of it: a model that
-# handles a language poorly still sees a real match in it at about the floor; calibrated on
-# both probe sets, see docs/benchmarks.md.)
-WEAK_KEYWORD = 0.5
+# A keyword match weaker than this counts only with a meaning part of at least WEAK_MEANING: one
+# shared word is relevance only when the model agrees (calibrated: docs/benchmarks.md).
+WEAK_KEYWORD = 0.3
+WEAK_MEANING = 0.25
 # Meaning reaches 1 this far above the floor: a clear paraphrase then outweighs a coincidental
 # shared word (calibrated with all-MiniLM-L6-v2: docs/benchmarks.md).
 MEANING_SPAN = 0.6
@@ -289,11 +289,11 @@ def hybrid_scorer(
                 meaning = min(1.0, (excess - similarity_floor) / span)
             if (
                 keyword < WEAK_KEYWORD
-                and excess <= similarity_floor / 2
+                and meaning < WEAK_MEANING
                 and not any(_IDENTIFIER.search(term) for term in parts.matched)
             ):
                 # A word shared by texts that mean different things: "the river bank" and
-                # "bank transfer failed".
+                # "bank transfer failed". (The meaning part stays: it is the model's.)
                 keyword = 0.0
         relevance = keyword + meaning * (1.0 - keyword)
         if relevance <= 0.0:
