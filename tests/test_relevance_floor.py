@@ -343,7 +343,9 @@ def test_recall_verbose_marks_what_fell_under_the_floor(
 @pytest.mark.slow
 @pytest.mark.xdist_group("embedding-models")
 async def test_with_meaning_the_right_episode_comes_first(llm: ScriptedLLM) -> None:
-    memory = await support_bot(embedder=LiteLLMEmbedder("openai/minilm", **llm.params))
+    embedder = LiteLLMEmbedder("openai/minilm", **llm.params)
+    await embedder.embed(["load the model"])  # before the records: loading takes seconds
+    memory = await support_bot(embedder=embedder)
     found = await memory.explain("got charged two times this month")
     assert found.by == "hybrid"
     assert found[0].episode.id == "charged-twice"
