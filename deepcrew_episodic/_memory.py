@@ -132,9 +132,10 @@ class EpisodicMemory:
         The episode fields whose text is embedded (default: query, reflection and tags; the
         response is left out, it drowns the task's signal).
     similarity_floor:
-        How far an episode's cosine similarity to the query must rise above what unrelated
-        everyday text reaches with the same model to count as meaning the same (0.2, calibrated
-        on all-MiniLM-L6-v2; see docs/recall.md). Higher returns fewer, surer episodes.
+        How far an episode's cosine similarity to the query must rise above what the query
+        reaches with unrelated everyday text, with the same model, to count as meaning the
+        same (0.05, calibrated on all-MiniLM-L6-v2; see docs/recall.md). Higher returns fewer,
+        surer episodes.
     min_similarity:
         An absolute cosine floor on top of ``similarity_floor`` (``None``: none).
     min_relevance:
