@@ -16,7 +16,6 @@ from deepcrew_episodic._recall import (
     OUTCOME_WEIGHTS,
     RECENCY_WEIGHT,
     RecallIndex,
-    Scored,
     episode_terms,
     fold,
     relevance,
@@ -715,7 +714,7 @@ def test_pruned_search_with_a_relevance_floor_equals_brute_force(seed: int) -> N
         every = brute_force(index, episodes, query, 10_000, intent=intent, since=None, cap=cap)
         q = terms(query)
 
-        def rel(seq: int) -> float:
+        def rel(seq: int, q: set[str] = q) -> float:
             e = episode_terms(episodes[seq], index.fields)
             m = len(q & e)
             return m / (len(q) + (len(e) if cap is None else max(m, min(len(e), cap))) - m)
