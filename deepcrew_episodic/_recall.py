@@ -29,6 +29,12 @@ Score
     1 and the others below ``1 - RECENCY_WEIGHT``, so that among equally relevant episodes the
     wanted outcome comes first whatever their ages.
 
+Floor
+    An episode whose ``relevance`` is under ``min_relevance`` (:data:`MIN_RELEVANCE` by
+    default) is not returned: one word shared with a longer question is not relevance. It is a
+    filter: the episodes above it keep their scores and order, and the search reports the ones
+    that would have been in the top k without it (``Ranking.under_floor``).
+
 Index
     :class:`RecallIndex` keeps, per term, the episodes holding it, grouped by their length
     class and sorted by time. A search visits the query's terms rarest first and, within a
