@@ -63,11 +63,14 @@ def test_the_log_is_a_support_bots() -> None:
 
 async def test_a_question_recalls_its_answer_or_nothing() -> None:
     memory = await support_bot()
+    answered = 0
     for question, key in QUESTIONS:
         found = await memory.explain(question)
         assert [s.episode.id for s in found] in ([], [key]), (question, found)
+        answered += len(found)
         for scored in found:
             assert len(scored.matched) >= 2  # no single incidental word
+    assert answered >= 2  # nothing at all would pass the check above
     for question in UNANSWERED:
         assert await memory.recall(question) == []
 
