@@ -46,6 +46,7 @@ from embedding_models import available
 from llm_server import ScriptedLLM, scripted_llm
 from recall_probes import (
     DEPTH,
+    HELDOUT,
     PARAPHRASES,
     PROBES,
     Probe,
@@ -60,7 +61,7 @@ from deepcrew_episodic import Episode, EpisodicMemory, LiteLLMEmbedder
 from deepcrew_episodic._episode import now_iso
 from deepcrew_episodic.providers import InMemoryProvider
 
-SETS = {"paraphrase": PARAPHRASES, "original": PROBES}
+SETS = {"paraphrase": PARAPHRASES, "heldout": HELDOUT, "original": PROBES}
 
 
 async def filled(folder: Path, **options: Any) -> EpisodicMemory:
@@ -84,7 +85,7 @@ def by_cosine(memory: EpisodicMemory) -> RecallFn:
     async def recall(probe: Probe) -> list[str]:
         vector, error = await memory._query_vector(probe.query)
         assert error is None, error
-        seqs, sims, _ = memory._vectors.similarities(vector)
+        seqs, sims = memory._vectors.similarities(vector)
         order = np.argsort(-sims, kind="stable")[:DEPTH]
         return [memory._index.episode(int(seqs[i])).id for i in order]
 

@@ -24,7 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from ._exceptions import ConfigurationError
 from ._hook import check_intent
 from ._phases import PHASE_TOOL
-from ._validate import integer, number
+from ._validate import integer, number, optional_number
 
 if TYPE_CHECKING:
     from ._followup import FollowUpGrader
@@ -61,6 +61,9 @@ class Agent:
         ``num_retries``, ``drop_params``, ``mock_response``, ...).
     episodic_memory:
         Recall relevant past runs before each run and record each run after it.
+    min_relevance:
+        The relevance floor of that recall (default ``None``: the memory's
+        ``min_relevance``); a past run less relevant than this is not injected.
     loop_config:
         Run a refinement loop (see :class:`~deepcrew_episodic.LoopConfig`).
     tool_errors:
@@ -122,6 +125,7 @@ class Agent:
     max_tokens: int | None = None
     extra_params: dict[str, Any] = field(default_factory=dict)
     episodic_memory: EpisodicMemory | None = None
+    min_relevance: float | None = None
     loop_config: LoopConfig | None = None
     tool_errors: ToolErrors = "report"
     infrastructure_failures: InfrastructureFailures = "abandoned"
@@ -143,6 +147,9 @@ class Agent:
                 f"Agent.model must be a litellm model name, not {self.model!r}"
             )
         integer("Agent.max_turns", self.max_turns, minimum=1)
+        self.min_relevance = optional_number(
+            "Agent.min_relevance", self.min_relevance, minimum=0.0, maximum=1.0
+        )
         if self.tool_errors not in ("report", "raise"):
             raise ConfigurationError(
                 f"Agent.tool_errors must be 'report' or 'raise', not {self.tool_errors!r}"

@@ -152,6 +152,9 @@ class EpisodicHook:
         ``EPISODE_RECALL_FAILED``, ``EPISODE_RECORD_FAILED``). A plain or an async function.
     top_k:
         Episodes to recall (default: the memory's ``recall_k``).
+    min_relevance:
+        The relevance floor of the recall (default: the memory's ``min_relevance``): an
+        episode less relevant than this is left out of the block (see docs/recall.md).
     max_block_chars:
         Budget for the injected block: the best episodes that fit, in rank order (one that
         does not fit is skipped whole).
@@ -197,9 +200,11 @@ class EpisodicHook:
         record_timeout: float | None = 60.0,
         intent: str = "any",
         grade_followups: bool | FollowUpGrader = False,
+        min_relevance: float | None = None,
     ) -> None:
         top_k = optional_integer("top_k", top_k, minimum=1)
         self.intent = check_intent(intent)
+        min_relevance = optional_number("min_relevance", min_relevance, minimum=0.0, maximum=1.0)
         recall_timeout = optional_number(
             "recall_timeout", recall_timeout, minimum=0, exclusive_minimum=True
         )
@@ -211,6 +216,7 @@ class EpisodicHook:
         self.agent_id = agent_id
         self.on_event = on_event
         self.top_k = top_k
+        self.min_relevance = min_relevance
         self.max_block_chars = max_block_chars
         self.recall_timeout = recall_timeout
         self.record_timeout = record_timeout
@@ -263,7 +269,9 @@ class EpisodicHook:
     async def _recall(self, original: list[dict[str, Any]], text: str) -> Recalled:
         try:
             with anyio.fail_after(self.recall_timeout):
-                ranking = await self.memory.explain(text, self.top_k, intent=self.intent)
+                ranking = await self.memory.explain(
+                    text, self.top_k, intent=self.intent, min_relevance=self.min_relevance
+                )
             episodes = [scored.episode for scored in ranking]
             # The renderer says which episodes it kept (one that does not fit is skipped whole
             # under max_block_chars), so the event names exactly what the model sees. recall

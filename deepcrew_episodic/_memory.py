@@ -53,7 +53,15 @@ from ._exceptions import (
 from ._grade import NOTE_CHARS, Grade, graded
 from ._history import History
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
-from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, INTENTS, Ranking, RecallIndex, Scored
+from ._recall import (
+    DEFAULT_FIELDS,
+    HALF_LIFE_DAYS,
+    INTENTS,
+    MIN_RELEVANCE,
+    Ranking,
+    RecallIndex,
+    Scored,
+)
 from ._redact import Redactor, as_redactor, safe_message
 from ._render import fit_block
 from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, check_source
@@ -126,11 +134,20 @@ class EpisodicMemory:
         The episode fields whose text is embedded (default: query, reflection and tags; the
         response is left out, it drowns the task's signal).
     similarity_floor:
-        How far an episode's cosine similarity to the query must rise above what unrelated
-        everyday text reaches with the same model to count as meaning the same (0.2, calibrated
-        on all-MiniLM-L6-v2; see docs/recall.md). Higher returns fewer, surer episodes.
+        How far an episode's cosine similarity to the query must rise above what the query
+        reaches with unrelated everyday text, with the same model, to count as meaning the
+        same (0.05, calibrated on all-MiniLM-L6-v2; see docs/recall.md). Higher returns fewer,
+        surer episodes.
     min_similarity:
         An absolute cosine floor on top of ``similarity_floor`` (``None``: none).
+    min_relevance:
+        The relevance floor: an episode whose relevance to the query is below it is not
+        returned (a single word shared with a long question is not relevance). Relevance is
+        the keyword part, or with an embedder the combined ``keyword + meaning * (1 -
+        keyword)``, from 0 to 1; the default is calibrated on the probe sets (see
+        docs/recall.md). ``0`` returns every episode that shares a term or a meaning; each
+        :meth:`recall` and :meth:`explain` can override it, and :meth:`explain` lists what fell
+        under it (:attr:`Ranking.under_floor`).
     embed_timeout:
         Seconds to wait for one embedding call (a record or a recall goes on without it).
     reinforce:
@@ -176,6 +193,7 @@ class EpisodicMemory:
         embed_fields: Sequence[str] = DEFAULT_EMBED_FIELDS,
         similarity_floor: float = SIMILARITY_FLOOR,
         min_similarity: float | None = None,
+        min_relevance: float = MIN_RELEVANCE,
         embed_timeout: float = 10.0,
         reinforce: bool = True,
         telemetry: bool | Telemetry = False,
@@ -240,6 +258,7 @@ class EpisodicMemory:
         self._min_similarity = optional_number(
             "min_similarity", min_similarity, minimum=-1.0, maximum=1.0
         )
+        self._min_relevance = _floor("min_relevance", min_relevance)
         self._embed_timeout = number(
             "embed_timeout", embed_timeout, minimum=0, exclusive_minimum=True
         )
@@ -774,6 +793,7 @@ class EpisodicMemory:
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
         until: TimeLike | None = None,
+        min_relevance: float | None = None,
     ) -> list[Episode]:
         """Up to *top_k* (default ``recall_k``) episodes relevant to *query*, best first.
 
@@ -788,9 +808,17 @@ class EpisodicMemory:
         ``tz``. A date or a phrase naming a day (or a week, month, year) covers all of it:
         ``since`` takes its first instant, ``until`` its end, so
         ``since="yesterday", until="yesterday"`` is yesterday (see docs/recall.md#time).
+        ``min_relevance`` overrides the memory's relevance floor for this call (``0``: none).
         """
         scored = await self.explain(
-            query, top_k, intent=intent, tags=tags, outcome=outcome, since=since, until=until
+            query,
+            top_k,
+            intent=intent,
+            tags=tags,
+            outcome=outcome,
+            since=since,
+            until=until,
+            min_relevance=min_relevance,
         )
         return [s.episode for s in scored]
 
@@ -805,11 +833,13 @@ class EpisodicMemory:
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
         until: TimeLike | None = None,
+        min_relevance: float | None = None,
     ) -> Ranking:
         """Like :meth:`recall`, with each episode's score and why (matched terms, the keyword
         and meaning parts, recency, outcome weight). The list also says how it was ranked
         (:class:`~deepcrew_episodic.Ranking`: by keywords, hybrid, or keywords because the
-        embedder failed).
+        embedder failed), the relevance floor it applied, and the episodes that would have
+        been in the top k without it (``under_floor``).
 
         Example::
 
@@ -826,9 +856,12 @@ class EpisodicMemory:
         wanted_tags = _tags(tags)
         after = await self._time("since", since)
         cutoff = await self._time("until", until)
+        floor = (
+            self._min_relevance if min_relevance is None else _floor("min_relevance", min_relevance)
+        )
         await self._sync()
         if k == 0:
-            return Ranking()
+            return _ranking((), floor, ())
         query_vector: Any = None
         error: str | None = None
         if self._embedder is not None:
@@ -866,7 +899,11 @@ class EpisodicMemory:
                 min_similarity=self._min_similarity,
             )
 
+        # What the latest search found under the floor (see Ranking.under_floor).
+        under: list[tuple[int, Scored]] = []
+
         def search(n: int) -> list[tuple[int, Scored]]:
+            under.clear()
             if scorer is not None:
                 from ._vectors import hybrid_search
 
@@ -884,6 +921,8 @@ class EpisodicMemory:
                     since=after,
                     accept=accept,
                     scorer=scorer,
+                    min_relevance=floor,
+                    under=under,
                 )
             return index.search(
                 query,
@@ -893,6 +932,8 @@ class EpisodicMemory:
                 half_life_days=self._half_life,
                 since=after,
                 accept=accept,
+                min_relevance=floor,
+                under=under,
             )
 
         def score(seq: int) -> Scored | None:
@@ -903,12 +944,16 @@ class EpisodicMemory:
                 return None
             if scorer is not None:
                 item = scorer[0](seq)
-                return None if item is None else item[3]
-            return index.score(seq, query, now=now, intent=intent, half_life_days=self._half_life)
+                found = None if item is None else item[3]
+            else:
+                found = index.score(
+                    seq, query, now=now, intent=intent, half_life_days=self._half_life
+                )
+            return None if found is None or found.relevance < floor else found
 
         found = self._rank(search, score, k, now)
-        ranking = Ranking(
-            dataclasses.replace(scored, episode=scored.episode.copy()) for _, scored in found
+        ranking = _ranking(
+            [scored for _, scored in found], floor, self._under_floor(found, under, k, now)
         )
         if self._embedder is not None:
             ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
@@ -1672,6 +1717,37 @@ class EpisodicMemory:
             wanted *= 4
         return [(seq, self._as_run(seq, scored, now)) for _, _, seq, scored in chosen]
 
+    def _under_floor(
+        self,
+        found: list[tuple[int, Scored]],
+        under: list[tuple[int, Scored]],
+        k: int,
+        now: float,
+    ) -> list[Scored]:
+        """The episodes of *under* (what the last search found under the floor) that would
+        have been among the top *k* beside *found*: boosted as :meth:`_rank` boosts, one per
+        run, a run that *found* shows left out."""
+        if not under:
+            return []
+        shown_runs = {scored.episode.run_id for _, scored in found if scored.episode.run_id}
+        items: list[tuple[float, float, int, Scored, bool]] = [
+            (scored.score, self._known[seq].recorded, seq, scored, False) for seq, scored in found
+        ]
+        for seq, scored in under:
+            run = scored.episode.run_id
+            if run:
+                if run in shown_runs:
+                    continue
+                shown_runs.add(run)
+            factor = self._boost(seq)
+            if factor != 1.0:
+                scored = dataclasses.replace(
+                    scored, score=scored.score * factor, uses=self._uses.get(seq, 0)
+                )
+            items.append((scored.score, self._known[seq].recorded, seq, scored, True))
+        best = heapq.nlargest(k, items, key=lambda t: t[:3])
+        return [scored for _, _, _, scored, fell in best if fell]
+
     def _run_item(
         self, run: str, seq: int, scored: Scored, score: Callable[[int], Scored | None]
     ) -> tuple[int, Scored] | None:
@@ -1955,6 +2031,19 @@ def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, Outc
             f"the user is verified; the agent's claim or a model's judgement is not): give one"
         )
     return checked, said
+
+
+def _floor(name: str, value: Any) -> float:
+    """A relevance floor: a number from 0 to 1."""
+    return number(name, value, minimum=0.0, maximum=1.0)
+
+
+def _ranking(found: Iterable[Scored], floor: float, under: Iterable[Scored]) -> Ranking:
+    """A :class:`Ranking` of copies (nothing a caller changes reaches the cache)."""
+    ranking = Ranking(dataclasses.replace(s, episode=s.episode.copy()) for s in found)
+    ranking.min_relevance = floor
+    ranking.under_floor = tuple(dataclasses.replace(s, episode=s.episode.copy()) for s in under)
+    return ranking
 
 
 def _time_or_none(value: str | None) -> float | None:

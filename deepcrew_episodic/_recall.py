@@ -31,6 +31,12 @@ Score
     verdict the agent only claimed or a model judged weighs 0.6 or less, so that among equally
     relevant episodes the wanted outcome, then the checked one, comes first whatever their ages.
 
+Floor
+    An episode whose ``relevance`` is under ``min_relevance`` (:data:`MIN_RELEVANCE` by
+    default) is not returned: one word shared with a longer question is not relevance. It is a
+    filter: the episodes above it keep their scores and order, and the search reports the ones
+    that would have been in the top k without it (``Ranking.under_floor``).
+
 Index
     :class:`RecallIndex` keeps, per term, the episodes holding it, grouped by their length
     class and sorted by time. A search visits the query's terms rarest first and, within a
@@ -69,6 +75,11 @@ RECENCY_WEIGHT = 0.2
 HALF_LIFE_DAYS = 30.0
 # An episode's side of the Jaccard union counts at most this many terms (see the module doc).
 LENGTH_CAP = 6
+# The default relevance floor (EpisodicMemory's min_relevance). Against an episode of LENGTH_CAP
+# terms, one shared term is above it only when it is the whole question (1/6); one of two (1/7)
+# or more is under it; two shared terms pass up to a question of 9, three up to 17. Calibrated on
+# the probe sets (recall@3 >= 0.95 kept, one-word near misses out): see docs/benchmarks.md.
+MIN_RELEVANCE = 0.15
 DEFAULT_FIELDS: tuple[str, ...] = ("query", "tags", "reflection")
 MATCHABLE_FIELDS: tuple[str, ...] = ("query", "response", "tags", "reflection", "tools_used")
 
@@ -347,10 +358,16 @@ class Ranking(list[Scored]):
     ``by`` is ``"keywords"`` (no embedder), ``"hybrid"`` (keywords and meaning), or
     ``"keywords-fallback"`` (the memory has an embedder but the query could not be embedded:
     ``embedder_error`` names why; the failure was logged and counted).
+
+    ``min_relevance`` is the relevance floor the ranking applied, and ``under_floor`` the
+    episodes that would have been among the top k without it, best first, each with its
+    relevance (``relevance`` below ``min_relevance``): what the floor kept out of the prompt.
     """
 
     by: str = "keywords"
     embedder_error: str | None = None
+    min_relevance: float = 0.0
+    under_floor: tuple[Scored, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,11 +597,17 @@ class RecallIndex:
         half_life_days: float = HALF_LIFE_DAYS,
         since: float | None = None,
         accept: Callable[[int], bool] | None = None,
+        min_relevance: float = 0.0,
+        under: list[tuple[int, Scored]] | None = None,
     ) -> list[tuple[int, Scored]]:
         """The *k* best episodes sharing a term with *query*, best first (ties: newest first).
 
         *since* drops episodes older than that POSIX time (and undated ones); *accept*, when
         given, is asked about a candidate only when it would enter the top *k*.
+        *min_relevance* drops episodes whose relevance is below it (the floor), which changes
+        nothing about the others: the result is the top *k* of the episodes at or above it.
+        When *under* is given (and the floor above zero), the episodes that would have been in
+        the top *k* without the floor are appended to it, best first.
         """
         q_terms = terms(query)
         if not q_terms or k <= 0:
@@ -605,6 +628,20 @@ class RecallIndex:
 
         # min-heap of (score, when, seq, matched); its root is the k-th best so far
         top: list[tuple[float, float, int, frozenset[str]]] = []
+        # With a floor and *under*: the same heap without the floor (theta_all its k-th
+        # score); an episode under the floor is looked at only while it could enter this one.
+        floor_at = min_relevance
+        every: list[tuple[float, float, int, frozenset[str]]] | None = (
+            [] if under is not None and floor_at > 0.0 else None
+        )
+        theta_all = 0.0
+
+        def useless(rel: float, best: float) -> bool:
+            # Nothing at most this relevant, scoring at most *best*, can enter a heap.
+            if best < theta:
+                return True
+            return rel < floor_at and (every is None or best < theta_all)
+
         seen: set[int] = set()
         entries = self._entries
         postings = self._postings
@@ -624,25 +661,32 @@ class RecallIndex:
             # (or scanned until nothing left there could beat the k-th best): it matches at
             # most the terms from here on.
             most = min(len(ordered) - j, most_matched)
-            if most / q * w_max < theta:
+            if useless(most / q, most / q * w_max):
                 break
             buckets = postings[term]
             for size in sorted(buckets, key=lambda s: -bound(s, most)):
-                rel_bound = bound(size, most) * w_max
-                if rel_bound < theta:
-                    break
+                rel_most = bound(size, most)
+                rel_bound = rel_most * w_max
+                if useless(rel_most, rel_bound):
+                    # not break: the classes were sorted by their bounds for the `most` the
+                    # term began with, and counting may lower it mid-term, which reorders them
+                    continue
                 bucket = buckets[size]
                 whens, seqs = bucket.whens, bucket.seqs
                 i = len(seqs) - 1
                 if counts is not None and i >= _LONG_SCAN:
-                    rel_bound = bound(size, min(most, max(map(counts.__getitem__, seqs)))) * w_max
+                    rel_most = bound(size, min(most, max(map(counts.__getitem__, seqs))))
+                    rel_bound = rel_most * w_max
                 while i >= 0:
                     when = whens[i]
                     if when < cutoff:
                         break
                     # recency factor; exp(-inf) = 0 puts an undated episode at the floor
                     f = floor + rw * exp(decay * (min(when, now) - now))
-                    if rel_bound * f < theta:
+                    best = rel_bound * f
+                    if best < theta or (
+                        rel_most < floor_at and (every is None or best < theta_all)
+                    ):
                         break
                     seq = seqs[i]
                     i -= 1
@@ -658,10 +702,12 @@ class RecallIndex:
                             most_matched = max(counts.values())
                             most = min(most, most_matched)
                             rest = max(map(counts.__getitem__, seqs[: i + 1]), default=0)
-                            rel_bound = bound(size, min(most, rest)) * w_max
-                    elif theta:
+                            rel_most = bound(size, min(most, rest))
+                            rel_bound = rel_most * w_max
+                    elif theta or floor_at:
                         m = counts[seq]
-                        if m / (q + max(m, size) - m) * f * w_max < theta:
+                        rel = m / (q + max(m, size) - m)
+                        if useless(rel, rel * f * w_max):
                             continue
                     if seq in seen:
                         continue
@@ -669,12 +715,27 @@ class RecallIndex:
                     entry = entries[seq]
                     hit = q_terms & entry.terms
                     m = len(hit)
-                    score = m / (q + max(m, size) - m) * f * weights[entry.outcome]
-                    if len(top) >= k and (score, when, seq) <= top[0][:3]:
+                    rel = m / (q + max(m, size) - m)
+                    score = rel * f * weights[entry.outcome]
+                    kept = rel >= floor_at
+                    wanted_here = kept and (len(top) < k or (score, when, seq) > top[0][:3])
+                    wanted_all = every is not None and (
+                        len(every) < k or (score, when, seq) > every[0][:3]
+                    )
+                    if not (wanted_here or wanted_all):
                         continue
                     if accept is not None and not accept(seq):
                         continue
                     item = (score, when, seq, frozenset(hit))
+                    if wanted_all and every is not None:
+                        if len(every) >= k:
+                            heapq.heapreplace(every, item)
+                        else:
+                            heapq.heappush(every, item)
+                        if len(every) >= k:
+                            theta_all = every[0][0]
+                    if not wanted_here:
+                        continue
                     if len(top) >= k:
                         heapq.heapreplace(top, item)
                         theta = top[0][0]
@@ -682,25 +743,38 @@ class RecallIndex:
                         heapq.heappush(top, item)
                         if len(top) >= k:
                             theta = top[0][0]
-        ranked = sorted(top, key=lambda t: t[:3], reverse=True)
-        out: list[tuple[int, Scored]] = []
-        for score, when, seq, matched in ranked:
-            entry = entries[seq]
-            age = None if when == _NEVER else max(0.0, now - when) / 86400.0
-            recency = 0.0 if age is None else math.pow(0.5, age / half_life_days)
-            out.append(
-                (
-                    seq,
-                    Scored(
-                        entry.episode,
-                        score,
-                        rel := relevance(len(matched), q, entry.size, cap),
-                        recency,
-                        weights.get(entry.outcome, 1.0),
-                        tuple(sorted(matched)),
-                        age,
-                        keyword=rel,
-                    ),
-                )
+        if every is not None and under is not None:
+            under.extend(
+                self._scored(t, q, now, weights, half_life_days)
+                for t in sorted(every, key=lambda t: t[:3], reverse=True)
+                if relevance(len(t[3]), q, entries[t[2]].size, cap) < floor_at
             )
-        return out
+        ranked = sorted(top, key=lambda t: t[:3], reverse=True)
+        return [self._scored(t, q, now, weights, half_life_days) for t in ranked]
+
+    def _scored(
+        self,
+        item: tuple[float, float, int, frozenset[str]],
+        q: int,
+        now: float,
+        weights: dict[str, float],
+        half_life_days: float,
+    ) -> tuple[int, Scored]:
+        score, when, seq, matched = item
+        entry = self._entries[seq]
+        age = None if when == _NEVER else max(0.0, now - when) / 86400.0
+        recency = 0.0 if age is None else math.pow(0.5, age / half_life_days)
+        rel = relevance(len(matched), q, entry.size, self.length_cap)
+        return (
+            seq,
+            Scored(
+                entry.episode,
+                score,
+                rel,
+                recency,
+                weights.get(entry.outcome, 1.0),
+                tuple(sorted(matched)),
+                age,
+                keyword=rel,
+            ),
+        )

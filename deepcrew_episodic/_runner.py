@@ -208,6 +208,7 @@ class _Run:
             agent_id=self.agent_id,
             intent=self.intent,
             grade_followups=self.agent.grade_followups,
+            min_relevance=self.agent.min_relevance,
         )
 
     async def events(self) -> AsyncGenerator[StreamEvent, None]:

@@ -145,6 +145,7 @@ class SyncEpisodicMemory:
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
         until: TimeLike | None = None,
+        min_relevance: float | None = None,
     ) -> list[Episode]:
         """See :meth:`EpisodicMemory.recall`."""
         return self._call(
@@ -156,6 +157,7 @@ class SyncEpisodicMemory:
             outcome=outcome,
             since=since,
             until=until,
+            min_relevance=min_relevance,
         )
 
     def explain(
@@ -168,6 +170,7 @@ class SyncEpisodicMemory:
         outcome: str | Collection[str] | None = None,
         since: TimeLike | None = None,
         until: TimeLike | None = None,
+        min_relevance: float | None = None,
     ) -> Ranking:
         """See :meth:`EpisodicMemory.explain`."""
         return self._call(
@@ -179,6 +182,7 @@ class SyncEpisodicMemory:
             outcome=outcome,
             since=since,
             until=until,
+            min_relevance=min_relevance,
         )
 
     def history(

@@ -5,16 +5,20 @@ Imported only by a memory with an embedder (it needs numpy).
 Score (see docs/recall.md)
     ``c`` is the cosine similarity of the query's vector and the episode's. How high ``c`` runs
     for unrelated texts depends on the model (about 0.1 with one, 0.7 with another) and on the
-    texts themselves: some are close to everything (short, generic, or in the same language as
-    the query). So ``c`` is measured against a fixed set of everyday sentences that no log is
-    about, the *background* (:data:`BACKGROUND`, a few languages): ``b_q`` and ``b_e`` are the
-    means of the query's and of the episode's :data:`HUB_TOP` highest similarities to it, and
-    the part of ``c`` above what unrelated text reaches is::
+    query itself: some queries are close to everything (short, generic, or in a language
+    few episodes are in). So ``c`` is measured against a fixed set of everyday sentences that no
+    log is about, the *background* (:data:`BACKGROUND`: the same everyday requests in English,
+    German, French and Spanish, at least :data:`HUB_TOP` in each): ``b_q`` is the mean of the
+    query's :data:`HUB_TOP` highest similarities to it, what unrelated text reaches with this
+    model and this query, and the part of ``c`` above it is::
 
-        excess    = c - (b_q + b_e) / 2          (cross-domain similarity local scaling)
-        meaning   = clamp((excess - similarity_floor) / MEANING_SPAN, 0, 1)      (span 0.5)
+        excess    = c - b_q
+        meaning   = clamp((excess - similarity_floor) / MEANING_SPAN, 0, 1)      (span 0.6)
         relevance = keyword + meaning * (1 - keyword)
         score     = relevance * recency factor * outcome weight      (as for keywords)
+
+    (The episode's own level against the background is not subtracted: on both paraphrase
+    probes that cost more paraphrases than it kept decoys out; docs/benchmarks.md.)
 
     ``keyword`` is the Jaccard relevance of :mod:`._recall`. An episode is returned when one of
     the two parts is above zero, so an exact identifier still finds its episode, a paraphrase
@@ -22,10 +26,11 @@ Score (see docs/recall.md)
     nothing. The background does not depend on the log, so the floor means the same for a log
     of one episode and of a million.
 
-    A weak keyword match (``keyword < WEAK_KEYWORD``) whose excess is at most half the floor
-    ("the river bank" against "bank transfer failed") is left out: the word is shared, the
-    meaning is not. A match on an identifier (a term with a digit: an order number, a ticket,
-    a version) always counts: that is what vectors miss.
+    A weak keyword match (``keyword < WEAK_KEYWORD``) counts only when the model sees at least
+    ``WEAK_MEANING`` of meaning in it ("the river bank" against "bank transfer failed", "what
+    time does your office open" against "calendar shows the wrong time"): the word is shared,
+    the meaning is not. A match on an identifier (a term with a digit: an order number, a
+    ticket, a version) always counts: that is what vectors miss.
 
     The top k is exact: an episode that is not among the keyword top k (with the same filters)
     and whose meaning part is zero scores its keyword part alone, which is below every keyword
@@ -38,6 +43,7 @@ import heapq
 import math
 import re
 from collections.abc import Callable, Iterator
+from itertools import chain
 
 import numpy as np
 import numpy.typing as npt
@@ -49,21 +55,21 @@ __all__ = ["BACKGROUND", "VectorIndex", "hub_levels", "hybrid_scorer", "hybrid_s
 
 Matrix = npt.NDArray[np.float32]
 
-# A keyword match weaker than this whose excess similarity is at most half the similarity
-# floor is dropped: the word is shared, the meaning is not. (Half, not all of it: a model that
-# handles a language poorly still sees a real match in it at about the floor; calibrated on
-# both probe sets, see docs/benchmarks.md.)
-WEAK_KEYWORD = 0.5
-# Meaning reaches 1 this far above the floor: a clear paraphrase (excess about 0.4 with
-# all-MiniLM-L6-v2) then outweighs a coincidental shared word (calibrated: docs/benchmarks.md).
-MEANING_SPAN = 0.5
+# A keyword match weaker than this counts only with a meaning part of at least WEAK_MEANING: one
+# shared word is relevance only when the model agrees (calibrated: docs/benchmarks.md).
+WEAK_KEYWORD = 0.3
+WEAK_MEANING = 0.25
+# Meaning reaches 1 this far above the floor: a clear paraphrase then outweighs a coincidental
+# shared word (calibrated with all-MiniLM-L6-v2: docs/benchmarks.md).
+MEANING_SPAN = 0.6
 # A matched term holding a digit is an identifier (an order, a ticket, a version): models see
 # little in it, so a match on one always counts.
 _IDENTIFIER = re.compile(r"[0-9]")
 
-# Everyday requests in a few languages that no agent's log is about. How similar a query and an
-# episode each are to these is the level that "unrelated" reaches with this model (see the module
-# doc); a query must exceed it to recall anything by meaning.
+# Everyday requests that no agent's log is about, in English and, with the same topics, in German,
+# French and Spanish (at least HUB_TOP in each, so that a query in one of them is measured against
+# sentences in its own language). How similar a query is to these is the level that "unrelated"
+# reaches with this model (see the module doc); it must exceed it to recall anything by meaning.
 BACKGROUND: tuple[str, ...] = (
     "How do I descale an electric kettle?",
     "Suggest a board game for four players.",
@@ -101,15 +107,30 @@ BACKGROUND: tuple[str, ...] = (
     "Comment faire une pâte à crêpes légère ?",
     "¿Cuál es la mejor forma de aprender a nadar?",
     "¿Qué ropa llevar para una excursión en la nieve?",
+    "Wie entkalke ich einen Wasserkocher?",
+    "Welches Brettspiel eignet sich für vier Personen?",
+    "Was ist der Unterschied zwischen einem Krokodil und einem Alligator?",
+    "Hilf mir, ein vegetarisches Abendessen zu planen.",
+    "Wie oft sollte ich einen Kaktus gießen?",
+    "Erkläre mir einfach die Regeln von Kricket.",
+    "Comment détartrer une bouilloire électrique ?",
+    "Quel jeu de société conseiller pour quatre joueurs ?",
+    "Quelle est la différence entre un crocodile et un alligator ?",
+    "Aide-moi à préparer un menu de dîner végétarien.",
+    "À quelle fréquence faut-il arroser un cactus ?",
+    "Explique-moi simplement les règles du cricket.",
+    "¿Cómo se quita la cal de un hervidor eléctrico?",
+    "Sugiere un juego de mesa para cuatro jugadores.",
+    "¿Cuál es la diferencia entre un cocodrilo y un caimán?",
+    "¿Cada cuánto hay que regar un cactus?",
 )
-# A vector's "hubness": the mean of its this many highest similarities to the background.
+# A query's "hubness": the mean of its this many highest similarities to the background.
 HUB_TOP = 5
 
 
 class VectorIndex:
     """Unit vectors of the cached episodes as rows of one float32 matrix, by sequence number,
-    with each row's similarity to the background (its "hub" level, once the background is
-    known).
+    and the background's vectors once they are known.
 
     Rows are appended (the matrix grows by a quarter when full); a removed row is zeroed and
     the rows are compacted once half of them are dead, so adding and removing cost
@@ -120,7 +141,6 @@ class VectorIndex:
         self.dimension: int | None = None
         self.background: Matrix | None = None
         self._rows: Matrix = np.zeros((0, 0), dtype=np.float32)
-        self._hubs: Matrix = np.zeros(0, dtype=np.float32)
         self._seqs: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)  # -1: a dead row
         self._row_of: dict[int, int] = {}
         self._used = 0
@@ -136,21 +156,18 @@ class VectorIndex:
 
     @property
     def nbytes(self) -> int:
-        return int(self._rows.nbytes + self._hubs.nbytes + self._seqs.nbytes)
+        return int(self._rows.nbytes + self._seqs.nbytes)
 
     def reset(self) -> None:
         self._rows = np.zeros((0, 0), dtype=np.float32)
-        self._hubs = np.zeros(0, dtype=np.float32)
         self._seqs = np.zeros(0, dtype=np.int64)
         self._row_of = {}
         self._used = 0
         self.dimension = None
 
     def set_background(self, background: Matrix) -> None:
-        """Measure every row against *background* (the same model's vectors of BACKGROUND)."""
+        """Queries are measured against *background* (the same model's vectors of BACKGROUND)."""
         self.background = background
-        if self._used:
-            self._hubs[: self._used] = hub_levels(self._rows[: self._used], background)
 
     def add(self, seq: int, vector: Matrix) -> None:
         if self.dimension is None or not self._row_of:
@@ -168,8 +185,6 @@ class VectorIndex:
             self._row_of[seq] = row
             self._used += 1
         self._rows[row] = vector
-        if self.background is not None and self.background.shape[1] == self.dimension:
-            self._hubs[row] = hub_levels(vector[None, :], self.background)[0]
 
     def remove(self, seq: int) -> None:
         row = self._row_of.pop(seq, None)
@@ -184,22 +199,17 @@ class VectorIndex:
         row = self._row_of.get(seq)
         return None if row is None else self._rows[row]
 
-    def hub(self, seq: int) -> float:
-        return float(self._hubs[self._row_of[seq]])
-
-    def similarities(self, query: Matrix) -> tuple[npt.NDArray[np.int64], Matrix, Matrix]:
-        """The sequence numbers of the live rows, their cosine similarity to *query* and their
-        hub levels."""
+    def similarities(self, query: Matrix) -> tuple[npt.NDArray[np.int64], Matrix]:
+        """The sequence numbers of the live rows and their cosine similarity to *query*."""
         used = self._used
         if not self._row_of:
-            empty = np.zeros(0, dtype=np.float32)
-            return np.zeros(0, dtype=np.int64), empty, empty
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         sims = self._rows[:used] @ query
-        seqs, hubs = self._seqs[:used], self._hubs[:used]
+        seqs = self._seqs[:used]
         if len(self._row_of) == used:
-            return seqs, sims, hubs
+            return seqs, sims
         live = seqs >= 0
-        return seqs[live], sims[live], hubs[live]
+        return seqs[live], sims[live]
 
     def _grow(self) -> None:
         self._resize(max(64, len(self._rows) + len(self._rows) // 4))  # 1.25x: little slack
@@ -207,9 +217,8 @@ class VectorIndex:
     def _compact(self) -> None:
         live = self._seqs[: self._used] >= 0
         rows = self._rows[: self._used][live]
-        hubs = self._hubs[: self._used][live]
         seqs = self._seqs[: self._used][live]
-        self._rows, self._hubs, self._seqs = rows, hubs, seqs
+        self._rows, self._seqs = rows, seqs
         self._used = len(seqs)
         self._resize(max(64, self._used + self._used // 4))
         self._row_of = {int(s): i for i, s in enumerate(seqs)}
@@ -218,11 +227,9 @@ class VectorIndex:
         used = self._used
         rows = np.zeros((size, self.dimension or 0), dtype=np.float32)
         rows[:used] = self._rows[:used]
-        hubs = np.zeros(size, dtype=np.float32)
-        hubs[:used] = self._hubs[:used]
         seqs = np.full(size, -1, dtype=np.int64)
         seqs[:used] = self._seqs[:used]
-        self._rows, self._hubs, self._seqs = rows, hubs, seqs
+        self._rows, self._seqs = rows, seqs
 
 
 def hub_levels(rows: Matrix, background: Matrix) -> Matrix:
@@ -250,9 +257,9 @@ def hybrid_scorer(
     (:meth:`VectorIndex.set_background`)."""
     if vectors.background is None:
         raise ValueError("the vector index has no background yet")
-    seqs, sims, hubs = vectors.similarities(query_vector)
+    seqs, sims = vectors.similarities(query_vector)
     query_hub = float(hub_levels(query_vector[None, :], vectors.background)[0])
-    excess = sims - 0.5 * (hubs + query_hub)
+    excess = sims - query_hub
     above = excess > similarity_floor
     if min_similarity is not None:
         above &= sims >= min_similarity
@@ -266,7 +273,7 @@ def hybrid_scorer(
         if vector is None:
             return None
         sim = float(vector @ query_vector)
-        return sim, sim - 0.5 * (vectors.hub(seq) + query_hub)
+        return sim, sim - query_hub
 
     q_terms = terms(query)
     weights = WEIGHTS[intent]
@@ -282,11 +289,11 @@ def hybrid_scorer(
                 meaning = min(1.0, (excess - similarity_floor) / span)
             if (
                 keyword < WEAK_KEYWORD
-                and excess <= similarity_floor / 2
+                and meaning < WEAK_MEANING
                 and not any(_IDENTIFIER.search(term) for term in parts.matched)
             ):
                 # A word shared by texts that mean different things: "the river bank" and
-                # "bank transfer failed".
+                # "bank transfer failed". (The meaning part stays: it is the model's.)
                 keyword = 0.0
         relevance = keyword + meaning * (1.0 - keyword)
         if relevance <= 0.0:
@@ -330,10 +337,17 @@ def hybrid_search(
     accept: Callable[[int], bool] | None = None,
     scorer: tuple[Callable[[int], tuple[float, float, int, Scored] | None], list[int]]
     | None = None,
+    min_relevance: float = 0.0,
+    under: list[tuple[int, Scored]] | None = None,
 ) -> list[tuple[int, Scored]]:
     """The *k* best episodes for *query* by the hybrid score (module doc), best first. The
     index's background must be set (:meth:`VectorIndex.set_background`); *scorer* is what
-    :func:`hybrid_scorer` returned for the same arguments, made once for several searches."""
+    :func:`hybrid_scorer` returned for the same arguments, made once for several searches.
+
+    *min_relevance* is the floor on the combined relevance (``keyword + meaning * (1 -
+    keyword)``): the result is the top *k* of the episodes at or above it. With *under*, the
+    episodes under the floor that would have been in the top *k* without it are appended to
+    it, best first (exact, at most the cost of the same search without the floor)."""
     if k <= 0:
         return []
     score, meant = scorer or hybrid_scorer(
@@ -353,9 +367,13 @@ def hybrid_search(
         if seq in index and index.when(seq) >= cutoff and (accept is None or accept(seq)):
             scored_at[seq] = score(seq)
     # Keyword candidates, more of them until the k-th hybrid score is above what any episode
-    # not fetched could reach (its keyword score, since its meaning part is zero): exact.
+    # not fetched could reach (its keyword score, since its meaning part is zero): exact. The
+    # floor applies to the keyword fetch too: without a meaning part, an episode's combined
+    # relevance is at most its keyword relevance.
     wanted = max(4 * k, 32)
+    collecting = under is not None and min_relevance > 0.0
     while True:
+        keyword_under: list[tuple[int, Scored]] = []
         fetched = index.search(
             query,
             wanted,
@@ -364,16 +382,30 @@ def hybrid_search(
             half_life_days=half_life_days,
             since=since,
             accept=accept,
+            min_relevance=min_relevance,
+            under=keyword_under if collecting else None,
         )
-        for seq, _ in fetched:
+        for seq, _ in chain(fetched, keyword_under):
             if seq not in scored_at:
                 scored_at[seq] = score(seq)
         ranked = [item for item in scored_at.values() if item is not None]
-        if len(fetched) < wanted:
-            break
-        best = heapq.nlargest(k, ranked, key=lambda t: t[:3])
-        if len(best) == k and best[-1][0] >= fetched[-1][1].score:
+        best = heapq.nlargest(
+            k, (t for t in ranked if t[3].relevance >= min_relevance), key=lambda t: t[:3]
+        )
+        done = len(fetched) < wanted or (len(best) == k and best[-1][0] >= fetched[-1][1].score)
+        if collecting and done:
+            # The same test for the top k without the floor (what fell under it is reported):
+            # the keyword top `wanted` without the floor is in fetched + keyword_under.
+            pool = heapq.nlargest(wanted, (s.score for _, s in chain(fetched, keyword_under)))
+            if len(pool) == wanted:
+                everything = heapq.nlargest(k, ranked, key=lambda t: t[:3])
+                done = len(everything) == k and everything[-1][0] >= pool[-1]
+        if done:
             break
         wanted *= 4
-    best = heapq.nlargest(k, ranked, key=lambda t: t[:3])
+    if collecting and under is not None:
+        everything = heapq.nlargest(k, ranked, key=lambda t: t[:3])
+        under.extend(
+            (seq, scored) for _, _, seq, scored in everything if scored.relevance < min_relevance
+        )
     return [(seq, scored) for _, _, seq, scored in best]

@@ -42,6 +42,9 @@ class Probe:
 
 
 PARAPHRASES = PROBES / "paraphrase"  # queries worded unlike their targets (recall by meaning)
+# A second paraphrase probe, written blind (without the ranking code or the first probe): the
+# ranking is calibrated on PARAPHRASES and reported on this one.
+HELDOUT = PROBES / "heldout"
 
 
 def load_probes(folder: Path = PROBES) -> list[Probe]:

@@ -170,9 +170,13 @@ def test_grade_from_followup_wires_the_outcome_signal() -> None:
     first_failed = graded.split("intent='what_failed'")[1].split("\n")[1]
     assert "[failure] 'Raise the export timeout" in first_failed
     assert (
-        '; failed (reported by the user)] asked: "The CSV export times out for large accounts"' in after_block
+        '; failed (reported by the user)] asked: "The CSV export times out for large accounts"'
+        in after_block
     )
-    assert '; worked (confirmed by the user)] asked: "CSV export of a large account times out"' in after_block
+    assert (
+        '; worked (confirmed by the user)] asked: "CSV export of a large account times out"'
+        in after_block
+    )
 
     # The grade is a record of its own, with the user's words as its note.
     assert "outcome='failure'" in after_block

@@ -687,3 +687,51 @@ async def test_bad_recall_arguments_raise_configuration_error(
 def test_bad_recall_fields_raise_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="recall fields"):
         EpisodicMemory(InMemoryProvider(), recall_fields=("query", "answer"))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pruned_search_with_a_relevance_floor_equals_brute_force(seed: int) -> None:
+    # The floor only removes: the result is the brute-force top k of the episodes at or above
+    # it, and what it reports under the floor is exactly the unfloored top k's episodes below.
+    rng = random.Random(1000 + seed)
+    cap = rng.choice([LENGTH_CAP, 3, None])
+    index = RecallIndex(length_cap=cap)
+    episodes: dict[int, Episode] = {}
+    for seq in range(1, 500):
+        words = rng.sample(VOCABULARY, rng.randint(1, 9))
+        lesson = " ".join(rng.sample(VOCABULARY, rng.randint(0, 14)))
+        stamp = "" if rng.random() < 0.05 else at(rng.choice([0, 1, 5, 30, 400]) + seq / 1000)
+        episode = Episode(
+            query=" ".join(words),
+            reflection=lesson or None,
+            outcome=rng.choice(["success", "failure", "partial"]),  # type: ignore[arg-type]
+            timestamp=stamp,
+        )
+        episodes[seq] = episode
+        index.add(seq, episode)
+    for _ in range(60):
+        query = " ".join(rng.sample(VOCABULARY, rng.randint(1, 12)))
+        k = rng.choice([1, 3, 10])
+        intent = rng.choice(["any", "what_failed", "what_worked"])
+        floor = rng.choice([0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0])
+        every = brute_force(index, episodes, query, 10_000, intent=intent, since=None, cap=cap)
+        q = terms(query)
+
+        def rel(seq: int, q: set[str] = q) -> float:
+            e = episode_terms(episodes[seq], index.fields)
+            m = len(q & e)
+            return m / (len(q) + (len(e) if cap is None else max(m, min(len(e), cap))) - m)
+
+        under: list[tuple[int, Scored]] = []
+        got = index.search(query, k, now=NOW, intent=intent, min_relevance=floor, under=under)
+        want = [(seq, score) for seq, score in every if rel(seq) >= floor][:k]
+        assert [s.score for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
+        for (g_seq, _), (w_seq, _) in zip(got, want, strict=True):
+            if g_seq != w_seq:  # only a floating-point tie may swap two episodes
+                assert episodes[g_seq].time() == episodes[w_seq].time()
+        assert all(s.relevance >= floor for _, s in got)
+        fell = [(seq, score) for seq, score in every[:k] if rel(seq) < floor]
+        assert [s.score for _, s in under] == pytest.approx([s for _, s in fell], rel=1e-9)
+        assert all(s.relevance < floor for _, s in under)
+        plain = index.search(query, k, now=NOW, intent=intent, min_relevance=floor)
+        assert [seq for seq, _ in plain] == [seq for seq, _ in got]  # without *under*: the same

@@ -552,6 +552,25 @@ def recall_lines(
     return lines
 
 
+def under_floor_lines(under: Sequence[Scored], floor: float, ranking: str) -> list[str]:
+    """The episodes the relevance floor kept out of a recall (``recall -v``), each marked as
+    under it, with its relevance and why; cleaned before any cut."""
+    if not under:
+        return []
+    lines = [f"under the relevance floor ({floor:g}), not recalled:"]
+    for found in under:
+        ep = for_display(found.episode)
+        lines.append(
+            f"-  {_when(ep)}  {found.episode.outcome}  {one_line(ep['query'], 90)}  "
+            f"[{short_id(found.episode.id)}]"
+        )
+        lines.append(
+            f"   relevance {found.relevance:.3f} < {floor:g} (under the floor): "
+            f"{one_line(score_parts(found, ranking), 300)}"
+        )
+    return lines
+
+
 def grade_json(grade: Grade, *, as_stored: bool = False) -> dict[str, Any]:
     """One grade as the listings' ``--json`` show it (its note cleaned), or ``export`` writes
     it (*as_stored*)."""

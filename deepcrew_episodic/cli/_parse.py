@@ -154,6 +154,16 @@ def score_value(text: str) -> float:
     return value
 
 
+def relevance_value(text: str) -> float:
+    """A relevance floor: a number from 0 to 1 (``recall --min-relevance``)."""
+    if not _NUMBER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: a relevance floor is from 0 to 1")
+    return value
+
+
 # --- the parser -------------------------------------------------------------------------------
 
 
@@ -337,6 +347,13 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("-k", "--top-k", type=positive_int, default=3, metavar="N")
     rc.add_argument("--intent", choices=INTENTS, default="any")
     rc.add_argument("-v", "--verbose", action="store_true", help="show each score and why")
+    rc.add_argument(
+        "--min-relevance",
+        type=relevance_value,
+        metavar="X",
+        help="the relevance floor, from 0 to 1 (default: the library's; 0: none); -v lists "
+        "what fell under it",
+    )
     filters(rc)
     period(rc)
 

@@ -36,6 +36,7 @@ from ._output import (
     size_text,
     timeline_line,
     to_json,
+    under_floor_lines,
     without_traceback,
 )
 from ._store import Settings, grades_of, hint_if_empty, off_the_loop
@@ -58,6 +59,7 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         outcome=args.outcome,
         since=args.since,
         until=args.until,
+        min_relevance=args.min_relevance,
     )
     # An embedder that failed has already said so, in one warning line on stderr (the library
     # logs it): the ranking below is by keywords, and --json -v says so in "ranking".
@@ -79,6 +81,9 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
         )
         for rank, (s, grades) in enumerate(zip(found, graded, strict=True), 1):
             for line in recall_lines(rank, s, args.verbose, found.by, grades, width):
+                out(line)
+        if args.verbose:
+            for line in under_floor_lines(found.under_floor, found.min_relevance, found.by):
                 out(line)
     if not found:
         if not args.json:
@@ -111,6 +116,7 @@ def _recall_json(found: Scored, ranking: Ranking) -> dict[str, Any]:
         "iterations": found.iterations,
         "why": clean(found.why()),
         "ranking": ranking.by,
+        "min_relevance": number(ranking.min_relevance),
         "embedder_error": (
             clean(without_traceback(ranking.embedder_error)) if ranking.embedder_error else None
         ),
