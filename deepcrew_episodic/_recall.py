@@ -137,8 +137,13 @@ SOURCE_WEIGHTS: dict[str, float] = {
 
 
 def rank_key(outcome: str, source: str) -> str:
-    """What an episode's outcome weight is looked up by: its outcome and where it came from."""
-    return f"{outcome}:{source_of(outcome, source)}"
+    """What an episode's outcome weight is looked up by: its outcome and where it came from.
+    A ``success`` the agent or a model said is a claimed success (the block says so too), and
+    ranks as one under every intent, however it was written down."""
+    said = source_of(outcome, source)
+    if outcome == "success" and said in ("agent", "judge"):
+        outcome = "claimed_success"
+    return f"{outcome}:{said}"
 
 
 # The weight of every outcome from every source, under each intent (what the index looks up).
