@@ -1729,12 +1729,13 @@ class EpisodicMemory:
         run, a run that *found* shows left out."""
         if not under:
             return []
-        shown_runs = {scored.episode.run_id for _, scored in found if scored.episode.run_id}
+        # One per run and phase, as _rank groups them (the phases of a run are items of their own).
+        shown_runs = {run for _, scored in found if (run := run_key(scored.episode))}
         items: list[tuple[float, float, int, Scored, bool]] = [
             (scored.score, self._known[seq].recorded, seq, scored, False) for seq, scored in found
         ]
         for seq, scored in under:
-            run = scored.episode.run_id
+            run = run_key(scored.episode)
             if run:
                 if run in shown_runs:
                     continue

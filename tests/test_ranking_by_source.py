@@ -27,7 +27,9 @@ def same_day(**fields: object) -> Episode:
 
 @pytest.mark.parametrize("intent", INTENTS)
 @pytest.mark.parametrize("judge", ["agent", "judge"])
-async def test_a_claimed_success_ranks_alike_however_it_was_written(intent: str, judge: str) -> None:
+async def test_a_claimed_success_ranks_alike_however_it_was_written(
+    intent: str, judge: str
+) -> None:
     memory, (as_claim, as_success) = await memory_with(
         same_day(outcome="claimed_success", outcome_source=judge),
         same_day(outcome="success", outcome_source=judge),

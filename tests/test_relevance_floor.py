@@ -225,6 +225,29 @@ async def test_one_item_per_run_under_the_floor_too() -> None:
     assert len(ranking.under_floor) == 1
 
 
+async def test_a_phase_under_the_floor_is_listed_beside_another_phase_recalled() -> None:
+    # The phases of one run are items of their own: one recalled does not hide another that
+    # fell under the floor.
+    from deepcrew_episodic import Episode
+
+    memory = EpisodicMemory(InMemoryProvider())
+    plan = await memory.record(
+        Episode(query="deploy the search service", run_id="run-1", phase="plan")
+    )
+    check = await memory.record(
+        Episode(
+            query="check the latency dashboard counters after the deploy window",
+            run_id="run-1",
+            phase="verify",
+        )
+    )
+    everything = await memory.explain("deploy the search service", 5, min_relevance=0)
+    assert [s.episode.id for s in everything] == [plan.id, check.id]
+    ranking = await memory.explain("deploy the search service", 5)
+    assert [s.episode.id for s in ranking] == [plan.id]
+    assert [s.episode.id for s in ranking.under_floor] == [check.id]
+
+
 # --- where the floor is set ---------------------------------------------------------------------
 
 
