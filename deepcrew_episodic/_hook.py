@@ -261,6 +261,10 @@ class EpisodicHook:
             text = task or text
         if not text.strip():
             return Recalled(original, text)
+        if followup is not None and self._only_courtesy(cid):
+            # A thank-you holds no task to recall for: its one word ("worked", "solved") would
+            # bring in, and reinforce, whichever past run happens to share it.
+            return Recalled(original, text, followup=followup, grade=grade)
         recalled = await self._recall(original, text)
         if followup is None:
             return recalled
