@@ -31,7 +31,8 @@ async def test_a_thank_you_for_a_fix_recalls_nothing(message: str) -> None:
     recalled = await hook.before_run(
         [{"role": "user", "content": message}], conversation_id="thread-1"
     )
-    assert recalled.followup is not None and recalled.grade is not None  # the run was graded
+    assert recalled.followup is not None
+    assert recalled.grade is not None  # the run was graded
     assert recalled.block == ""
     assert recalled.episodes == []
     assert unrelated.id not in await memory.uses()
