@@ -363,6 +363,28 @@ def test_recall_verbose_marks_what_fell_under_the_floor(
     assert "relevance floor is from 0 to 1" in capsys.readouterr().err
 
 
+def test_recall_verbose_says_who_gave_the_outcome_of_what_fell_under_the_floor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As the results say it: a claim is not shown as a plain success, a grade is marked.
+    from deepcrew_episodic import Episode
+
+    store = tmp_path / "bot.json"
+    with SyncEpisodicMemory(FileMemoryProvider(store)) as memory:
+        claimed = memory.record(
+            Episode(query="Reports page timing out for large accounts", outcome="claimed_success")
+        )
+        graded = memory.record(
+            Episode(query="Calendar shows the wrong time zone to guests", outcome="success")
+        )
+        memory.grade(graded.id, outcome="failure", source="user")
+    assert claimed.outcome == "claimed_success"
+    assert main(["--store", str(store), "recall", "got charged two times this month", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "claimed_success (agent)  Reports page timing out" in out
+    assert "failure (user, graded)  Calendar shows the wrong time zone" in out
+
+
 # --- with an embedder: the floor applies to the combined relevance ------------------------------
 
 

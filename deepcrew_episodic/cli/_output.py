@@ -552,17 +552,23 @@ def recall_lines(
     return lines
 
 
-def under_floor_lines(under: Sequence[Scored], floor: float, ranking: str) -> list[str]:
+def under_floor_lines(
+    under: Sequence[Scored],
+    floor: float,
+    ranking: str,
+    grades: Sequence[Sequence[Grade]] = (),
+) -> list[str]:
     """The episodes the relevance floor kept out of a recall (``recall -v``), each marked as
-    under it, with its relevance and why; cleaned before any cut."""
+    under it, with its outcome as the results show it (*grades*: each one's), its relevance
+    and why; cleaned before any cut."""
     if not under:
         return []
     lines = [f"under the relevance floor ({floor:g}), not recalled:"]
-    for found in under:
+    for n, found in enumerate(under):
         ep = for_display(found.episode)
+        label = outcome_label(found.episode, grades[n] if n < len(grades) else ())
         lines.append(
-            f"-  {_when(ep)}  {found.episode.outcome}  {one_line(ep['query'], 90)}  "
-            f"[{short_id(found.episode.id)}]"
+            f"-  {_when(ep)}  {label}  {one_line(ep['query'], 90)}  [{short_id(found.episode.id)}]"
         )
         lines.append(
             f"   relevance {found.relevance:.3f} < {floor:g} (under the floor): "

@@ -83,7 +83,9 @@ async def cmd_recall(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             for line in recall_lines(rank, s, args.verbose, found.by, grades, width):
                 out(line)
         if args.verbose:
-            for line in under_floor_lines(found.under_floor, found.min_relevance, found.by):
+            under = found.under_floor
+            under_grades = await grades_of(memory, [s.episode for s in under]) if under else []
+            for line in under_floor_lines(under, found.min_relevance, found.by, under_grades):
                 out(line)
     if not found:
         if not args.json:
