@@ -225,6 +225,22 @@ class TestPrebuiltAgent:
         await agent.ainvoke(ask("Rotate the billing API key"))
         assert 'lesson: "Quote the runbook."' in llm.requests[-1].system_text
 
+    async def test_a_model_judges_verdict_is_recorded_as_the_judges(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        class ModelJudge:
+            outcome_source = "judge"  # as LLMVerifier says of itself
+
+            async def __call__(self, query: str, answer: str) -> Verdict:
+                return Verdict(0.9, "")
+
+        agent = react_agent(llm, EpisodicNodes(memory, verifier=ModelJudge()))
+        llm.script(Reply.text("Per the runbook: second key first."))
+        await agent.ainvoke(ask("How do I rotate the billing API key?"))
+        [episode] = await memory.load()
+        assert (episode.outcome, episode.outcome_source) == ("success", "judge")
+        assert not episode.verified
+
     async def test_verifier_that_fails_leaves_the_run_unverified(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:

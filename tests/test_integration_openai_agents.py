@@ -469,6 +469,30 @@ async def test_a_verifier_grades_the_run(
     assert done.recorded.response == "Order 7 shipped.\nVerifier: Name the carrier."
 
 
+class ModelJudge:
+    """A verifier that asks a model (here: a fixed verdict) and says so, as LLMVerifier does."""
+
+    outcome_source = "judge"
+
+    async def __call__(self, task: str, result: Any) -> Verdict:
+        return Verdict(0.9, "")
+
+
+async def test_a_model_judges_verdict_is_recorded_as_the_judges(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    llm.script(Reply.text("Order 7 shipped."))
+    done = await run(make_agent(model), ASK, memory=memory, verifier=ModelJudge())
+    assert done.recorded is not None
+    assert (done.recorded.outcome, done.recorded.outcome_source) == ("success", "judge")
+    assert not done.recorded.verified
+    llm.script(Reply.text("Order 7 shipped."))
+    done = await run(make_agent(model), ASK, memory=memory, verifier=lambda t, r: Verdict(0.9))
+    assert done.recorded is not None
+    assert done.recorded.outcome_source == "verifier"
+
+
 async def test_a_plain_function_verifier_outranks_the_guardrails(
     llm: ScriptedLLM, model: OpenAIChatCompletionsModel
 ) -> None:

@@ -145,8 +145,9 @@ class EpisodicNodes:
         As for :class:`~deepcrew_episodic.EpisodicHook` (the hook is :attr:`hook`).
     verifier:
         Grades each finished turn that no check node graded: ``(query, answer) -> Verdict``
-        (plain or async). Its score is the outcome's (verified), its feedback the lesson. One
-        that raises leaves the turn ``unknown``, tag ``unverified``.
+        (plain or async). Its score is the outcome's (verified; a judge's when the verifier
+        has ``outcome_source = "judge"``, as ``LLMVerifier`` does), its feedback the lesson.
+        One that raises leaves the turn ``unknown``, tag ``unverified``.
 
     Example (a prebuilt ReAct agent)::
 
@@ -394,7 +395,10 @@ class EpisodicNodes:
             if ungraded.id is not None:
                 exc.add_note(f"unknown episode {ungraded.id} recorded, ungraded")
             raise
+        judged = False
         if outcome is None and score is None and self.verifier is not None:
+            # A verifier that is a model judging the answer says so, as LLMVerifier does.
+            judged = getattr(self.verifier, "outcome_source", None) == "judge"
             try:
                 verdict = self.verifier(query, answer)
                 if inspect.isawaitable(verdict):
@@ -413,9 +417,10 @@ class EpisodicNodes:
                 )
                 return await self.hook.unverified(query, answer, exc, tools_used=tools)
             score, lesson = verdict.score, verdict.feedback or None
-        # A verdict the graph or the verifier gave is a check; no verdict is the model's claim.
-        source: Literal["agent", "verifier"] = (
-            "agent" if outcome is None and score is None else "verifier"
+        # A verdict the graph or the verifier gave is a check (a model's, when the verifier is
+        # a judge); no verdict is the model's claim.
+        source: Literal["agent", "judge", "verifier"] = (
+            "agent" if outcome is None and score is None else "judge" if judged else "verifier"
         )
         if outcome is None:
             outcome = "claimed_success" if score is None else outcome_for_score(score)

@@ -148,7 +148,8 @@ async def run(
 
     - *verifier* given: its :class:`~deepcrew_episodic.Verdict` decides (a score of 0.7 or
       more is ``success``, below 0.3 ``failure``, ``partial`` between); its feedback is kept
-      with the answer.
+      with the answer. A verifier with ``outcome_source = "judge"`` (a model judging the run,
+      as ``LLMVerifier`` says of itself) records a judge's verdict, unverified.
     - output guardrails ran and none tripped: ``success`` (verified by them).
     - neither: ``claimed_success``, the model's own say-so.
     - a guardrail tripped (``InputGuardrailTripwireTriggered``,
@@ -407,8 +408,14 @@ async def _record_result(
         verdict = await _verdict(verifier, query, result, hook, answer, tools)
         feedback = verdict.feedback.strip()
         text = f"{answer}\nVerifier: {feedback}" if feedback else answer
+        # A verifier that is a model judging the run says so, as LLMVerifier does.
+        judged = getattr(verifier, "outcome_source", None) == "judge"
         return await hook.after_run(
-            query, text, score=verdict.score, tools_used=tools, source="verifier"
+            query,
+            text,
+            score=verdict.score,
+            tools_used=tools,
+            source="judge" if judged else "verifier",
         )
     checked = [r.guardrail.get_name() for r in result.output_guardrail_results]
     if checked:
