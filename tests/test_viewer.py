@@ -373,6 +373,38 @@ async def test_playground_block_is_exactly_what_recall_renders(
             assert f'id="{ident}"' in r.text
 
 
+async def test_playground_lists_what_fell_under_the_relevance_floor(
+    memory: EpisodicMemory,
+) -> None:
+    # As explain() and recall -v do: a task that recalls nothing says what one shared word
+    # brought up and the floor kept out, and another floor can be tried from the page.
+    timing = await memory.record(
+        Episode(query="Reports page timing out for large accounts", outcome="claimed_success")
+    )
+    task = "got charged two times this month"
+    async with client(memory) as c:
+        r = await c.get("/playground", params={"task": task})
+        assert r.status_code == 200
+        assert 'id="empty"' in r.text
+        under = re.search(r'<table id="under-floor">(.*?)</table>', r.text, re.S)
+        assert under is not None
+        assert "Reports page timing out" in under[1]
+        assert f'data-id="{timing.id}"' in under[1]
+        assert '<td class="relevance">0.143</td>' in under[1]
+        assert "claimed_success" in under[1]
+        assert "Under the relevance floor (0.15), not recalled" in r.text
+        lower = await c.get("/playground", params={"task": task, "min_relevance": "0.1"})
+        assert lower.status_code == 200
+        assert 'id="under-floor"' not in lower.text
+        assert memory.render(await memory.recall(task, min_relevance=0.1)) in html.unescape(
+            lower.text
+        )
+        for bad in ("x", "1.5", "-0.1", "nan"):
+            refused = await c.get("/playground", params={"task": task, "min_relevance": bad})
+            assert refused.status_code == 400, bad
+            assert "min_relevance" in refused.text, bad
+
+
 async def test_playground_refuses_bad_input_clearly(memory: EpisodicMemory) -> None:
     await fill(memory, 3)
     async with client(memory) as c:

@@ -49,6 +49,7 @@ from ._data import (
     day_of,
     parse_count,
     parse_filter,
+    parse_fraction,
     top,
     week_of,
 )
@@ -341,6 +342,7 @@ class _Viewer:
             "intent": intent,
             "intents": INTENTS,
             "top_k": params.get("top_k") or str(self.memory.recall_k),
+            "min_relevance": params.get("min_relevance") or "",
             "ran": False,
         }
         try:
@@ -351,6 +353,7 @@ class _Viewer:
             top_k = parse_count(
                 "top_k", params.get("top_k"), default=self.memory.recall_k, maximum=MAX_TOP_K
             )
+            floor = parse_fraction("min_relevance", params.get("min_relevance"))
             if len(task) > MAX_TASK_CHARS:
                 raise BadRequest(f"task: at most {MAX_TASK_CHARS} characters")
         except BadRequest as exc:
@@ -358,7 +361,7 @@ class _Viewer:
         if not task.strip():
             return await self.page("playground.html", error="", **context)
         try:
-            ranking = await self.memory.explain(task, top_k, intent=intent)
+            ranking = await self.memory.explain(task, top_k, intent=intent, min_relevance=floor)
         except EpisodicMemoryError as exc:
             return await self.page("playground.html", 400, error=str(exc), **context)
         block = self.memory.render(ranking)
@@ -382,10 +385,24 @@ class _Viewer:
             }
             for n, s in enumerate(ranking, 1)
         ]
+        # What the relevance floor kept out (as explain() and recall -v say it).
+        under = [
+            {
+                "id": s.episode.id,
+                "task": s.episode.query,
+                "outcome": s.episode.outcome,
+                "source": s.episode.source_label(),
+                "relevance": _n(s.relevance),
+                "why": s.why(),
+            }
+            for s in ranking.under_floor
+        ]
         context.update(
             ran=True,
             block=Verbatim(block),  # redacted by finalize like every stored string
             items=items,
+            under=under,
+            floor=f"{ranking.min_relevance:g}",
             hybrid=self.memory.embedder is not None,
             ranking=ranking.by,
             embedder_error=ranking.embedder_error or "",

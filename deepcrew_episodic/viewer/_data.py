@@ -42,6 +42,7 @@ MAX_PER_PAGE = 500
 MAX_FILTER_CHARS = 1000
 OUTCOMES = ("success", "failure", "partial", "unknown", "claimed_success", "abandoned")
 _INTEGER = re.compile(r"[0-9]{1,9}", re.ASCII)
+_FRACTION = re.compile(r"[0-9]{0,3}(\.[0-9]{0,9})?", re.ASCII)
 
 
 class BadRequest(ValueError):
@@ -293,6 +294,18 @@ def parse_count(name: str, text: str | None, *, default: int, maximum: int) -> i
     value = int(text.strip())
     if not 1 <= value <= maximum:
         raise BadRequest(f"{name}: must be between 1 and {maximum}, not {value}")
+    return value
+
+
+def parse_fraction(name: str, text: str | None) -> float | None:
+    """A number from 0 to 1 as a query parameter (``min_relevance``); ``None`` when absent."""
+    if text is None or not text.strip():
+        return None
+    if not _FRACTION.fullmatch(text.strip()) or text.strip() == ".":
+        raise BadRequest(f"{name}: {quoted(text, 60)!r} is not a number from 0 to 1")
+    value = float(text.strip())
+    if not 0.0 <= value <= 1.0:
+        raise BadRequest(f"{name}: must be from 0 to 1, not {quoted(text, 60)}")
     return value
 
 
