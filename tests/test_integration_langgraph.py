@@ -29,6 +29,7 @@ from test_runner import HangingProvider
 
 from deepcrew_episodic import (
     ConfigurationError,
+    Episode,
     EpisodicMemory,
     EventType,
     StorageError,
@@ -240,6 +241,27 @@ class TestPrebuiltAgent:
         [episode] = await memory.load()
         assert (episode.outcome, episode.outcome_source) == ("success", "judge")
         assert not episode.verified
+
+    async def test_the_nodes_take_the_recall_intent_and_relevance_floor(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        worked = await memory.record(
+            Episode(
+                query="Rotate the billing key", outcome="success", timestamp="2026-05-02T00:00Z"
+            )
+        )
+        failed = await memory.record(
+            Episode(
+                query="Rotate the billing key", outcome="failure", timestamp="2026-05-01T00:00Z"
+            )
+        )
+        await memory.record(Episode(query="Rotate the key for the staging deploy account"))
+        nodes = EpisodicNodes(memory, intent="what_failed", min_relevance=0.5)
+        llm.script(Reply.text("Done."))
+        state = await react_agent(llm, nodes).ainvoke(ask("Rotate the billing key"))
+        assert state["episodic"]["recalled_ids"] == [failed.id, worked.id]
+        with pytest.raises(ConfigurationError, match="min_relevance"):
+            EpisodicNodes(memory, min_relevance=-1)
 
     async def test_verifier_that_fails_leaves_the_run_unverified(
         self, llm: ScriptedLLM, memory: EpisodicMemory
@@ -877,6 +899,28 @@ class TestCreateAgent:
             assert "revoke the old one" in system[1]
         assert second["episodic"]["recalled_ids"] == [episode.id]
         assert not any(isinstance(m, SystemMessage) for m in second["messages"])
+
+    async def test_the_middleware_takes_the_recall_intent_and_relevance_floor(
+        self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any
+    ) -> None:
+        worked = await memory.record(
+            Episode(
+                query="Rotate the billing key", outcome="success", timestamp="2026-05-02T00:00Z"
+            )
+        )
+        failed = await memory.record(
+            Episode(
+                query="Rotate the billing key", outcome="failure", timestamp="2026-05-01T00:00Z"
+            )
+        )
+        await memory.record(Episode(query="Rotate the key for the staging deploy account"))
+        mw = middleware(memory, intent="what_failed", min_relevance=0.5)
+        agent = create_agent(chat(llm), [], middleware=[mw])
+        llm.script(Reply.text("Done."))
+        state = await agent.ainvoke(ask("Rotate the billing key"))
+        assert state["episodic"]["recalled_ids"] == [failed.id, worked.id]
+        with pytest.raises(ConfigurationError, match="intent"):
+            middleware(memory, intent="best")
 
     async def test_verifier_grade_is_recorded_as_verified(
         self, llm: ScriptedLLM, memory: EpisodicMemory, create_agent: Any

@@ -46,7 +46,13 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from test_examples import run_example
 from test_runner import FlakyProvider, HangingProvider
 
-from deepcrew_episodic import ConfigurationError, EpisodicMemory, EventType, StreamEvent
+from deepcrew_episodic import (
+    ConfigurationError,
+    Episode,
+    EpisodicMemory,
+    EventType,
+    StreamEvent,
+)
 from deepcrew_episodic._reflect import SYSTEM_PROMPT as REFLECTION_PROMPT
 from deepcrew_episodic.integrations import pydantic_ai as pydantic_ai_integration
 from deepcrew_episodic.integrations.pydantic_ai import EpisodicMemoryCapability
@@ -176,6 +182,30 @@ async def test_the_block_is_recalled_once_and_sent_on_every_request_of_the_run(
     recalled = [e for e in events if e.event == EventType.EPISODE_RECALLED]
     assert [e.data["ids"] for e in recalled] == [run.recalled_ids]
     assert [e.event for e in events].count(EventType.EPISODE_RECORDED) == 2
+
+
+async def test_the_capability_takes_the_recall_intent_and_relevance_floor(
+    llm: ScriptedLLM, model: OpenAIChatModel
+) -> None:
+    # As EpisodicHook and Agent do: the floor keeps a one-word match out, the intent puts the
+    # failure first.
+    memory = EpisodicMemory(InMemoryProvider())
+    worked = await memory.record(
+        Episode(query="Rotate the billing key", outcome="success", timestamp="2026-05-02T00:00:00Z")
+    )
+    failed = await memory.record(
+        Episode(query="Rotate the billing key", outcome="failure", timestamp="2026-05-01T00:00:00Z")
+    )
+    await memory.record(Episode(query="Rotate the key for the staging deploy account"))
+    episodic = EpisodicMemoryCapability(memory, intent="what_failed", min_relevance=0.5)
+    agent = Agent(model, capabilities=[episodic])
+    llm.script(Reply.text("Done."))
+    result = await agent.run("Rotate the billing key")
+    assert episodic.episodes_of(result).recalled_ids == [failed.id, worked.id]
+    with pytest.raises(ConfigurationError, match="min_relevance"):
+        EpisodicMemoryCapability(memory, min_relevance=2)
+    with pytest.raises(ConfigurationError, match="intent"):
+        EpisodicMemoryCapability(memory, intent="best")
 
 
 # --- the outcome pydantic-ai knows -----------------------------------------------------------

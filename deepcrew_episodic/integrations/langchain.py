@@ -83,6 +83,8 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
         record_timeout: float | None = 60.0,
         tags: Sequence[str] = (),
         on_event: Callable[[StreamEvent], Any] | None = None,
+        intent: str = "any",
+        min_relevance: float | None = None,
     ) -> None:
         super().__init__()
         self.nodes = EpisodicNodes(
@@ -95,6 +97,8 @@ class EpisodicMiddleware(AgentMiddleware[EpisodicMiddlewareState, Any, Any]):
             record_timeout=record_timeout,
             tags=tags,
             on_event=on_event,
+            intent=intent,
+            min_relevance=min_relevance,
         )
         self.tools = []
         # turn -> the failure episode recorded in it: withdrawn if the turn goes on, because

@@ -141,7 +141,8 @@ class EpisodicNodes:
     ----------
     memory:
         The :class:`~deepcrew_episodic.EpisodicMemory` to recall from and record into.
-    agent_id, top_k, max_block_chars, recall_timeout, record_timeout, tags, on_event:
+    agent_id, top_k, max_block_chars, recall_timeout, record_timeout, tags, on_event, intent,
+    min_relevance:
         As for :class:`~deepcrew_episodic.EpisodicHook` (the hook is :attr:`hook`).
     verifier:
         Grades each finished turn that no check node graded: ``(query, answer) -> Verdict``
@@ -171,6 +172,8 @@ class EpisodicNodes:
         record_timeout: float | None = 60.0,
         tags: Sequence[str] = (),
         on_event: Callable[[StreamEvent], Any] | None = None,
+        intent: str = "any",
+        min_relevance: float | None = None,
     ) -> None:
         if verifier is not None and not callable(verifier):
             raise ConfigurationError(
@@ -185,6 +188,8 @@ class EpisodicNodes:
             recall_timeout=recall_timeout,
             record_timeout=record_timeout,
             tags=tags,
+            intent=intent,
+            min_relevance=min_relevance,
         )
         self.memory = memory
         self.verifier = verifier

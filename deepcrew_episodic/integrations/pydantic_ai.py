@@ -141,7 +141,8 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         has output validators (``@agent.output_validator``), or when a check rejected an
         earlier output of the same run and then accepted one; otherwise the answer is
         ``claimed_success``. ``True`` or ``False`` decides it for every run.
-    top_k, max_block_chars, recall_timeout, record_timeout, tags, on_event:
+    top_k, max_block_chars, recall_timeout, record_timeout, tags, on_event, intent,
+    min_relevance:
         As for :class:`~deepcrew_episodic.EpisodicHook`.
 
     Example::
@@ -165,6 +166,8 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
         record_timeout: float | None = 60.0,
         tags: Sequence[str] = (),
         on_event: Callable[[StreamEvent], Any] | None = None,
+        intent: str = "any",
+        min_relevance: float | None = None,
     ) -> None:
         if not isinstance(memory, EpisodicMemory):
             raise ConfigurationError(
@@ -187,6 +190,8 @@ class EpisodicMemoryCapability(AbstractCapability[Any]):
             "record_timeout": record_timeout,
             "tags": list(tags),
             "on_event": on_event,
+            "intent": intent,
+            "min_relevance": min_relevance,
         }
         # Builds the hook once here so that a bad setting fails now, not in the first run.
         EpisodicHook(memory, **self._hook_options)
