@@ -119,7 +119,9 @@ async def test_recall_equals_brute_force_with_floor_runs_uses_and_expiry(seed: i
         assert [s.episode.id for s in got] == [i for i, _ in want]
 
 
-async def varied_memory(rng: random.Random, **options: object) -> EpisodicMemory:
+async def varied_memory(
+    rng: random.Random, *, runs: bool = True, **options: object
+) -> EpisodicMemory:
     memory = EpisodicMemory(
         InMemoryProvider(),
         max_episodes=1000,
@@ -135,8 +137,8 @@ async def varied_memory(rng: random.Random, **options: object) -> EpisodicMemory
                 outcome=rng.choice(OUTCOMES),  # type: ignore[arg-type]
                 outcome_source=rng.choice(SOURCES),  # type: ignore[arg-type]
                 timestamp=now_iso(NOW - days * DAY),
-                run_id=rng.choice(["", "", "", "r1", "r2", "r3"]),
-                phase=rng.choice(["", "", "plan"]),
+                run_id=rng.choice(["", "", "", "r1", "r2", "r3"]) if runs else "",
+                phase=rng.choice(["", "", "plan"]) if runs else "",
                 forget_after=now_iso(NOW - DAY) if rng.random() < 0.05 else None,
             )
         )
@@ -168,3 +170,24 @@ async def test_hybrid_recall_does_not_depend_on_how_many_are_asked_for(
         assert [(s.episode.id, s.score) for s in got] == [
             (s.episode.id, s.score) for s in list(everything)[:k]
         ], (query, intent, floor)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("seed", range(4))
+async def test_under_the_floor_is_the_unfloored_top_k_below_it(seed: int) -> None:
+    # With uses, expiry and filters (no runs: a run's item may differ without the floor).
+    rng = random.Random(100 + seed)
+    memory = await varied_memory(rng, runs=False)
+    for _ in range(30):
+        query = " ".join(rng.sample(WORDS, rng.randint(1, 6)))
+        k = rng.choice([1, 3, 8])
+        options: dict[str, Any] = {
+            "intent": rng.choice(["any", "what_failed", "what_worked"]),
+            "outcome": rng.choice([None, {"failure", "abandoned"}]),
+        }
+        floor = rng.choice([0.1, 0.15, 0.3, 0.5])
+        unfloored = await memory.explain(query, k, min_relevance=0, **options)
+        floored = await memory.explain(query, k, min_relevance=floor, **options)
+        assert [(s.episode.id, s.score) for s in floored.under_floor] == [
+            (s.episode.id, s.score) for s in unfloored if s.relevance < floor
+        ], (query, floor, options)
