@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta, tzinfo
+from itertools import chain
 from typing import Any
 
 from ._embed import (
@@ -951,7 +952,7 @@ class EpisodicMemory:
                 )
             return None if found is None or found.relevance < floor else found
 
-        found = self._rank(search, score, k, now)
+        found = self._rank(search, score, k, now, under)
         ranking = _ranking(
             [scored for _, scored in found], floor, self._under_floor(found, under, k, now)
         )
@@ -1668,6 +1669,7 @@ class EpisodicMemory:
         score: Callable[[int], Scored | None],
         k: int,
         now: float,
+        under: list[tuple[int, Scored]] | None = None,
     ) -> list[tuple[int, Scored]]:
         """The top *k* of *search* with reinforcement applied and one item per run.
 
@@ -1680,7 +1682,8 @@ class EpisodicMemory:
 
         Exact: more candidates are fetched until nothing left unfetched could reach the k-th
         (an unfetched episode scores at most the last fetched score times the largest boost,
-        and a run none of whose iterations was fetched is such an episode).
+        and a run none of whose iterations was fetched is such an episode). *under*, what
+        each search found under the floor, is made exact the same way (see _under_floor).
         """
         boosting = self._reinforce and bool(self._uses)
         runs = any(len(seqs) > 1 for seqs in self._runs.values())
@@ -1713,7 +1716,17 @@ class EpisodicMemory:
             chosen = heapq.nlargest(k, items, key=lambda t: t[:3])
             limit = found[-1][1].score * (MAX_BOOST if boosting else 1.0) if found else 0.0
             if len(found) < wanted or (len(chosen) == k and chosen[-1][0] >= limit):
-                break
+                if not under or len(under) + len(found) < wanted:
+                    break  # nothing under the floor, or all of it was fetched
+                # What the floor kept out must be exact too: an episode under it that was not
+                # fetched scores at most the lowest of the unfloored top `wanted` (the episodes
+                # under the floor and the best of those above it), boosted.
+                fetched = [s.score for _, s in chain(under, found[: wanted - len(under)])]
+                kept = [(seq, scored) for _, _, seq, scored in chosen]
+                best = self._beside(kept, under, k)
+                bound = min(fetched) * (MAX_BOOST if boosting else 1.0)
+                if len(best) == k and best[-1][0] >= bound:
+                    break
             wanted *= 4
         return [(seq, self._as_run(seq, scored, now)) for _, _, seq, scored in chosen]
 
@@ -1729,6 +1742,13 @@ class EpisodicMemory:
         run, a run that *found* shows left out."""
         if not under:
             return []
+        return [scored for _, _, _, scored, fell in self._beside(found, under, k) if fell]
+
+    def _beside(
+        self, found: list[tuple[int, Scored]], under: list[tuple[int, Scored]], k: int
+    ) -> list[tuple[float, float, int, Scored, bool]]:
+        """The top *k* of *found* and *under* together (boosted, one per run), each marked
+        whether it fell under the floor."""
         # One per run and phase, as _rank groups them (the phases of a run are items of their own).
         shown_runs = {run for _, scored in found if (run := run_key(scored.episode))}
         items: list[tuple[float, float, int, Scored, bool]] = [
@@ -1746,8 +1766,7 @@ class EpisodicMemory:
                     scored, score=scored.score * factor, uses=self._uses.get(seq, 0)
                 )
             items.append((scored.score, self._known[seq].recorded, seq, scored, True))
-        best = heapq.nlargest(k, items, key=lambda t: t[:3])
-        return [scored for _, _, _, scored, fell in best if fell]
+        return heapq.nlargest(k, items, key=lambda t: t[:3])
 
     def _run_item(
         self, run: str, seq: int, scored: Scored, score: Callable[[int], Scored | None]

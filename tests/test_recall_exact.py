@@ -145,6 +145,12 @@ async def varied_memory(
     for episode in rng.sample(await memory.load(), 25):
         for _ in range(rng.randint(1, 5)):
             await memory.used(episode.id)
+    for episode in rng.sample(await memory.load(), 20):  # outcomes learnt later
+        await memory.grade(
+            episode.id,
+            outcome=rng.choice(["success", "failure", "partial"]),
+            source=rng.choice(["verifier", "user", "agent", "judge"]),
+        )
     return memory
 
 

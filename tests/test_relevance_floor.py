@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +223,30 @@ async def test_one_item_per_run_under_the_floor_too() -> None:
     ranking = await memory.explain("what time is it in the reports office", 5)
     assert list(ranking) == []
     assert len(ranking.under_floor) == 1
+
+
+async def test_a_much_used_episode_under_the_floor_is_listed_however_old() -> None:
+    # Reinforcement lifts it into the top k without the floor: it is what the floor kept out,
+    # even behind dozens of newer, unused episodes of the same relevance.
+    from deepcrew_episodic import Episode
+
+    now = time.time()
+    memory = EpisodicMemory(InMemoryProvider(), clock=lambda: now)
+    used = await memory.record(
+        Episode(
+            query="billing export csv columns shifted left",
+            timestamp=datetime.fromtimestamp(now - 5 * 86400, UTC).isoformat(),
+        )
+    )
+    for n in range(40):
+        await memory.record(Episode(query=f"billing export csv columns shifted right {n}"))
+    for _ in range(100):
+        await memory.used(used.id)
+    everything = await memory.explain("billing", 3, min_relevance=0)
+    assert everything[0].episode.id == used.id
+    ranking = await memory.explain("billing", 3, min_relevance=0.3)
+    assert list(ranking) == []
+    assert [s.episode.id for s in ranking.under_floor] == [s.episode.id for s in everything]
 
 
 async def test_a_phase_under_the_floor_is_listed_beside_another_phase_recalled() -> None:
