@@ -26,7 +26,11 @@ and "but"/"however"/"though"):
   it still fails" is a failure: the thanks is politeness), a ``success`` when only successes,
   ``partial`` when both ("fixed the first error, but now I get another one").
 - "thanks", "ok", "great" alone are politeness, not proof: no verdict. A wrong grade misleads
-  recall until another corrects it, so what is unclear stays ungraded.
+  recall until another corrects it, so what is unclear stays ungraded: so does a clause that
+  only hopes, plans or wonders ("if", "whether", "hopefully", "maybe", "will", "would",
+  "should", "not sure", "I thought": "I'll see if it works", "not sure if that fixed it").
+- What the user quotes is not the user's word: lines that open with ``>`` and fenced code
+  blocks (a log, test output, the answer before) are left out before the message is read.
 - :attr:`FollowUp.new_request`: a message with no verdict asks for something new unless it
   is only politeness; one with a verdict does only when another of its clauses asks ("that
   worked; how do I do the same for invoices?"), short asks for another try ("any other
@@ -192,6 +196,29 @@ _BACK_REFERENCES = frozenset(
         "either",
     }
 )
+# A clause with one of these only hopes, plans or wonders whether it worked: no verdict.
+_HEDGES = frozenset(
+    {
+        "if",
+        "whether",
+        "unless",
+        "hopefully",
+        "hope",
+        "maybe",
+        "perhaps",
+        "might",
+        "should",
+        "would",
+        "will",
+        "i'll",
+        "we'll",
+        "unsure",
+        "thought",
+        "supposed",
+    }
+)
+# What the user quotes: a fenced code block (to its closing fence, or the end), a quoted line.
+_QUOTED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)|^[ \t]*>[^\n]*$", re.M | re.S)
 # "still" reports that the problem is still there, except in these.
 _STILL_FINE = frozenset({"works", "working", "work", "fine", "good", "holds", "valid"})
 _STILL_ASIDE = frozenset({"need", "needs", "want", "wants", "have", "has", "had", "wonder"})
@@ -352,6 +379,8 @@ def read_followup(message: str, previous: Episode | None = None) -> FollowUp:
     if not isinstance(message, str):
         raise ConfigurationError(f"a follow-up is a string, not {type(message).__name__}")
     clauses = _clauses(message)
+    if not clauses and _WORD.search(message.casefold()):
+        return FollowUp(None, new_request=True)  # only a quote or a paste: not politeness
     worked = failed = False
     rest: list[_Clause] = []
     for clause in clauses:
@@ -376,6 +405,7 @@ def read_followup(message: str, previous: Episode | None = None) -> FollowUp:
 
 def _clauses(message: str) -> list[_Clause]:
     text = unicodedata.normalize("NFKC", message[:MAX_CHARS]).casefold()
+    text = _QUOTED.sub("", text)
     text = text.replace("\u2019", "'").replace("`", "'")
     text = re.sub(r"n't\b", " not", text).replace("cannot", "can not")
     clauses: list[_Clause] = []
@@ -403,6 +433,8 @@ def _opens_an_ask(words: tuple[str, ...]) -> bool:
 def _verdict(words: tuple[str, ...]) -> str | None:
     """``"success"``, ``"failure"``, ``"both"`` or ``None`` for one clause's words."""
     worked = failed = False
+    if not _HEDGES.isdisjoint(words) or _has(words, ("not", "sure")):
+        return None
     refers = len(words) <= SHORT_CLAUSE or not _BACK_REFERENCES.isdisjoint(words)
     for i, word in enumerate(words if refers else ()):
         negated = bool(_NEGATIONS.intersection(words[max(0, i - 3) : i])) or (
