@@ -181,6 +181,13 @@ def deciding(episode: Episode, grades: Sequence[Grade]) -> Grade | None:
     return best
 
 
+def checked_grade(episode: Episode, grades: Sequence[Grade]) -> bool:
+    """Whether *episode*'s outcome was decided by a checked grade (a verifier's, the user's,
+    or one of no source given as verified): the outcome was learnt outside the agent."""
+    grade = deciding(episode, grades)
+    return grade is not None and grade.verified
+
+
 def graded(episode: Episode, grades: Sequence[Grade]) -> Episode:
     """*episode* as its grades (oldest first) make it: a copy when one applies, else itself
     (a copy without its score when the recorded score contradicts the recorded outcome)."""

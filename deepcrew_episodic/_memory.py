@@ -50,7 +50,7 @@ from ._exceptions import (
     EmbeddingError,
     InvalidEpisodeError,
 )
-from ._grade import NOTE_CHARS, Grade, graded
+from ._grade import NOTE_CHARS, Grade, checked_grade, graded
 from ._history import History
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import (
@@ -728,7 +728,10 @@ class EpisodicMemory:
             foreign += bool(ep.outcome_source) and ep.outcome_source not in SOURCES
             if ep.outcome in ("success", "claimed_success"):
                 successes += 1
-                checked_successes += source in CHECKED_SOURCES
+                # A verified grade of no named source is checked too (grade()'s default).
+                checked_successes += source in CHECKED_SOURCES or checked_grade(
+                    raw, self._grades.get(raw.id, ())
+                )
             known = self._known[seq]
             if known.dated:
                 times.append((known.recorded, ep.timestamp))

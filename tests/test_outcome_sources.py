@@ -563,3 +563,20 @@ async def test_stats_counts_sources_grades_applied_and_foreign_ones() -> None:
     stats = await EpisodicMemory(provider).stats()
     assert stats.by_source == {"user": 1, "verifier": 1, "": 1}
     assert stats.unknown_sources == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "warned"),
+    [({}, False), ({"verified": True}, False), ({"source": "user"}, False), ({"source": "judge"}, True)],
+)
+async def test_runs_graded_later_with_a_checked_grade_are_checked_successes(
+    given: dict[str, Any], warned: bool
+) -> None:
+    # The warning's own advice is "grade runs later"; grade()'s default is a checked grade.
+    memory = EpisodicMemory(InMemoryProvider())
+    for n in range(10):
+        stored = await memory.record(Episode(query=f"q{n}", outcome="unknown"))
+        await memory.grade(stored.id, outcome="success", note="confirmed", **given)
+    stats = await EpisodicMemory(memory.backend).stats()
+    assert stats.by_outcome["success"] == 10
+    assert any(w.startswith("everything is success") for w in stats.warnings) is warned
