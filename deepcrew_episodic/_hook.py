@@ -256,6 +256,8 @@ class EpisodicHook:
             )
         followup: FollowUp | None = None
         grade: Grade | None = None
+        # A new turn: what the conversation's last message said decides its own turn only.
+        self._turns.pop(cid, None)
         if cid and self.grade_followups is not None and text.strip():
             followup, grade, task = await self._read_followup(text, cid, previous_id)
             text = task or text
@@ -581,7 +583,6 @@ class EpisodicHook:
         """Read *message* as a verdict on conversation *cid*'s previous run and grade it: the
         follow-up, the grade given, and the task to recall and record this run under when it
         is another try at the previous one."""
-        self._turns.pop(cid, None)
         try:
             with anyio.fail_after(self.record_timeout):
                 previous = await self._previous(cid, previous_id)

@@ -404,3 +404,21 @@ async def test_latest_is_the_newest_unexpired_episode_of_the_conversation(clock:
     assert await ring.latest("c") is None
     with pytest.raises(ConfigurationError, match="conversation_id must be a non-empty string"):
         await memory.latest("")
+
+
+async def test_a_turn_after_a_thank_you_is_recorded_even_when_its_message_has_no_text() -> None:
+    # The thank-you decides its own turn only: the next turn (a screenshot, a file) is a run.
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = graded_hook(memory)
+    await turn(hook, "c", ask(TASK), ANSWER)
+    _, thanks = await turn(hook, "c", ask(TASK, "Thanks, that fixed it!"), "Glad!")
+    assert thanks.episode is None
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    messages = [*ask(TASK, "Thanks, that fixed it!"), {"role": "user", "content": [image]}]
+    recalled = await hook.before_run(messages, conversation_id="c")
+    assert recalled.query == ""
+    recorded = await hook.after_run(
+        "What is wrong in this screenshot?", "The date filter is off.", conversation_id="c"
+    )
+    assert recorded.episode is not None
+    assert len(await memory.load()) == 2
