@@ -37,7 +37,7 @@ from ._distill import message_text
 from ._episode import OUTCOMES, Episode, Outcome, check_field, outcome_for_score
 from ._events import EventType, StreamEvent, emit
 from ._exceptions import ConfigurationError, FollowUpError
-from ._followup import FollowUp, FollowUpGrader, read_followup
+from ._followup import VERDICTS, FollowUp, FollowUpGrader, read_followup
 from ._recall import INTENTS
 from ._redact import redact_then_cut, safe_message
 from ._source import OutcomeSource, check_source
@@ -629,6 +629,14 @@ class EpisodicHook:
         if not isinstance(result, FollowUp):
             raise FollowUpError(
                 f"the follow-up grader returned {type(result).__name__}, not a FollowUp"
+            )
+        # The user can say it worked, failed or partly worked: an "abandoned" grade would hide
+        # the run from recall, an "unknown" one erase its outcome.
+        if result.outcome not in (*VERDICTS, None) or not isinstance(result.new_request, bool):
+            raise FollowUpError(
+                f"the follow-up grader returned outcome={shown(result.outcome)}, new_request="
+                f"{shown(result.new_request)}; expected success, failure, partial or None, and "
+                f"True or False"
             )
         return result
 

@@ -422,3 +422,28 @@ async def test_a_turn_after_a_thank_you_is_recorded_even_when_its_message_has_no
     )
     assert recorded.episode is not None
     assert len(await memory.load()) == 2
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        FollowUp("abandoned", new_request=False),  # type: ignore[arg-type]
+        FollowUp("unknown", new_request=False),  # type: ignore[arg-type]
+        FollowUp("claimed_success", new_request=False),  # type: ignore[arg-type]
+        FollowUp("success", new_request="no"),  # type: ignore[arg-type]
+    ],
+)
+async def test_a_grader_that_says_no_verdict_the_user_can_give_grades_nothing(
+    said: FollowUp,
+) -> None:
+    # An "abandoned" grade would hide the run from recall; "unknown" would erase its outcome.
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = EpisodicHook(memory, grade_followups=lambda message, previous: said)
+    _, first = await turn(hook, "c", ask(TASK), ANSWER)
+    await memory.grade(first.id, outcome="success", note="the export test passed")
+    recalled, recorded = await turn(hook, "c", ask(TASK, "hm"), "Another answer.")
+    assert (recalled.followup, recalled.grade) == (None, None)
+    assert memory.counters.grading_failures == 1
+    assert [g.note for g in await memory.grades(first.id)] == ["the export test passed"]
+    assert [e.outcome for e in await memory.recall(TASK)][:1] == ["success"]
+    assert recorded.episode is not None  # an ordinary turn
