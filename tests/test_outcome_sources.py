@@ -195,6 +195,24 @@ def test_a_stored_grade_reads_its_source_and_an_old_one_its_flag() -> None:
     assert (claimed.verified, claimed.reads_as) == (False, ("claimed_success", "agent"))
 
 
+@pytest.mark.parametrize("hostile", ["ci\x1b[31m", "a b", "x" * 41, "bell\x07"])
+async def test_a_stored_grade_whose_source_is_no_visible_token_still_grades(hostile: str) -> None:
+    # As an episode's does: the source falls back to none, the grade is not lost.
+    provider = InMemoryProvider()
+    memory = EpisodicMemory(provider)
+    stored = await memory.record(Episode(query="q", outcome="success"))
+    await memory.grade(stored.id, outcome="failure", note="the nightly run failed")
+    [key] = [k for k in await provider.keys("episodic:") if ":g:" in k]
+    data = json.loads(await provider.retrieve(key) or "")
+    await provider.store(key, json.dumps({**data, "source": hostile}))
+    fresh = EpisodicMemory(provider)
+    [grade] = await fresh.grades(stored.id)
+    assert (grade.outcome, grade.source, grade.effective_source) == ("failure", "", "")
+    [episode] = await fresh.load()
+    assert episode.outcome == "failure"
+    assert fresh.counters.corrupt_records == 0
+
+
 async def read_after(recorded: Episode, *grades: dict[str, Any]) -> Episode:
     memory = EpisodicMemory(InMemoryProvider())
     stored = await memory.record(recorded)
