@@ -1732,12 +1732,13 @@ class EpisodicMemory:
         run, a run that *found* shows left out."""
         if not under:
             return []
-        shown_runs = {scored.episode.run_id for _, scored in found if scored.episode.run_id}
+        # One item per run and phase, as _rank gives.
+        shown_runs = {run_key(scored.episode) for _, scored in found} - {""}
         items: list[tuple[float, float, int, Scored, bool]] = [
             (scored.score, self._known[seq].recorded, seq, scored, False) for seq, scored in found
         ]
         for seq, scored in under:
-            run = scored.episode.run_id
+            run = run_key(scored.episode)
             if run:
                 if run in shown_runs:
                     continue

@@ -105,6 +105,25 @@ async def test_a_phase_tried_again_is_one_item_its_latest_try_with_the_earlier_l
     assert {hit.episode.phase for hit in found} >= {"ship the fix", "find the cause"}
 
 
+@pytest.mark.parametrize("run", ["", RUN])
+async def test_explain_says_when_another_phase_of_a_shown_run_fell_under_the_floor(
+    run: str,
+) -> None:
+    # One item per run and phase under the floor too, as for two runs of their own.
+    memory = EpisodicMemory(InMemoryProvider())
+    tasks = [
+        ("reproduce", "Reproduce the CSV export timeout for large accounts"),
+        ("notify", "Tell the support team the status of the accounts"),
+    ]
+    for phase, task in tasks:
+        await memory.record(
+            Episode(query=task, response="done", run_id=run, phase=phase if run else "")
+        )
+    ranking = await memory.explain("why does the CSV export time out for large accounts", 5)
+    assert [s.episode.query for s in ranking] == [tasks[0][1]]
+    assert [s.episode.query for s in ranking.under_floor] == [tasks[1][1]]
+
+
 async def test_without_phases_a_run_is_still_one_item() -> None:
     memory = EpisodicMemory(InMemoryProvider())
     for outcome in ("failure", "success"):
