@@ -364,9 +364,9 @@ def _stored_source(value: Any) -> str:
         if value not in _foreign_sources and len(_foreign_sources) < 100:
             _foreign_sources.add(value)
             log.warning(
-                "an episode names the outcome source %r, which this version does not know: "
+                "an episode names the outcome source %s, which this version does not know: "
                 "it is shown as stored and ranked as an outcome of no known source",
-                value,
+                shown(value),  # redacted: another tool's value may hold a token
             )
         return value
     return _source(value)

@@ -75,6 +75,18 @@ def test_another_tools_source_is_kept_shown_and_ranked_as_none(
     assert "ci-bot" in caplog.text
 
 
+def test_another_tools_source_that_holds_a_token_is_logged_redacted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    token = "ghp_" + "Zq8" * 12  # a GitHub token fits the 40 characters of a source
+    raw = json.dumps({"query": "q", "outcome": "success", "outcome_source": token})
+    with caplog.at_level(logging.WARNING, "deepcrew_episodic"):
+        episode = Episode.from_json(raw)
+    assert episode.outcome_source == token  # kept as stored
+    assert "outcome source" in caplog.text
+    assert token not in caplog.text
+
+
 @pytest.mark.parametrize("hostile", ["ci\x1b[31m", "a b", "x" * 41, "bell\x07"])
 def test_a_stored_source_that_is_no_visible_token_falls_back_to_none(hostile: str) -> None:
     raw = json.dumps({"query": "q", "outcome": "failure", "outcome_source": hostile})
