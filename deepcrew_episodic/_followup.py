@@ -34,7 +34,8 @@ and "but"/"however"/"though"):
 - :attr:`FollowUp.new_request`: a message with no verdict asks for something new unless it
   is only politeness; one with a verdict does only when another of its clauses asks ("that
   worked; how do I do the same for invoices?"), short asks for another try ("any other
-  idea?") excepted.
+  idea?") excepted, or tells a new problem ("thanks, that fixed it. The login page is broken
+  for our EU users").
 """
 
 from __future__ import annotations
@@ -400,7 +401,9 @@ def read_followup(message: str, previous: Episode | None = None) -> FollowUp:
         polite = all(set(c.words) <= _COURTESY for c in rest)
         return FollowUp(None, new_request=not polite)
     asks = any(c.asks and not set(c.words) <= _RETRY_WORDS for c in rest if c.words)
-    return FollowUp(outcome, new_request=asks)
+    # "... the login page is broken": a new problem told as a statement is a task too.
+    told = any(not c.asks and _verdict(c.words, referring=True) for c in rest if c.words)
+    return FollowUp(outcome, new_request=asks or told)
 
 
 def _clauses(message: str) -> list[_Clause]:
@@ -430,12 +433,13 @@ def _opens_an_ask(words: tuple[str, ...]) -> bool:
     return words[0] in _ASK_OPENERS or tuple(words[:2]) in _ASK_PAIRS
 
 
-def _verdict(words: tuple[str, ...]) -> str | None:
-    """``"success"``, ``"failure"``, ``"both"`` or ``None`` for one clause's words."""
+def _verdict(words: tuple[str, ...], *, referring: bool = False) -> str | None:
+    """``"success"``, ``"failure"``, ``"both"`` or ``None`` for one clause's words (as if it
+    referred back to the answer, with *referring*)."""
     worked = failed = False
     if not _HEDGES.isdisjoint(words) or _has(words, ("not", "sure")):
         return None
-    refers = len(words) <= SHORT_CLAUSE or not _BACK_REFERENCES.isdisjoint(words)
+    refers = referring or len(words) <= SHORT_CLAUSE or not _BACK_REFERENCES.isdisjoint(words)
     for i, word in enumerate(words if refers else ()):
         negated = bool(_NEGATIONS.intersection(words[max(0, i - 3) : i])) or (
             i >= 2 and words[i - 2 : i] == ("no", "longer")

@@ -167,3 +167,15 @@ def test_a_message_that_is_only_a_code_block_is_a_request_not_politeness() -> No
     pasted = "```\nTraceback (most recent call last):\n  ValueError: bad header\n```"
     assert read_followup(pasted) == FollowUp(None, new_request=True)
     assert read_followup("> your answer, quoted") == FollowUp(None, new_request=True)
+
+
+# A new problem told as a statement is a task (see VERDICTS above), after a verdict too.
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Thanks, that fixed it. The login page is broken for our EU users",
+        "That worked! Sync fails for files over 2 GB though",
+    ],
+)
+def test_a_verdict_then_a_new_problem_is_a_new_request(message: str) -> None:
+    assert read_followup(message) == FollowUp("success", new_request=True)

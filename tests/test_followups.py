@@ -447,3 +447,14 @@ async def test_a_grader_that_says_no_verdict_the_user_can_give_grades_nothing(
     assert [g.note for g in await memory.grades(first.id)] == ["the export test passed"]
     assert [e.outcome for e in await memory.recall(TASK)][:1] == ["success"]
     assert recorded.episode is not None  # an ordinary turn
+
+
+async def test_a_thank_you_that_also_reports_a_new_problem_records_the_next_run() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = graded_hook(memory)
+    _, first = await turn(hook, "c", ask(TASK), ANSWER)
+    message = "Thanks, that fixed it. The login page is broken for our EU users"
+    recalled, recorded = await turn(hook, "c", ask(TASK, message), "Clear the EU SSO cache.")
+    assert recalled.grade.outcome == "success"
+    assert recorded.episode is not None
+    assert recorded.episode.query == message
