@@ -225,6 +225,23 @@ class TestPrebuiltAgent:
         await agent.ainvoke(ask("Rotate the billing API key"))
         assert 'lesson: "Quote the runbook."' in llm.requests[-1].system_text
 
+    async def test_a_verifier_that_is_a_model_judging_records_a_judges_outcome(
+        self, llm: ScriptedLLM, memory: EpisodicMemory
+    ) -> None:
+        async def grading_model(query: str, answer: str) -> Verdict:
+            return Verdict(0.9)
+
+        grading_model.outcome_source = "judge"  # type: ignore[attr-defined]
+        agent = react_agent(llm, EpisodicNodes(memory, verifier=grading_model))
+        llm.script(Reply.text("Per the runbook: second key first."))
+        await agent.ainvoke(ask("Rotate the billing API key"))
+        [episode] = await memory.load()
+        assert (episode.outcome, episode.outcome_source, episode.verified) == (
+            "success",
+            "judge",
+            False,
+        )
+
     async def test_verifier_that_fails_leaves_the_run_unverified(
         self, llm: ScriptedLLM, memory: EpisodicMemory
     ) -> None:

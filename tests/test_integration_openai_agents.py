@@ -469,6 +469,23 @@ async def test_a_verifier_grades_the_run(
     assert done.recorded.response == "Order 7 shipped.\nVerifier: Name the carrier."
 
 
+async def test_a_verifier_that_is_a_model_judging_records_a_judges_outcome(
+    llm: ScriptedLLM, model: OpenAIChatCompletionsModel
+) -> None:
+    # As LoopConfig reads it: a verifier whose outcome_source says "judge" is a model judging.
+    memory = EpisodicMemory(InMemoryProvider())
+
+    async def grading_model(task: str, result: Any) -> Verdict:
+        return Verdict(0.9)
+
+    grading_model.outcome_source = "judge"  # type: ignore[attr-defined]
+    llm.script(Reply.text("Order 7 shipped."))
+    done = await run(make_agent(model), ASK, memory=memory, verifier=grading_model)
+    assert done.recorded is not None
+    assert (done.recorded.outcome, done.recorded.outcome_source) == ("success", "judge")
+    assert not done.recorded.verified
+
+
 async def test_a_plain_function_verifier_outranks_the_guardrails(
     llm: ScriptedLLM, model: OpenAIChatCompletionsModel
 ) -> None:

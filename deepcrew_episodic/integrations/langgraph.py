@@ -394,6 +394,7 @@ class EpisodicNodes:
             if ungraded.id is not None:
                 exc.add_note(f"unknown episode {ungraded.id} recorded, ungraded")
             raise
+        judged = False
         if outcome is None and score is None and self.verifier is not None:
             try:
                 verdict = self.verifier(query, answer)
@@ -413,9 +414,11 @@ class EpisodicNodes:
                 )
                 return await self.hook.unverified(query, answer, exc, tools_used=tools)
             score, lesson = verdict.score, verdict.feedback or None
-        # A verdict the graph or the verifier gave is a check; no verdict is the model's claim.
-        source: Literal["agent", "verifier"] = (
-            "agent" if outcome is None and score is None else "verifier"
+            judged = getattr(self.verifier, "outcome_source", None) == "judge"
+        # A verdict the graph or the verifier gave is a check (a verifier that says it is a
+        # model judging, as LoopConfig reads it: a judge's); no verdict is the model's claim.
+        source: Literal["agent", "verifier", "judge"] = (
+            "agent" if outcome is None and score is None else "judge" if judged else "verifier"
         )
         if outcome is None:
             outcome = "claimed_success" if score is None else outcome_for_score(score)

@@ -407,8 +407,14 @@ async def _record_result(
         verdict = await _verdict(verifier, query, result, hook, answer, tools)
         feedback = verdict.feedback.strip()
         text = f"{answer}\nVerifier: {feedback}" if feedback else answer
+        # A verifier that says it is a model judging (as LoopConfig reads it) is a judge's.
+        judged = getattr(verifier, "outcome_source", None) == "judge"
         return await hook.after_run(
-            query, text, score=verdict.score, tools_used=tools, source="verifier"
+            query,
+            text,
+            score=verdict.score,
+            tools_used=tools,
+            source="judge" if judged else "verifier",
         )
     checked = [r.guardrail.get_name() for r in result.output_guardrail_results]
     if checked:
