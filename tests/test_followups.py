@@ -455,6 +455,6 @@ async def test_a_thank_you_that_also_reports_a_new_problem_records_the_next_run(
     _, first = await turn(hook, "c", ask(TASK), ANSWER)
     message = "Thanks, that fixed it. The login page is broken for our EU users"
     recalled, recorded = await turn(hook, "c", ask(TASK, message), "Clear the EU SSO cache.")
-    assert recalled.grade.outcome == "success"
+    assert (recalled.grade.episode_id, recalled.grade.outcome) == (first.id, "success")
     assert recorded.episode is not None
     assert recorded.episode.query == message

@@ -597,7 +597,12 @@ async def test_stats_counts_sources_grades_applied_and_foreign_ones() -> None:
 
 @pytest.mark.parametrize(
     ("given", "warned"),
-    [({}, False), ({"verified": True}, False), ({"source": "user"}, False), ({"source": "judge"}, True)],
+    [
+        ({}, False),
+        ({"verified": True}, False),
+        ({"source": "user"}, False),
+        ({"source": "judge"}, True),
+    ],
 )
 async def test_runs_graded_later_with_a_checked_grade_are_checked_successes(
     given: dict[str, Any], warned: bool
