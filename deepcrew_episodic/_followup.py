@@ -84,6 +84,9 @@ returns a :class:`FollowUp` (a plain or an async function)."""
 # --- the rule ---------------------------------------------------------------------------------
 
 MAX_CHARS = 4000  # a pasted log after "still broken:" decides nothing the first lines do not
+# Quotes and code blocks are left out of this much of a message before it is cut to MAX_CHARS:
+# a verdict after a long pasted block ("```<a log>```\nstill broken") is still read.
+QUOTED_CHARS = 200_000
 _CLAUSE_END = re.compile(r"[.!?;\n]+")
 _SPLIT = re.compile(r",|\bbut\b|\bhowever\b|\bthough\b|\balthough\b|\s[-\u2013\u2014]\s|:")
 _WORD = re.compile(r"[a-z0-9']+")
@@ -407,8 +410,8 @@ def read_followup(message: str, previous: Episode | None = None) -> FollowUp:
 
 
 def _clauses(message: str) -> list[_Clause]:
-    text = unicodedata.normalize("NFKC", message[:MAX_CHARS]).casefold()
-    text = _QUOTED.sub("", text)
+    text = unicodedata.normalize("NFKC", message[:QUOTED_CHARS]).casefold()
+    text = _QUOTED.sub("", text)[:MAX_CHARS]
     text = text.replace("\u2019", "'").replace("`", "'")
     text = re.sub(r"n't\b", " not", text).replace("cannot", "can not")
     clauses: list[_Clause] = []

@@ -179,3 +179,9 @@ def test_a_message_that_is_only_a_code_block_is_a_request_not_politeness() -> No
 )
 def test_a_verdict_then_a_new_problem_is_a_new_request(message: str) -> None:
     assert read_followup(message) == FollowUp("success", new_request=True)
+
+
+def test_the_verdict_after_a_long_pasted_block_is_read() -> None:
+    log = "\n".join(f"line {n}: request failed with status 500" for n in range(2000))
+    assert read_followup(f"```\n{log}\n```\nstill broken").outcome == "failure"
+    assert read_followup(f"> {'x' * 10_000}\nthat fixed it, thanks").outcome == "success"
