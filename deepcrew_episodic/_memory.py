@@ -62,7 +62,7 @@ from ._recall import (
     RecallIndex,
     Scored,
 )
-from ._redact import Redactor, as_redactor, safe_message
+from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._render import fit_block
 from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, check_source
 from ._telemetry import Telemetry, traced, tracing
@@ -1126,7 +1126,9 @@ class EpisodicMemory:
             episode_id,
             chosen,
             score,
-            self._redact_text(note) if note else "",
+            # Redacted, then cut back to NOTE_CHARS (a marker can be longer than the secret it
+            # replaces): what is stored must restore from a backup.
+            redact_then_cut(note, NOTE_CHARS, self._redactor) if note else "",
             verified,
             now_iso(self._clock()),
             target.timestamp,
@@ -1207,7 +1209,7 @@ class EpisodicMemory:
             restored = dataclasses.replace(
                 grade,
                 episode_id=stored.id,
-                note=self._redact_text(grade.note) if grade.note else "",
+                note=redact_then_cut(grade.note, NOTE_CHARS, self._redactor) if grade.note else "",
                 timestamp=grade.timestamp or now_iso(self._clock()),
                 stamp=stored.timestamp,
             )
