@@ -494,7 +494,8 @@ register_text_fields(
         name
         for name, check in _CHECKS.items()
         if check in (_text, _optional_text, _texts, _phase) and name != "id"
-    )
+    ),
+    limits={"phase": PHASE_CHARS},
 )
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
 # Every field but the required query, with its default.

@@ -124,6 +124,20 @@ async def test_explain_says_when_another_phase_of_a_shown_run_fell_under_the_flo
     assert [s.episode.query for s in ranking.under_floor] == [tasks[1][1]]
 
 
+async def test_a_phase_whose_secrets_lengthen_it_is_recorded_redacted_within_its_limit() -> None:
+    # A marker is longer than the secret it replaces: the phase is redacted, then cut.
+    memory = EpisodicMemory(InMemoryProvider())
+    phase = " ".join(["password=hunter2"] * 11)  # 186 characters, 417 once redacted
+    done = await EpisodicHook(memory).record_phase(RUN, phase, "Rotate the keys")
+    assert done.error is None
+    assert done.episode is not None
+    assert len(done.episode.phase) <= 200
+    assert "hunter2" not in done.episode.phase
+    [episode] = await memory.load(graded=False)
+    copy = EpisodicMemory(InMemoryProvider())
+    assert (await copy.restore(episode)).phase == episode.phase  # a backup restores
+
+
 async def test_without_phases_a_run_is_still_one_item() -> None:
     memory = EpisodicMemory(InMemoryProvider())
     for outcome in ("failure", "success"):
