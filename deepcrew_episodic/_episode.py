@@ -314,8 +314,11 @@ PHASE_CHARS = 200
 
 
 def _phase(value: Any) -> str:
-    # A label shown beside the run in every listing: one line, visible characters.
+    # A label shown beside the run in every listing: one line, visible characters. Spaces
+    # are collapsed: "find the cause " names the same phase as "find the cause" (one item).
     text = _text(value)
+    if " " in text:  # (only spaces: any other white space is refused below)
+        text = " ".join(part for part in text.split(" ") if part)
     if len(text) > PHASE_CHARS:
         raise _Invalid(f"at most {PHASE_CHARS} characters, not {len(text)}")
     for i, c in enumerate(text):

@@ -138,6 +138,21 @@ async def test_a_phase_whose_secrets_lengthen_it_is_recorded_redacted_within_its
     assert (await copy.restore(episode)).phase == episode.phase  # a backup restores
 
 
+async def test_a_phase_named_with_other_spacing_is_the_same_phase() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = EpisodicHook(memory)
+    for phase, outcome in (("find  the cause", "failure"), (" find the cause ", "success")):
+        done = await hook.record_phase(
+            RUN, phase, "Find why PDF rendering is slow", outcome=outcome
+        )
+        assert done.episode is not None
+        assert done.episode.phase == "find the cause"
+    [item] = await memory.recall("why is PDF rendering slow?")
+    assert (item.phase, item.outcome) == ("find the cause", "success")  # one item, the later
+    with pytest.raises(ConfigurationError, match="phase must name the phase"):
+        await hook.record_phase(RUN, "   ", "Find why PDF rendering is slow")
+
+
 async def test_without_phases_a_run_is_still_one_item() -> None:
     memory = EpisodicMemory(InMemoryProvider())
     for outcome in ("failure", "success"):
