@@ -498,7 +498,8 @@ class EpisodicHook:
         """Record a finished run whose grading failed (*error*, e.g. a ``VerifierError``):
         outcome ``unknown``, no score, tag ``unverified``, the answer followed by a line naming
         the error. A verifier outage says nothing about the agent, so it is never recorded as
-        the agent's ``failure``. The caller re-raises."""
+        the agent's ``failure``. With ``grade_followups``, a turn whose message only thanked
+        for the run before is not recorded, as in :meth:`after_run`. The caller re-raises."""
         note = f"Not graded: the verifier failed with {describe(error)}"
         text = f"{response.rstrip()}\n{note}" if response.strip() else note
         return await self._record(
@@ -512,6 +513,7 @@ class EpisodicHook:
             transcript_ref=transcript_ref,
             conversation_id=conversation_arg(conversation_id),
             phase=phase_arg(phase),
+            answer=True,  # a finished answer: a thank-you turn's is not recorded either
         )
 
     async def record(

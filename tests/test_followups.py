@@ -458,3 +458,24 @@ async def test_a_thank_you_that_also_reports_a_new_problem_records_the_next_run(
     assert (recalled.grade.episode_id, recalled.grade.outcome) == (first.id, "success")
     assert recorded.episode is not None
     assert recorded.episode.query == message
+
+
+async def test_a_thank_you_turn_whose_grading_failed_is_not_a_run_either() -> None:
+    # Else the next follow-up would grade the "you're welcome" and retry "Thanks" as a task.
+    from deepcrew_episodic import VerifierError
+
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = graded_hook(memory)
+    _, first = await turn(hook, "c", ask(TASK), ANSWER)
+    thanks = ask(TASK, "Thanks, that fixed it!")
+    recalled = await hook.before_run(thanks, conversation_id="c")
+    ungraded = await hook.unverified(
+        recalled.query,
+        "Glad it helped!",
+        VerifierError("grading service down"),
+        conversation_id="c",
+    )
+    assert (ungraded.episode, ungraded.error) == (None, None)
+    later, retry = await turn(hook, "c", ask(TASK, "Thanks, that fixed it!", "still broken"), "..")
+    assert later.grade.episode_id == first.id
+    assert retry.episode.query == TASK
