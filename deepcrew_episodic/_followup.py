@@ -34,8 +34,8 @@ and "but"/"however"/"though"):
 - :attr:`FollowUp.new_request`: a message with no verdict asks for something new unless it
   is only politeness; one with a verdict does only when another of its clauses asks ("that
   worked; how do I do the same for invoices?"), short asks for another try ("any other
-  idea?") excepted, or tells a new problem ("thanks, that fixed it. The login page is broken
-  for our EU users").
+  idea?") excepted, or, after a success, tells a new problem ("thanks, that fixed it. The
+  login page is broken for our EU users").
 """
 
 from __future__ import annotations
@@ -404,8 +404,11 @@ def read_followup(message: str, previous: Episode | None = None) -> FollowUp:
         polite = all(set(c.words) <= _COURTESY for c in rest)
         return FollowUp(None, new_request=not polite)
     asks = any(c.asks and not set(c.words) <= _RETRY_WORDS for c in rest if c.words)
-    # "... the login page is broken": a new problem told as a statement is a task too.
-    told = any(not c.asks and _verdict(c.words, referring=True) for c in rest if c.words)
+    # "That worked. The login page is broken": after a success, a problem told as a statement
+    # is a new one (after a failure it tells how the answer failed: "nope. the export crashed").
+    told = outcome == "success" and any(
+        not c.asks and _verdict(c.words, referring=True) for c in rest if c.words
+    )
     return FollowUp(outcome, new_request=asks or told)
 
 

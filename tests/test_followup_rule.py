@@ -181,6 +181,11 @@ def test_a_verdict_then_a_new_problem_is_a_new_request(message: str) -> None:
     assert read_followup(message) == FollowUp("success", new_request=True)
 
 
+def test_a_failure_told_in_detail_is_another_try_at_the_task() -> None:
+    assert read_followup("nope. the export crashed at 80%") == FollowUp("failure", False)
+    assert read_followup("Didn't help, the export crashed at 80%") == FollowUp("failure", False)
+
+
 def test_the_verdict_after_a_long_pasted_block_is_read() -> None:
     log = "\n".join(f"line {n}: request failed with status 500" for n in range(2000))
     assert read_followup(f"```\n{log}\n```\nstill broken").outcome == "failure"
