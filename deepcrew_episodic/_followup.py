@@ -25,6 +25,8 @@ and "but"/"however"/"though"):
 - The message is a ``failure`` when some clause reports one and none a success ("thanks, but
   it still fails" is a failure: the thanks is politeness), a ``success`` when only successes,
   ``partial`` when both ("fixed the first error, but now I get another one").
+- A clause of only "not" after a success turns it into a failure ("that totally fixed it.
+  not.").
 - "thanks", "ok", "great" alone are politeness, not proof: no verdict. A wrong grade misleads
   recall until another corrects it, so what is unclear stays ungraded: so does a clause that
   only hopes, plans or wonders ("if", "whether", "hopefully", "maybe", "will", "would",
@@ -385,18 +387,18 @@ def read_followup(message: str, previous: Episode | None = None) -> FollowUp:
     clauses = _clauses(message)
     if not clauses and _WORD.search(message.casefold()):
         return FollowUp(None, new_request=True)  # only a quote or a paste: not politeness
-    worked = failed = False
+    said: list[str] = []
     rest: list[_Clause] = []
     for clause in clauses:
-        said = None if clause.asks else _verdict(clause.words)
-        if said == "success":
-            worked = True
-        elif said == "failure":
-            failed = True
-        elif said == "both":
-            worked = failed = True
+        verdict = None if clause.asks else _verdict(clause.words)
+        if clause.words == ("not",) and said and said[-1] == "success":
+            said[-1] = "failure"  # "that totally fixed it. not." says the opposite
+        elif verdict is not None:
+            said.append(verdict)
         else:
             rest.append(clause)
+    worked = "success" in said or "both" in said
+    failed = "failure" in said or "both" in said
     outcome: FollowUpOutcome | None = (
         ("partial" if worked else "failure") if failed else ("success" if worked else None)
     )

@@ -190,3 +190,10 @@ def test_the_verdict_after_a_long_pasted_block_is_read() -> None:
     log = "\n".join(f"line {n}: request failed with status 500" for n in range(2000))
     assert read_followup(f"```\n{log}\n```\nstill broken").outcome == "failure"
     assert read_followup(f"> {'x' * 10_000}\nthat fixed it, thanks").outcome == "success"
+
+
+@pytest.mark.parametrize(
+    "message", ["oh great, that totally fixed it. not.", "Worked like a charm... NOT!"]
+)
+def test_a_success_taken_back_by_a_lone_not_is_a_failure(message: str) -> None:
+    assert read_followup(message) == FollowUp("failure", new_request=False)
