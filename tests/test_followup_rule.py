@@ -197,3 +197,12 @@ def test_the_verdict_after_a_long_pasted_block_is_read() -> None:
 )
 def test_a_success_taken_back_by_a_lone_not_is_a_failure(message: str) -> None:
     assert read_followup(message) == FollowUp("failure", new_request=False)
+
+
+@pytest.mark.parametrize("name", ["model", "messages"])
+def test_a_grading_model_refuses_params_that_are_its_own(name: str) -> None:
+    # Else every follow-up's call would fail at run time, one grading failure per turn.
+    from deepcrew_episodic import FollowUpModel
+
+    with pytest.raises(ConfigurationError, match=name):
+        FollowUpModel("openai/gpt-4o-mini", **{name: "x"})
