@@ -523,11 +523,10 @@ class FollowUpModel:
     def __init__(self, model: str, *, timeout: float = 20.0, **params: Any) -> None:
         if not isinstance(model, str) or not model:
             raise ConfigurationError(f"model must be a litellm model name, not {model!r}")
-        ours = sorted({"model", "messages"} & set(params))
-        if ours:
+        if "messages" in params:
             raise ConfigurationError(
-                f"FollowUpModel sets {', '.join(ours)} itself: give the model as its first "
-                f"argument, and only litellm's other parameters as keywords"
+                "FollowUpModel writes the messages itself: give only litellm's other "
+                "parameters as keywords (api_base, api_key, num_retries, ...)"
             )
         self.model = model
         self.timeout = number("timeout", timeout, minimum=0, exclusive_minimum=True)

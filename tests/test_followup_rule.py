@@ -199,10 +199,9 @@ def test_a_success_taken_back_by_a_lone_not_is_a_failure(message: str) -> None:
     assert read_followup(message) == FollowUp("failure", new_request=False)
 
 
-@pytest.mark.parametrize("name", ["model", "messages"])
-def test_a_grading_model_refuses_params_that_are_its_own(name: str) -> None:
+def test_a_grading_model_refuses_messages_among_its_params() -> None:
     # Else every follow-up's call would fail at run time, one grading failure per turn.
     from deepcrew_episodic import FollowUpModel
 
-    with pytest.raises(ConfigurationError, match=name):
-        FollowUpModel("openai/gpt-4o-mini", **{name: "x"})
+    with pytest.raises(ConfigurationError, match="messages"):
+        FollowUpModel("openai/gpt-4o-mini", messages=[])
