@@ -134,7 +134,7 @@ class Grade:
         note, verified, timestamp = (
             data.get("note", ""),
             data.get("verified"),
-            data.get("timestamp"),
+            data.get("timestamp", ""),
         )
         stamp = data.get("stamp", "")
         source = data.get("source", "")
@@ -151,6 +151,10 @@ class Grade:
             or not math.isfinite(score)
         ):
             raise ValueError(f"grade record holds the score {shown(score)}")
+        if verified is None and "verified" not in data:
+            # A writer that names the source may leave the flag out: the source says it (and a
+            # grade of neither is checked, as grade() gives it by default).
+            verified = source in CHECKED_SOURCES if source in SOURCES else True
         if not isinstance(note, str) or not isinstance(verified, bool):
             raise ValueError("grade record holds a bad note or verified flag")
         if not isinstance(timestamp, str) or not isinstance(stamp, str):

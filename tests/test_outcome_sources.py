@@ -225,6 +225,16 @@ async def test_a_stored_grade_whose_source_is_no_visible_token_still_grades(host
     assert fresh.counters.corrupt_records == 0
 
 
+@pytest.mark.parametrize(("source", "verified"), [("user", True), ("judge", False), ("", True)])
+def test_a_stored_grade_without_its_verified_flag_takes_it_from_its_source(
+    source: str, verified: bool
+) -> None:
+    # A writer that names the source (a newer version, another tool) may leave the flag out.
+    raw = json.dumps({"episode": "e", "outcome": "failure", "source": source})
+    grade = Grade.from_json(raw)
+    assert (grade.outcome, grade.source, grade.verified) == ("failure", source, verified)
+
+
 async def read_after(recorded: Episode, *grades: dict[str, Any]) -> Episode:
     memory = EpisodicMemory(InMemoryProvider())
     stored = await memory.record(recorded)
