@@ -314,8 +314,11 @@ PHASE_CHARS = 200
 
 
 def _phase(value: Any) -> str:
-    # A label shown beside the run in every listing: one line, visible characters.
+    # A label shown beside the run in every listing: one line, visible characters. Spaces
+    # are collapsed: "find the cause " names the same phase as "find the cause" (one item).
     text = _text(value)
+    if " " in text:  # (only spaces: any other white space is refused below)
+        text = " ".join(part for part in text.split(" ") if part)
     if len(text) > PHASE_CHARS:
         raise _Invalid(f"at most {PHASE_CHARS} characters, not {len(text)}")
     for i, c in enumerate(text):
@@ -364,9 +367,9 @@ def _stored_source(value: Any) -> str:
         if value not in _foreign_sources and len(_foreign_sources) < 100:
             _foreign_sources.add(value)
             log.warning(
-                "an episode names the outcome source %r, which this version does not know: "
+                "an episode names the outcome source %s, which this version does not know: "
                 "it is shown as stored and ranked as an outcome of no known source",
-                value,
+                shown(value),  # redacted: another tool's value may hold a token
             )
         return value
     return _source(value)
@@ -494,7 +497,8 @@ register_text_fields(
         name
         for name, check in _CHECKS.items()
         if check in (_text, _optional_text, _texts, _phase) and name != "id"
-    )
+    ),
+    limits={"phase": PHASE_CHARS},
 )
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Episode))
 # Every field but the required query, with its default.

@@ -25,12 +25,19 @@ and "but"/"however"/"though"):
 - The message is a ``failure`` when some clause reports one and none a success ("thanks, but
   it still fails" is a failure: the thanks is politeness), a ``success`` when only successes,
   ``partial`` when both ("fixed the first error, but now I get another one").
+- A clause of only "not" after a success turns it into a failure ("that totally fixed it.
+  not.").
 - "thanks", "ok", "great" alone are politeness, not proof: no verdict. A wrong grade misleads
-  recall until another corrects it, so what is unclear stays ungraded.
+  recall until another corrects it, so what is unclear stays ungraded: so does a clause that
+  only hopes, plans or wonders ("if", "whether", "hopefully", "maybe", "will", "would",
+  "should", "not sure", "I thought": "I'll see if it works", "not sure if that fixed it").
+- What the user quotes is not the user's word: lines that open with ``>`` and fenced code
+  blocks (a log, test output, the answer before) are left out before the message is read.
 - :attr:`FollowUp.new_request`: a message with no verdict asks for something new unless it
   is only politeness; one with a verdict does only when another of its clauses asks ("that
   worked; how do I do the same for invoices?"), short asks for another try ("any other
-  idea?") excepted.
+  idea?") excepted, or, after a success, tells a new problem ("thanks, that fixed it. The
+  login page is broken for our EU users").
 """
 
 from __future__ import annotations
@@ -79,6 +86,9 @@ returns a :class:`FollowUp` (a plain or an async function)."""
 # --- the rule ---------------------------------------------------------------------------------
 
 MAX_CHARS = 4000  # a pasted log after "still broken:" decides nothing the first lines do not
+# Quotes and code blocks are left out of this much of a message before it is cut to MAX_CHARS:
+# a verdict after a long pasted block ("```<a log>```\nstill broken") is still read.
+QUOTED_CHARS = 200_000
 _CLAUSE_END = re.compile(r"[.!?;\n]+")
 _SPLIT = re.compile(r",|\bbut\b|\bhowever\b|\bthough\b|\balthough\b|\s[-\u2013\u2014]\s|:")
 _WORD = re.compile(r"[a-z0-9']+")
@@ -192,6 +202,29 @@ _BACK_REFERENCES = frozenset(
         "either",
     }
 )
+# A clause with one of these only hopes, plans or wonders whether it worked: no verdict.
+_HEDGES = frozenset(
+    {
+        "if",
+        "whether",
+        "unless",
+        "hopefully",
+        "hope",
+        "maybe",
+        "perhaps",
+        "might",
+        "should",
+        "would",
+        "will",
+        "i'll",
+        "we'll",
+        "unsure",
+        "thought",
+        "supposed",
+    }
+)
+# What the user quotes: a fenced code block (to its closing fence, or the end), a quoted line.
+_QUOTED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)|^[ \t]*>[^\n]*$", re.M | re.S)
 # "still" reports that the problem is still there, except in these.
 _STILL_FINE = frozenset({"works", "working", "work", "fine", "good", "holds", "valid"})
 _STILL_ASIDE = frozenset({"need", "needs", "want", "wants", "have", "has", "had", "wonder"})
@@ -352,18 +385,20 @@ def read_followup(message: str, previous: Episode | None = None) -> FollowUp:
     if not isinstance(message, str):
         raise ConfigurationError(f"a follow-up is a string, not {type(message).__name__}")
     clauses = _clauses(message)
-    worked = failed = False
+    if not clauses and _WORD.search(message.casefold()):
+        return FollowUp(None, new_request=True)  # only a quote or a paste: not politeness
+    said: list[str] = []
     rest: list[_Clause] = []
     for clause in clauses:
-        said = None if clause.asks else _verdict(clause.words)
-        if said == "success":
-            worked = True
-        elif said == "failure":
-            failed = True
-        elif said == "both":
-            worked = failed = True
+        verdict = None if clause.asks else _verdict(clause.words)
+        if clause.words == ("not",) and said and said[-1] == "success":
+            said[-1] = "failure"  # "that totally fixed it. not." says the opposite
+        elif verdict is not None:
+            said.append(verdict)
         else:
             rest.append(clause)
+    worked = "success" in said or "both" in said
+    failed = "failure" in said or "both" in said
     outcome: FollowUpOutcome | None = (
         ("partial" if worked else "failure") if failed else ("success" if worked else None)
     )
@@ -371,11 +406,17 @@ def read_followup(message: str, previous: Episode | None = None) -> FollowUp:
         polite = all(set(c.words) <= _COURTESY for c in rest)
         return FollowUp(None, new_request=not polite)
     asks = any(c.asks and not set(c.words) <= _RETRY_WORDS for c in rest if c.words)
-    return FollowUp(outcome, new_request=asks)
+    # "That worked. The login page is broken": after a success, a problem told as a statement
+    # is a new one (after a failure it tells how the answer failed: "nope. the export crashed").
+    told = outcome == "success" and any(
+        not c.asks and _verdict(c.words, referring=True) for c in rest if c.words
+    )
+    return FollowUp(outcome, new_request=asks or told)
 
 
 def _clauses(message: str) -> list[_Clause]:
-    text = unicodedata.normalize("NFKC", message[:MAX_CHARS]).casefold()
+    text = unicodedata.normalize("NFKC", message[:QUOTED_CHARS]).casefold()
+    text = _QUOTED.sub("", text)[:MAX_CHARS]
     text = text.replace("\u2019", "'").replace("`", "'")
     text = re.sub(r"n't\b", " not", text).replace("cannot", "can not")
     clauses: list[_Clause] = []
@@ -400,10 +441,13 @@ def _opens_an_ask(words: tuple[str, ...]) -> bool:
     return words[0] in _ASK_OPENERS or tuple(words[:2]) in _ASK_PAIRS
 
 
-def _verdict(words: tuple[str, ...]) -> str | None:
-    """``"success"``, ``"failure"``, ``"both"`` or ``None`` for one clause's words."""
+def _verdict(words: tuple[str, ...], *, referring: bool = False) -> str | None:
+    """``"success"``, ``"failure"``, ``"both"`` or ``None`` for one clause's words (as if it
+    referred back to the answer, with *referring*)."""
     worked = failed = False
-    refers = len(words) <= SHORT_CLAUSE or not _BACK_REFERENCES.isdisjoint(words)
+    if not _HEDGES.isdisjoint(words) or _has(words, ("not", "sure")):
+        return None
+    refers = referring or len(words) <= SHORT_CLAUSE or not _BACK_REFERENCES.isdisjoint(words)
     for i, word in enumerate(words if refers else ()):
         negated = bool(_NEGATIONS.intersection(words[max(0, i - 3) : i])) or (
             i >= 2 and words[i - 2 : i] == ("no", "longer")
@@ -479,6 +523,11 @@ class FollowUpModel:
     def __init__(self, model: str, *, timeout: float = 20.0, **params: Any) -> None:
         if not isinstance(model, str) or not model:
             raise ConfigurationError(f"model must be a litellm model name, not {model!r}")
+        if "messages" in params:
+            raise ConfigurationError(
+                "FollowUpModel writes the messages itself: give only litellm's other "
+                "parameters as keywords (api_base, api_key, num_retries, ...)"
+            )
         self.model = model
         self.timeout = number("timeout", timeout, minimum=0, exclusive_minimum=True)
         self.params = params

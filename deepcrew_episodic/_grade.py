@@ -23,6 +23,7 @@ below 0.3, a failure scored 0.7 or more: :func:`~deepcrew_episodic._episode.scor
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,9 +32,12 @@ from typing import Any
 from ._episode import OUTCOMES, Episode, Outcome, score_contradicts, score_fits
 from ._exceptions import InvalidEpisodeError
 from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, precedence
+from ._unicode import is_hidden
 from ._validate import shown
 
 __all__ = ["Grade"]
+
+log = logging.getLogger("deepcrew_episodic")
 
 NOTE_CHARS = 2000
 
@@ -130,7 +134,7 @@ class Grade:
         note, verified, timestamp = (
             data.get("note", ""),
             data.get("verified"),
-            data.get("timestamp"),
+            data.get("timestamp", ""),
         )
         stamp = data.get("stamp", "")
         source = data.get("source", "")
@@ -147,12 +151,25 @@ class Grade:
             or not math.isfinite(score)
         ):
             raise ValueError(f"grade record holds the score {shown(score)}")
+        if verified is None and "verified" not in data:
+            # A writer that names the source may leave the flag out: the source says it (and a
+            # grade of neither is checked, as grade() gives it by default).
+            verified = source in CHECKED_SOURCES if source in SOURCES else True
         if not isinstance(note, str) or not isinstance(verified, bool):
             raise ValueError("grade record holds a bad note or verified flag")
         if not isinstance(timestamp, str) or not isinstance(stamp, str):
             raise ValueError("grade record holds a bad timestamp")
-        if not isinstance(source, str) or len(source) > 40 or not source.isprintable():
-            raise ValueError(f"grade record holds the source {shown(source)}")
+        if not isinstance(source, str) or (
+            source not in SOURCES
+            and (len(source) > 40 or any(c.isspace() or is_hidden(c) for c in source))
+        ):
+            # As an episode's: the source falls back to none, the grade itself still counts.
+            log.warning(
+                "grade of episode %s: unreadable source %s read as none",
+                shown(episode),
+                shown(source),
+            )
+            source = ""
         if source in SOURCES and verified != (source in CHECKED_SOURCES):
             # The source is the better-defined of the two (a writer that sets one sets both).
             verified = source in CHECKED_SOURCES
@@ -179,6 +196,13 @@ def deciding(episode: Episode, grades: Sequence[Grade]) -> Grade | None:
         if grade.rank <= rank:
             best, rank = grade, grade.rank
     return best
+
+
+def checked_grade(episode: Episode, grades: Sequence[Grade]) -> bool:
+    """Whether *episode*'s outcome was decided by a checked grade (a verifier's, the user's,
+    or one of no source given as verified): the outcome was learnt outside the agent."""
+    grade = deciding(episode, grades)
+    return grade is not None and grade.verified
 
 
 def graded(episode: Episode, grades: Sequence[Grade]) -> Episode:

@@ -37,7 +37,7 @@ from ._distill import message_text
 from ._episode import OUTCOMES, Episode, Outcome, check_field, outcome_for_score
 from ._events import EventType, StreamEvent, emit
 from ._exceptions import ConfigurationError, FollowUpError
-from ._followup import FollowUp, FollowUpGrader, read_followup
+from ._followup import VERDICTS, FollowUp, FollowUpGrader, read_followup
 from ._recall import INTENTS
 from ._redact import redact_then_cut, safe_message
 from ._source import OutcomeSource, check_source
@@ -256,6 +256,8 @@ class EpisodicHook:
             )
         followup: FollowUp | None = None
         grade: Grade | None = None
+        # A new turn: what the conversation's last message said decides its own turn only.
+        self._turns.pop(cid, None)
         if cid and self.grade_followups is not None and text.strip():
             followup, grade, task = await self._read_followup(text, cid, previous_id)
             text = task or text
@@ -500,7 +502,8 @@ class EpisodicHook:
         """Record a finished run whose grading failed (*error*, e.g. a ``VerifierError``):
         outcome ``unknown``, no score, tag ``unverified``, the answer followed by a line naming
         the error. A verifier outage says nothing about the agent, so it is never recorded as
-        the agent's ``failure``. The caller re-raises."""
+        the agent's ``failure``. With ``grade_followups``, a turn whose message only thanked
+        for the run before is not recorded, as in :meth:`after_run`. The caller re-raises."""
         note = f"Not graded: the verifier failed with {describe(error)}"
         text = f"{response.rstrip()}\n{note}" if response.strip() else note
         return await self._record(
@@ -514,6 +517,7 @@ class EpisodicHook:
             transcript_ref=transcript_ref,
             conversation_id=conversation_arg(conversation_id),
             phase=phase_arg(phase),
+            answer=True,  # a finished answer: a thank-you turn's is not recorded either
         )
 
     async def record(
@@ -585,7 +589,6 @@ class EpisodicHook:
         """Read *message* as a verdict on conversation *cid*'s previous run and grade it: the
         follow-up, the grade given, and the task to recall and record this run under when it
         is another try at the previous one."""
-        self._turns.pop(cid, None)
         try:
             with anyio.fail_after(self.record_timeout):
                 previous = await self._previous(cid, previous_id)
@@ -632,6 +635,14 @@ class EpisodicHook:
         if not isinstance(result, FollowUp):
             raise FollowUpError(
                 f"the follow-up grader returned {type(result).__name__}, not a FollowUp"
+            )
+        # The user can say it worked, failed or partly worked: an "abandoned" grade would hide
+        # the run from recall, an "unknown" one erase its outcome.
+        if result.outcome not in (*VERDICTS, None) or not isinstance(result.new_request, bool):
+            raise FollowUpError(
+                f"the follow-up grader returned outcome={shown(result.outcome)}, new_request="
+                f"{shown(result.new_request)}; expected success, failure, partial or None, and "
+                f"True or False"
             )
         return result
 

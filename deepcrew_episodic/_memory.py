@@ -51,7 +51,7 @@ from ._exceptions import (
     EmbeddingError,
     InvalidEpisodeError,
 )
-from ._grade import NOTE_CHARS, Grade, graded
+from ._grade import NOTE_CHARS, Grade, checked_grade, graded
 from ._history import History
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._recall import (
@@ -63,7 +63,7 @@ from ._recall import (
     RecallIndex,
     Scored,
 )
-from ._redact import Redactor, as_redactor, safe_message
+from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._render import fit_block
 from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, check_source
 from ._telemetry import Telemetry, traced, tracing
@@ -729,7 +729,10 @@ class EpisodicMemory:
             foreign += bool(ep.outcome_source) and ep.outcome_source not in SOURCES
             if ep.outcome in ("success", "claimed_success"):
                 successes += 1
-                checked_successes += source in CHECKED_SOURCES
+                # A verified grade of no named source is checked too (grade()'s default).
+                checked_successes += source in CHECKED_SOURCES or checked_grade(
+                    raw, self._grades.get(raw.id, ())
+                )
             known = self._known[seq]
             if known.dated:
                 times.append((known.recorded, ep.timestamp))
@@ -1124,7 +1127,9 @@ class EpisodicMemory:
             episode_id,
             chosen,
             score,
-            self._redact_text(note) if note else "",
+            # Redacted, then cut back to NOTE_CHARS (a marker can be longer than the secret it
+            # replaces): what is stored must restore from a backup.
+            redact_then_cut(note, NOTE_CHARS, self._redactor) if note else "",
             verified,
             now_iso(self._clock()),
             target.timestamp,
@@ -1205,7 +1210,7 @@ class EpisodicMemory:
             restored = dataclasses.replace(
                 grade,
                 episode_id=stored.id,
-                note=self._redact_text(grade.note) if grade.note else "",
+                note=redact_then_cut(grade.note, NOTE_CHARS, self._redactor) if grade.note else "",
                 timestamp=grade.timestamp or now_iso(self._clock()),
                 stamp=stored.timestamp,
             )

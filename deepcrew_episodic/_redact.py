@@ -564,13 +564,15 @@ def _run(text: str, rules: tuple[Rule, ...], *, join_lines: bool, found: list[st
     return text
 
 
-def register_text_fields(names: tuple[str, ...]) -> None:
+def register_text_fields(names: tuple[str, ...], limits: Mapping[str, int] | None = None) -> None:
     """The free-text fields of an Episode, which :meth:`Redactor.redact_episode` redacts:
     given by ``_episode`` when it is imported (found from its checks, so a field added later
     is redacted without a change here), so that this module, which the messages of every
-    lower layer use, depends on none of them."""
-    global _TEXT_FIELDS
+    lower layer use, depends on none of them. *limits*: the fields of a bounded length, cut
+    back to it after redaction (a marker can be longer than the secret it replaces)."""
+    global _TEXT_FIELDS, _FIELD_LIMITS
     _TEXT_FIELDS = names
+    _FIELD_LIMITS = dict(limits or {})
 
 
 class Redactor:
@@ -691,6 +693,9 @@ class Redactor:
                     changes[name] = redacted
             elif value:
                 cleaned = self.redact(value)
+                limit = _FIELD_LIMITS.get(name)
+                if limit is not None and len(cleaned) > limit:
+                    cleaned = redact_then_cut(value, limit, self)
                 if cleaned != value:
                     changes[name] = cleaned
         return dataclasses.replace(episode, **changes) if changes else episode
@@ -712,6 +717,7 @@ def _joins(char: str) -> bool:
 
 
 _TEXT_FIELDS: tuple[str, ...] = ()
+_FIELD_LIMITS: dict[str, int] = {}
 
 
 def as_redactor(value: object) -> Redactor | None:

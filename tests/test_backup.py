@@ -251,3 +251,24 @@ def test_an_import_file_with_odd_unicode_line_ends_and_a_bom(tmp_path: Path) -> 
             return [e.query for e in await EpisodicMemory(provider).load()]
 
     assert anyio.run(queries) == [odd, "second"]
+
+
+async def test_a_grade_note_that_redaction_lengthens_still_restores() -> None:
+    # grade() takes a note of NOTE_CHARS; its redacted form is what a backup holds.
+    from deepcrew_episodic.providers import InMemoryProvider
+
+    memory = EpisodicMemory(InMemoryProvider())
+    stored = await memory.record(Episode(query="rotate the keys"))
+    note = ("password=hunter2 " * 200)[:2000]
+    await memory.grade(stored.id, outcome="success", note=note)
+    [grade] = await memory.grades(stored.id)
+    assert "hunter2" not in grade.note
+    assert len(grade.note) <= 2000
+    for _ in range(2):  # a backup of the restored copy restores too
+        [episode] = await memory.load(graded=False)
+        copy = EpisodicMemory(InMemoryProvider())
+        await copy.restore(episode, grades=[grade])
+        [grade] = await copy.grades(stored.id)
+        assert len(grade.note) <= 2000
+        assert "hunter2" not in grade.note
+        memory = copy

@@ -118,3 +118,90 @@ def test_a_models_verdict_is_read(answer: str, expected: FollowUp) -> None:
 def test_a_models_answer_that_is_no_verdict_is_refused(answer: str | None, why: str) -> None:
     with pytest.raises(FollowUpError, match=why):
         parse_verdict(answer, by="m")
+
+
+# A wrong grade misleads recall until another corrects it, and a "success" also drops the turn:
+# a message that only hopes, plans or wonders whether it worked is no verdict.
+UNSURE = [
+    "Not sure if it worked",
+    "no idea if that worked yet",
+    "I will try it and let you know if it works",
+    "I'll see if it works tomorrow",
+    "Hopefully that fixes it",
+    "let me check whether it works",
+    "will test if this fixes it",
+    "If that works I will be happy",
+    "it would have worked if the server was up",
+    "I thought it worked",
+]
+
+
+@pytest.mark.parametrize("message", UNSURE)
+def test_a_message_that_is_unsure_whether_it_worked_is_no_verdict(message: str) -> None:
+    found = read_followup(message)
+    assert found.outcome is None
+    assert found.new_request  # recorded as a turn of its own, not dropped as a thank-you
+
+
+def test_an_unsure_clause_leaves_the_sure_one_its_verdict() -> None:
+    assert read_followup("Not sure about the rest, but it still fails").outcome == "failure"
+    assert read_followup("That worked, I'll see if the others do too").outcome == "success"
+
+
+# What the user quotes (the answer before, a log, test output) is not the user's verdict.
+@pytest.mark.parametrize(
+    ("message", "outcome"),
+    [
+        ("Thanks, it works now!\n```\nPASSED 10, FAILED 0\n```", "success"),
+        ("> it should be fixed now\nnope, still broken", "failure"),
+        ("> Try restarting, that fixed it for others\n\nno luck", "failure"),
+        ("Still broken:\n```text\nall checks passed, fixed 3 files\n```", "failure"),
+        ("still failing\n~~~\nworks on staging\n~~~", "failure"),
+    ],
+)
+def test_quoted_text_and_code_blocks_are_not_the_users_verdict(message: str, outcome: str) -> None:
+    assert read_followup(message).outcome == outcome
+
+
+def test_a_message_that_is_only_a_code_block_is_a_request_not_politeness() -> None:
+    pasted = "```\nTraceback (most recent call last):\n  ValueError: bad header\n```"
+    assert read_followup(pasted) == FollowUp(None, new_request=True)
+    assert read_followup("> your answer, quoted") == FollowUp(None, new_request=True)
+
+
+# A new problem told as a statement is a task (see VERDICTS above), after a verdict too.
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Thanks, that fixed it. The login page is broken for our EU users",
+        "That worked! Sync fails for files over 2 GB though",
+    ],
+)
+def test_a_verdict_then_a_new_problem_is_a_new_request(message: str) -> None:
+    assert read_followup(message) == FollowUp("success", new_request=True)
+
+
+def test_a_failure_told_in_detail_is_another_try_at_the_task() -> None:
+    assert read_followup("nope. the export crashed at 80%") == FollowUp("failure", False)
+    assert read_followup("Didn't help, the export crashed at 80%") == FollowUp("failure", False)
+
+
+def test_the_verdict_after_a_long_pasted_block_is_read() -> None:
+    log = "\n".join(f"line {n}: request failed with status 500" for n in range(2000))
+    assert read_followup(f"```\n{log}\n```\nstill broken").outcome == "failure"
+    assert read_followup(f"> {'x' * 10_000}\nthat fixed it, thanks").outcome == "success"
+
+
+@pytest.mark.parametrize(
+    "message", ["oh great, that totally fixed it. not.", "Worked like a charm... NOT!"]
+)
+def test_a_success_taken_back_by_a_lone_not_is_a_failure(message: str) -> None:
+    assert read_followup(message) == FollowUp("failure", new_request=False)
+
+
+def test_a_grading_model_refuses_messages_among_its_params() -> None:
+    # Else every follow-up's call would fail at run time, one grading failure per turn.
+    from deepcrew_episodic import FollowUpModel
+
+    with pytest.raises(ConfigurationError, match="messages"):
+        FollowUpModel("openai/gpt-4o-mini", messages=[])

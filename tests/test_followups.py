@@ -404,3 +404,78 @@ async def test_latest_is_the_newest_unexpired_episode_of_the_conversation(clock:
     assert await ring.latest("c") is None
     with pytest.raises(ConfigurationError, match="conversation_id must be a non-empty string"):
         await memory.latest("")
+
+
+async def test_a_turn_after_a_thank_you_is_recorded_even_when_its_message_has_no_text() -> None:
+    # The thank-you decides its own turn only: the next turn (a screenshot, a file) is a run.
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = graded_hook(memory)
+    await turn(hook, "c", ask(TASK), ANSWER)
+    _, thanks = await turn(hook, "c", ask(TASK, "Thanks, that fixed it!"), "Glad!")
+    assert thanks.episode is None
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    messages = [*ask(TASK, "Thanks, that fixed it!"), {"role": "user", "content": [image]}]
+    recalled = await hook.before_run(messages, conversation_id="c")
+    assert recalled.query == ""
+    recorded = await hook.after_run(
+        "What is wrong in this screenshot?", "The date filter is off.", conversation_id="c"
+    )
+    assert recorded.episode is not None
+    assert len(await memory.load()) == 2
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        FollowUp("abandoned", new_request=False),  # type: ignore[arg-type]
+        FollowUp("unknown", new_request=False),  # type: ignore[arg-type]
+        FollowUp("claimed_success", new_request=False),  # type: ignore[arg-type]
+        FollowUp("success", new_request="no"),  # type: ignore[arg-type]
+    ],
+)
+async def test_a_grader_that_says_no_verdict_the_user_can_give_grades_nothing(
+    said: FollowUp,
+) -> None:
+    # An "abandoned" grade would hide the run from recall; "unknown" would erase its outcome.
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = EpisodicHook(memory, grade_followups=lambda message, previous: said)
+    _, first = await turn(hook, "c", ask(TASK), ANSWER)
+    await memory.grade(first.id, outcome="success", note="the export test passed")
+    recalled, recorded = await turn(hook, "c", ask(TASK, "hm"), "Another answer.")
+    assert (recalled.followup, recalled.grade) == (None, None)
+    assert memory.counters.grading_failures == 1
+    assert [g.note for g in await memory.grades(first.id)] == ["the export test passed"]
+    assert [e.outcome for e in await memory.recall(TASK)][:1] == ["success"]
+    assert recorded.episode is not None  # an ordinary turn
+
+
+async def test_a_thank_you_that_also_reports_a_new_problem_records_the_next_run() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = graded_hook(memory)
+    _, first = await turn(hook, "c", ask(TASK), ANSWER)
+    message = "Thanks, that fixed it. The login page is broken for our EU users"
+    recalled, recorded = await turn(hook, "c", ask(TASK, message), "Clear the EU SSO cache.")
+    assert (recalled.grade.episode_id, recalled.grade.outcome) == (first.id, "success")
+    assert recorded.episode is not None
+    assert recorded.episode.query == message
+
+
+async def test_a_thank_you_turn_whose_grading_failed_is_not_a_run_either() -> None:
+    # Else the next follow-up would grade the "you're welcome" and retry "Thanks" as a task.
+    from deepcrew_episodic import VerifierError
+
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = graded_hook(memory)
+    _, first = await turn(hook, "c", ask(TASK), ANSWER)
+    thanks = ask(TASK, "Thanks, that fixed it!")
+    recalled = await hook.before_run(thanks, conversation_id="c")
+    ungraded = await hook.unverified(
+        recalled.query,
+        "Glad it helped!",
+        VerifierError("grading service down"),
+        conversation_id="c",
+    )
+    assert (ungraded.episode, ungraded.error) == (None, None)
+    later, retry = await turn(hook, "c", ask(TASK, "Thanks, that fixed it!", "still broken"), "..")
+    assert later.grade.episode_id == first.id
+    assert retry.episode.query == TASK

@@ -201,6 +201,28 @@ async def test_a_recorded_score_that_contradicts_its_outcome_is_not_served(tmp_p
 
 
 @ONCE
+async def test_a_checker_named_on_a_claim_is_refused_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    # verified=false with source="user" contradicts itself: refused, as grade() refuses it.
+    store = str(tmp_path / "memory.json")
+    async with stdio(store) as client:
+        run = await call(client, "record", task="Rotate the signing key", answer="Done.")
+        message = await failing(
+            client, "grade", id=run["id"], outcome="success", verified=False, source="user"
+        )
+        assert "contradicts" in message
+        message = await failing(
+            client, "record", task="Rotate the key", answer="Done.", verified=False,
+            outcome="success", source="verifier",
+        )  # fmt: skip
+        assert "contradicts" in message
+    [episode] = await stored(store)
+    async with await opened(store) as provider:
+        assert await (await EpisodicMemory.open(provider)).grades(episode.id) == []
+
+
+@ONCE
 async def test_nothing_relevant_is_an_empty_block_not_an_error(tmp_path: Path) -> None:
     async with stdio(str(tmp_path / "m.json")) as client:
         result = await client.call_tool("recall", {"task": "anything at all"})

@@ -75,6 +75,18 @@ def test_another_tools_source_is_kept_shown_and_ranked_as_none(
     assert "ci-bot" in caplog.text
 
 
+def test_another_tools_source_that_holds_a_token_is_logged_redacted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    token = "ghp_" + "Zq8" * 12  # a GitHub token fits the 40 characters of a source
+    raw = json.dumps({"query": "q", "outcome": "success", "outcome_source": token})
+    with caplog.at_level(logging.WARNING, "deepcrew_episodic"):
+        episode = Episode.from_json(raw)
+    assert episode.outcome_source == token  # kept as stored
+    assert "outcome source" in caplog.text
+    assert token not in caplog.text
+
+
 @pytest.mark.parametrize("hostile", ["ci\x1b[31m", "a b", "x" * 41, "bell\x07"])
 def test_a_stored_source_that_is_no_visible_token_falls_back_to_none(hostile: str) -> None:
     raw = json.dumps({"query": "q", "outcome": "failure", "outcome_source": hostile})
@@ -193,6 +205,34 @@ def test_a_stored_grade_reads_its_source_and_an_old_one_its_flag() -> None:
     assert (sourced.verified, sourced.rank, sourced.reads_as) == (True, 0, ("failure", "verifier"))
     claimed = Grade.from_dict({"outcome": "success", "source": "agent"}, "e")
     assert (claimed.verified, claimed.reads_as) == (False, ("claimed_success", "agent"))
+
+
+@pytest.mark.parametrize("hostile", ["ci\x1b[31m", "a b", "x" * 41, "bell\x07"])
+async def test_a_stored_grade_whose_source_is_no_visible_token_still_grades(hostile: str) -> None:
+    # As an episode's does: the source falls back to none, the grade is not lost.
+    provider = InMemoryProvider()
+    memory = EpisodicMemory(provider)
+    stored = await memory.record(Episode(query="q", outcome="success"))
+    await memory.grade(stored.id, outcome="failure", note="the nightly run failed")
+    [key] = [k for k in await provider.keys("episodic:") if ":g:" in k]
+    data = json.loads(await provider.retrieve(key) or "")
+    await provider.store(key, json.dumps({**data, "source": hostile}))
+    fresh = EpisodicMemory(provider)
+    [grade] = await fresh.grades(stored.id)
+    assert (grade.outcome, grade.source, grade.effective_source) == ("failure", "", "")
+    [episode] = await fresh.load()
+    assert episode.outcome == "failure"
+    assert fresh.counters.corrupt_records == 0
+
+
+@pytest.mark.parametrize(("source", "verified"), [("user", True), ("judge", False), ("", True)])
+def test_a_stored_grade_without_its_verified_flag_takes_it_from_its_source(
+    source: str, verified: bool
+) -> None:
+    # A writer that names the source (a newer version, another tool) may leave the flag out.
+    raw = json.dumps({"episode": "e", "outcome": "failure", "source": source})
+    grade = Grade.from_json(raw)
+    assert (grade.outcome, grade.source, grade.verified) == ("failure", source, verified)
 
 
 async def read_after(recorded: Episode, *grades: dict[str, Any]) -> Episode:
@@ -563,3 +603,25 @@ async def test_stats_counts_sources_grades_applied_and_foreign_ones() -> None:
     stats = await EpisodicMemory(provider).stats()
     assert stats.by_source == {"user": 1, "verifier": 1, "": 1}
     assert stats.unknown_sources == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "warned"),
+    [
+        ({}, False),
+        ({"verified": True}, False),
+        ({"source": "user"}, False),
+        ({"source": "judge"}, True),
+    ],
+)
+async def test_runs_graded_later_with_a_checked_grade_are_checked_successes(
+    given: dict[str, Any], warned: bool
+) -> None:
+    # The warning's own advice is "grade runs later"; grade()'s default is a checked grade.
+    memory = EpisodicMemory(InMemoryProvider())
+    for n in range(10):
+        stored = await memory.record(Episode(query=f"q{n}", outcome="unknown"))
+        await memory.grade(stored.id, outcome="success", note="confirmed", **given)
+    stats = await EpisodicMemory(memory.backend).stats()
+    assert stats.by_outcome["success"] == 10
+    assert any(w.startswith("everything is success") for w in stats.warnings) is warned

@@ -105,6 +105,54 @@ async def test_a_phase_tried_again_is_one_item_its_latest_try_with_the_earlier_l
     assert {hit.episode.phase for hit in found} >= {"ship the fix", "find the cause"}
 
 
+@pytest.mark.parametrize("run", ["", RUN])
+async def test_explain_says_when_another_phase_of_a_shown_run_fell_under_the_floor(
+    run: str,
+) -> None:
+    # One item per run and phase under the floor too, as for two runs of their own.
+    memory = EpisodicMemory(InMemoryProvider())
+    tasks = [
+        ("reproduce", "Reproduce the CSV export timeout for large accounts"),
+        ("notify", "Tell the support team the status of the accounts"),
+    ]
+    for phase, task in tasks:
+        await memory.record(
+            Episode(query=task, response="done", run_id=run, phase=phase if run else "")
+        )
+    ranking = await memory.explain("why does the CSV export time out for large accounts", 5)
+    assert [s.episode.query for s in ranking] == [tasks[0][1]]
+    assert [s.episode.query for s in ranking.under_floor] == [tasks[1][1]]
+
+
+async def test_a_phase_whose_secrets_lengthen_it_is_recorded_redacted_within_its_limit() -> None:
+    # A marker is longer than the secret it replaces: the phase is redacted, then cut.
+    memory = EpisodicMemory(InMemoryProvider())
+    phase = " ".join(["password=hunter2"] * 11)  # 186 characters, 417 once redacted
+    done = await EpisodicHook(memory).record_phase(RUN, phase, "Rotate the keys")
+    assert done.error is None
+    assert done.episode is not None
+    assert len(done.episode.phase) <= 200
+    assert "hunter2" not in done.episode.phase
+    [episode] = await memory.load(graded=False)
+    copy = EpisodicMemory(InMemoryProvider())
+    assert (await copy.restore(episode)).phase == episode.phase  # a backup restores
+
+
+async def test_a_phase_named_with_other_spacing_is_the_same_phase() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    hook = EpisodicHook(memory)
+    for phase, outcome in (("find  the cause", "failure"), (" find the cause ", "success")):
+        done = await hook.record_phase(
+            RUN, phase, "Find why PDF rendering is slow", outcome=outcome
+        )
+        assert done.episode is not None
+        assert done.episode.phase == "find the cause"
+    [item] = await memory.recall("why is PDF rendering slow?")
+    assert (item.phase, item.outcome) == ("find the cause", "success")  # one item, the later
+    with pytest.raises(ConfigurationError, match="phase must name the phase"):
+        await hook.record_phase(RUN, "   ", "Find why PDF rendering is slow")
+
+
 async def test_without_phases_a_run_is_still_one_item() -> None:
     memory = EpisodicMemory(InMemoryProvider())
     for outcome in ("failure", "success"):

@@ -2,7 +2,8 @@
 
 ``EpisodicMemory.grade`` appends the grade as a record of its own; the episode is never
 rewritten. Every read path (``recall``, ``timeline``, ``stats``, the filters) applies the
-grades: the newest verified grade wins, and a verified outcome beats a claimed one.
+grades: the grade from the best source wins, the newest among equals, and a verified outcome
+beats a claimed one.
 """
 
 from __future__ import annotations

@@ -428,6 +428,7 @@ class _Tools:
         from .. import Episode
 
         async with _as_tool_error(self.safe, "; nothing was recorded"):
+            _check_source(verified, source)
             stored_outcome = "claimed_success" if outcome == "success" and not verified else outcome
             fields: dict[str, Any] = {
                 "query": task,
@@ -493,7 +494,7 @@ class _Tools:
                 score=score,
                 note=note,
                 verified=verified,
-                source=source if verified else None,
+                source=source,  # grade() refuses a checker named on a claim
             )
             now = await self.memory.select(ids=[episode_id])
             grades = await self.memory.grades(episode_id)
@@ -594,6 +595,17 @@ class _Tools:
             return Forgotten(
                 deleted=deleted, not_found=[self.safe.ident(i) for i in missing], dry_run=dry_run
             )
+
+
+def _check_source(verified: bool, source: str | None) -> None:
+    """A checker named on a run the model only claims contradicts itself (grade() says so)."""
+    from .. import ConfigurationError
+
+    if source is not None and not verified:
+        raise ConfigurationError(
+            f"verified=false contradicts source={source!r} (a verifier's or the user's outcome "
+            f"is verified): give verified=true, or no source for your own judgement"
+        )
 
 
 def _period(since: str | None, until: str | None, tz: Any) -> tuple[float | None, float | None]:
