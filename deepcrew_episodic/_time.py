@@ -52,6 +52,8 @@ _LAST_N = re.compile(
 )
 # A time of day in a phrase ("3pm", "14:00"): the phrase must then name a moment.
 _CLOCK = re.compile(r"[0-9]\s*(?:am|pm)\b|[0-9]:[0-9]", re.ASCII | re.IGNORECASE)
+# A phrase counted in hours, minutes or seconds ("an hour ago", "in 90 minutes").
+_SUB_DAY = re.compile(r"\b(?:hours?|hrs?|minutes?|mins?|seconds?|secs?)\b", re.IGNORECASE)
 _UNIT_SECONDS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0, "week": 604800.0}
 _DAY = 86400.0
 
@@ -281,11 +283,17 @@ def _phrase(name: str, value: str, text: str, now: float, tz: tzinfo) -> tuple[f
         raise MissingDependencyError(
             f"{name}: reading {shown(value)} as a phrase needs dateparser: pip install dateparser"
         ) from None
+    from dateparser.timezone_parser import pop_tz_offset_from_string
+
+    # dateparser counts days on absolute time in its TIMEZONE: across a clock change, the
+    # day before 00:30 is two calendar days back. A phrase that names no zone is read on the
+    # wall clock instead (in UTC, which has no clock change) and its result is wall time in
+    # *tz*. One that names a zone ("3pm UTC") goes to dateparser with the zone by name, never
+    # its default ("local", through tzlocal, which fails on a TZ such as "UTC0"); a zone
+    # without a name (a fixed offset) is passed as UTC.
+    wall = pop_tz_offset_from_string(text)[1] is None
+    key = "UTC" if wall or tz is UTC else getattr(tz, "key", None)
     base = datetime.fromtimestamp(now, UTC).astimezone(tz).replace(tzinfo=None)
-    # The zone by name, never dateparser's default ("local", through tzlocal, which fails on
-    # a TZ such as "UTC0"). A zone without a name (a fixed offset) is passed as UTC and its
-    # results read as wall time in it.
-    key = getattr(tz, "key", None) if tz is not UTC else "UTC"
     parser = DateDataParser(
         languages=["en"],
         settings={
@@ -310,12 +318,15 @@ def _phrase(name: str, value: str, text: str, now: float, tz: tzinfo) -> tuple[f
     moment: datetime | None = found.date_obj if found else None
     if moment is None:
         raise refused
+    period = found.period
+    if wall and period == "time" and _SUB_DAY.search(text) and not _CLOCK.search(text):
+        # "an hour ago" is an hour of real time, whatever the wall clock did meanwhile.
+        return _moment(name, value, now + (moment.replace(tzinfo=None) - base).total_seconds())
     local = (
         moment.astimezone(tz)
-        if isinstance(key, str) and moment.tzinfo is not None
+        if not wall and isinstance(key, str) and moment.tzinfo is not None
         else moment.replace(tzinfo=tz)
     )
-    period = found.period
     if period != "time" and _CLOCK.search(text):
         # dateparser drops a time of day it cannot read ("yesterday at 25:00" reads as
         # yesterday): a part of the value ignored is refused, not guessed around.

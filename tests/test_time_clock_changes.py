@@ -1,0 +1,58 @@
+"""Phrases read on the wall clock of the zone they are read in: the day before, a week ago
+and "yesterday at 3pm" across a clock change (daylight saving time starting or ending) name
+the calendar days and the hours a person there means, while "an hour ago" stays an hour."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from deepcrew_episodic import parse_time
+
+NEW_YORK = ZoneInfo("America/New_York")
+PARIS = ZoneInfo("Europe/Paris")
+
+
+def at(zone: ZoneInfo, *parts: int) -> float:
+    return datetime(*parts, tzinfo=zone).timestamp()  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("zone", "now", "value", "start", "end"),
+    [
+        # New York moved its clocks forward at 02:00 on Sunday 8 March 2026. Half an hour
+        # after the next midnight, yesterday is that Sunday (24 hours ago was Saturday).
+        (NEW_YORK, (2026, 3, 9, 0, 30), "yesterday", (2026, 3, 8), (2026, 3, 9)),
+        (NEW_YORK, (2026, 3, 9, 0, 30), "3 days ago", (2026, 3, 6), (2026, 3, 7)),
+        (NEW_YORK, (2026, 3, 9, 0, 30), "last week", (2026, 3, 2), (2026, 3, 9)),
+        (NEW_YORK, (2026, 3, 8, 3, 30), "yesterday at 3pm", (2026, 3, 7, 15), (2026, 3, 7, 15)),
+        # It moved them back at 02:00 on Sunday 1 November: at 23:30 that day, yesterday is
+        # Saturday, not the day itself.
+        (NEW_YORK, (2026, 11, 1, 23, 30), "yesterday", (2026, 10, 31), (2026, 11, 1)),
+        (NEW_YORK, (2026, 11, 1, 23, 30), "yesterday 3pm", (2026, 10, 31, 15), (2026, 10, 31, 15)),
+        (NEW_YORK, (2026, 11, 1, 23, 30), "today", (2026, 11, 1), (2026, 11, 2)),
+        # Paris moved forward on Sunday 29 March 2026.
+        (PARIS, (2026, 3, 30, 0, 30), "yesterday", (2026, 3, 29), (2026, 3, 30)),
+        (PARIS, (2026, 3, 30, 0, 30), "last week", (2026, 3, 23), (2026, 3, 30)),
+        (PARIS, (2026, 3, 30, 0, 30), "since monday", (2026, 3, 23), (2026, 3, 24)),
+    ],
+)
+def test_a_phrase_names_the_days_of_the_wall_clock_across_a_clock_change(
+    zone: ZoneInfo,
+    now: tuple[int, ...],
+    value: str,
+    start: tuple[int, ...],
+    end: tuple[int, ...],
+) -> None:
+    assert parse_time(value, tz=zone.key, now=at(zone, *now)) == (at(zone, *start), at(zone, *end))
+
+
+@pytest.mark.parametrize("value", ["an hour ago", "2 hours ago", "90 minutes ago", "in 1 hour"])
+def test_hours_ago_across_a_clock_change_are_that_many_hours(value: str) -> None:
+    # 03:30 on 8 March 2026 in New York, an hour and a half after the clocks went forward.
+    now = at(NEW_YORK, 2026, 3, 8, 3, 30)
+    seconds = {"an hour ago": -3600, "2 hours ago": -7200, "90 minutes ago": -5400}
+    expected = now + seconds.get(value, 3600)
+    assert parse_time(value, tz="America/New_York", now=now) == (expected, expected)
