@@ -52,6 +52,9 @@ _LAST_N = re.compile(
 )
 # A time of day in a phrase ("3pm", "14:00"): the phrase must then name a moment.
 _CLOCK = re.compile(r"[0-9]\s*(?:am|pm)\b|[0-9]:[0-9]", re.ASCII | re.IGNORECASE)
+# "the 1st", "15th": a day of the month alone (dateparser reads "the 2nd" as February, and
+# "the 15th" as the next one, whatever PREFER_DATES_FROM says).
+_ORDINAL = re.compile(r"(?:the\s+)?([0-9]{1,2})\s?(?:st|nd|rd|th)", re.ASCII | re.IGNORECASE)
 # A phrase counted in hours, minutes or seconds ("an hour ago", "in 90 minutes").
 _SUB_DAY = re.compile(r"\b(?:hours?|hrs?|minutes?|mins?|seconds?|secs?)\b", re.IGNORECASE)
 _UNIT_SECONDS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0, "week": 604800.0}
@@ -277,13 +280,16 @@ def _phrase(name: str, value: str, text: str, now: float, tz: tzinfo) -> tuple[f
     if last:
         count = 1 if last.group(1) in (None, "a", "an") else int(last.group(1))
         return _moment(name, value, now - count * _UNIT_SECONDS[last.group(2).lower()])
+    ordinal = _ORDINAL.fullmatch(text)
+    if ordinal:
+        return _day_of_month(name, value, int(ordinal.group(1)), now, tz)
     try:
         from dateparser.date import DateDataParser  # type: ignore[import-untyped]
     except ImportError:
         raise MissingDependencyError(
             f"{name}: reading {shown(value)} as a phrase needs dateparser: pip install dateparser"
         ) from None
-    from dateparser.timezone_parser import pop_tz_offset_from_string
+    from dateparser.timezone_parser import pop_tz_offset_from_string  # type: ignore[import-untyped]
 
     # dateparser counts days on absolute time in its TIMEZONE: across a clock change, the
     # day before 00:30 is two calendar days back. A phrase that names no zone is read on the
@@ -348,3 +354,19 @@ def _phrase(name: str, value: str, text: str, now: float, tz: tzinfo) -> tuple[f
             ) from None
         return _days(name, value, first, days, tz)
     return _moment(name, value, _timestamp(name, value, local))
+
+
+def _day_of_month(name: str, value: str, day: int, now: float, tz: tzinfo) -> tuple[float, float]:
+    """The last day numbered *day* of a month, today included (the 31st: of the last month
+    that has one)."""
+    refused = ConfigurationError(f"{name}: {shown(value)} is not a day of the month (1st to 31st)")
+    if not 1 <= day <= 31:
+        raise refused
+    today = datetime.fromtimestamp(now, UTC).astimezone(tz).date()
+    year, month = today.year, today.month
+    while day > today.day or day > calendar.monthrange(year, month)[1]:
+        year, month = (year, month - 1) if month > 1 else (year - 1, 12)
+        if year < 1:
+            raise refused
+        today = date(year, month, calendar.monthrange(year, month)[1])
+    return _day(name, value, date(year, month, day), tz)

@@ -56,3 +56,31 @@ def test_hours_ago_across_a_clock_change_are_that_many_hours(value: str) -> None
     seconds = {"an hour ago": -3600, "2 hours ago": -7200, "90 minutes ago": -5400}
     expected = now + seconds.get(value, 3600)
     assert parse_time(value, tz="America/New_York", now=now) == (expected, expected)
+
+
+# Wednesday 2 December 2026, 10:30 UTC.
+NOW = datetime(2026, 12, 2, 10, 30, tzinfo=ZoneInfo("UTC")).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("value", "day"),
+    [
+        ("the 1st", (2026, 12, 1)),  # dateparser reads it as January
+        ("since the 1st", (2026, 12, 1)),
+        ("1st", (2026, 12, 1)),
+        ("the 2nd", (2026, 12, 2)),  # today; dateparser reads it as February
+        ("the 15th", (2026, 11, 15)),  # the last one, never the next
+        ("on the 31st", (2026, 10, 31)),  # November has no 31st
+        ("the 3rd", (2026, 11, 3)),
+        ("the 1 st", (2026, 12, 1)),
+    ],
+)
+def test_a_day_of_the_month_alone_is_the_last_one(value: str, day: tuple[int, int, int]) -> None:
+    utc = ZoneInfo("UTC")
+    start = datetime(*day, tzinfo=utc)
+    end = datetime.fromordinal(start.toordinal() + 1).replace(tzinfo=utc)
+    assert parse_time(value, now=NOW) == (start.timestamp(), end.timestamp())
+    # In the zone given: at 10:30 UTC on 2 December it is already the 3rd in Kiritimati.
+    assert parse_time("the 3rd", tz="Pacific/Kiritimati", now=NOW)[0] == at(
+        ZoneInfo("Pacific/Kiritimati"), 2026, 12, 3
+    )
