@@ -1,6 +1,7 @@
-"""Phrases read on the wall clock of the zone they are read in: the day before, a week ago
-and "yesterday at 3pm" across a clock change (daylight saving time starting or ending) name
-the calendar days and the hours a person there means, while "an hour ago" stays an hour."""
+"""Phrases as a person there means them: read on the wall clock of the zone ("yesterday",
+"a week ago" and "yesterday at 3pm" across a clock change name the calendar days and hours of
+that clock, while "an hour ago" stays an hour), and a day of the month alone ("since the 1st")
+is the last such day."""
 
 from __future__ import annotations
 
