@@ -130,7 +130,7 @@ async def cmd_timeline(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     needle = _needle(args.text)
     shown = []
     for ep in await memory.load():
-        when = ep.time()
+        when = memory.recorded_at(ep)  # as recall files it (an undated one included)
         if (since is not None or until is not None) and when is None:
             continue
         if since is not None and when is not None and when < since:

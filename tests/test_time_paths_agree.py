@@ -1,0 +1,93 @@
+"""Every path that filters by time files an episode at the same time: one whose timestamp
+cannot be used (garbled by an old writer) takes the time of the dated episode recorded before
+it, in ``recall``/``history`` (API and command line), the command line's ``timeline``, the
+viewer's timeline and the MCP server's ``timeline`` alike."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from test_mcp_server import call, env, stdio
+from test_viewer import client, row_ids
+
+from deepcrew_episodic import Episode, EpisodicMemory, SyncEpisodicMemory
+from deepcrew_episodic.providers import FileMemoryProvider
+
+TASK = "rebuild the search index"
+
+
+async def garbled_log(path: Path) -> list[str]:
+    """Three runs recorded now, the second one's timestamp then garbled in the file."""
+    async with FileMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, namespace="ops")
+        ids = [
+            (await memory.record(Episode(query=TASK, response=f"try {n}", outcome="failure"))).id
+            for n in range(3)
+        ]
+        middle = (await memory.load())[1].timestamp
+    raw = path.read_text()
+    assert raw.count(middle) == 1
+    path.write_text(raw.replace(middle, "last spring"))
+    return ids
+
+
+def cli(*argv: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "deepcrew_episodic", *argv], capture_output=True, text=True,
+        env=env(), timeout=60, stdin=subprocess.DEVNULL, check=True,
+    )  # fmt: skip
+    return [item["id"] for item in json.loads(done.stdout)]
+
+
+@pytest.mark.anyio
+async def test_an_undated_episode_is_in_the_same_period_on_every_path(tmp_path: Path) -> None:
+    path = tmp_path / "ops.json"
+    ids = await garbled_log(path)
+    store = ["--store", str(path), "-n", "ops"]
+    async with FileMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, namespace="ops")
+        loaded = await memory.load()
+        # The memory files the undated one at the time of the one before it.
+        assert loaded[1].timestamp == ""
+        assert memory.recorded_at(loaded[1]) == memory.recorded_at(loaded[0])
+        assert memory.recorded_at(loaded[0]) == loaded[0].time()
+        recalled = await memory.recall(TASK, until="today")
+        assert {e.id for e in recalled} == set(ids)
+        # The viewer's timeline, over HTTP on the same memory.
+        async with client(memory) as viewer:
+            page = await viewer.get("/", params={"until": "today"})
+            assert page.status_code == httpx.codes.OK
+            assert set(row_ids(page.text)) == set(ids)
+    # The command line: recall and timeline agree.
+    assert set(cli(*store, "recall", TASK, "--until", "today", "--json")) == set(ids)
+    assert cli(*store, "timeline", "--until", "today", "--json") == ids
+    assert cli(*store, "timeline", "--since", "today", "--json") == ids
+    # The MCP server's timeline.
+    async with stdio(str(path), "-n", "ops") as mcp:
+        found = await call(mcp, "timeline", until="today")
+        assert {e["id"] for e in found["episodes"]} == set(ids)
+        found = await call(mcp, "timeline", since="today")
+        assert {e["id"] for e in found["episodes"]} == set(ids)
+
+
+def test_the_sync_facade_files_an_episode_at_the_same_time(tmp_path: Path) -> None:
+    with SyncEpisodicMemory(FileMemoryProvider(tmp_path / "s.json")) as memory:
+        memory.record(Episode(query=TASK, response="done", outcome="success"))
+        (episode,) = memory.load()  # as of the last read
+        assert memory.recorded_at(episode) == episode.time()
+        assert memory.recorded_at(Episode(query="never recorded")) is None
+
+
+@pytest.mark.parametrize("value", ["an episode", 3])
+def test_recorded_at_takes_an_episode(value: object) -> None:
+    from deepcrew_episodic import ConfigurationError
+    from deepcrew_episodic.providers import InMemoryProvider
+
+    with pytest.raises(ConfigurationError, match=re.escape("recorded_at() takes an Episode")):
+        EpisodicMemory(InMemoryProvider()).recorded_at(value)  # type: ignore[arg-type]
