@@ -91,3 +91,16 @@ def test_recorded_at_takes_an_episode(value: object) -> None:
 
     with pytest.raises(ConfigurationError, match=re.escape("recorded_at() takes an Episode")):
         EpisodicMemory(InMemoryProvider()).recorded_at(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_cli_history_says_the_period_when_nothing_in_it_matches(tmp_path: Path) -> None:
+    path = tmp_path / "ops.json"
+    await garbled_log(path)
+    done = subprocess.run(
+        [sys.executable, "-m", "deepcrew_episodic", "--store", str(path), "-n", "ops",
+         "history", TASK, "--until", "2020-01-01"],
+        capture_output=True, text=True, env=env(), timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "")
+    assert "matches 'rebuild the search index' in the period given" in done.stderr

@@ -198,7 +198,12 @@ async def cmd_history(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             out(history_summary(found))
     if not found:
         if not args.json:
-            note(f"no past run in namespace '{memory.namespace}' matches {shown(args.task)}")
+            period = (
+                " in the period given" if args.since is not None or args.until is not None else ""
+            )
+            note(
+                f"no past run in namespace '{memory.namespace}' matches {shown(args.task)}{period}"
+            )
         await hint_if_empty(memory)
     return 0
 
