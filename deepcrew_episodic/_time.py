@@ -38,7 +38,11 @@ MAX_PHRASE_CHARS = 100
 
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhdw])", re.ASCII)
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
+# ISO-8601 dates, each naming a span: a day (extended or basic form, or a week day), a week,
+# a month. fromisoformat reads the first two as a moment at midnight, and no month at all.
+_DATE_ONLY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{8}|[0-9]{4}-?W[0-9]{2}-?[0-9]", re.ASCII)
+_ISO_WEEK = re.compile(r"[0-9]{4}-?W[0-9]{2}", re.ASCII)
+_ISO_MONTH = re.compile(r"([0-9]{4})-([0-9]{2})", re.ASCII)
 # A phrase has a word: "5", "-5d" or "1e9d" are no phrase (dateparser reads "5" as May).
 _WORD = re.compile(r"[a-z]{2,}", re.ASCII | re.IGNORECASE)
 # The word before a phrase that says how it is used, which the parameter already says.
@@ -235,12 +239,18 @@ def _iso(name: str, value: str, text: str, tz: tzinfo) -> tuple[float, float] | 
     if not iso[:1].isdigit() or not iso.isascii():  # fromisoformat takes "٢٠٢٤-..." too
         return None
     bare = iso.removesuffix("+00:00")
-    if _DATE_ONLY.fullmatch(bare):
+    where = UTC if bare != iso else tz
+    week, month = _ISO_WEEK.fullmatch(bare), _ISO_MONTH.fullmatch(bare)
+    if _DATE_ONLY.fullmatch(bare) or week or month:
         try:
-            day = date.fromisoformat(bare)
+            if month:
+                first = date(int(month.group(1)), int(month.group(2)), 1)
+                length = calendar.monthrange(first.year, first.month)[1]
+            else:
+                first, length = date.fromisoformat(bare), 7 if week else 1
         except ValueError:
             raise ConfigurationError(f"{name}: {shown(value)} is not a date") from None
-        return _day(name, value, day, UTC if bare != iso else tz)
+        return _days(name, value, first, length, where)
     try:
         moment = datetime.fromisoformat(iso)
     except ValueError:
