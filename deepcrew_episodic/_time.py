@@ -164,6 +164,8 @@ def span(value: Any, *, name: str, now: float, tz: tzinfo) -> tuple[float, float
     if isinstance(value, bool):
         raise ConfigurationError(f"{name} must be a time ({FORMS}), not a bool")
     if isinstance(value, timedelta):
+        if value <= timedelta(0):  # as "-3d": "before=timedelta(days=-90)" is every episode
+            raise ConfigurationError(f"{name}: {shown(value)}: a duration must be positive")
         return _moment(name, value, now - value.total_seconds())
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
@@ -172,9 +174,13 @@ def span(value: Any, *, name: str, now: float, tz: tzinfo) -> tuple[float, float
     if isinstance(value, date):
         return _day(name, value, value, tz)
     if isinstance(value, int | float):
-        if not math.isfinite(value):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int too large for a float
+            seconds = math.inf
+        if not math.isfinite(seconds):
             raise ConfigurationError(f"{name} must be a finite number of POSIX seconds")
-        return _moment(name, value, float(value))
+        return _moment(name, value, seconds)
     if not isinstance(value, str):
         raise ConfigurationError(f"{name} must be a time ({FORMS}), not {type(value).__name__}")
     text = " ".join(value.split())
@@ -191,6 +197,8 @@ def span(value: Any, *, name: str, now: float, tz: tzinfo) -> tuple[float, float
 
 
 def _moment(name: str, value: Any, when: float) -> tuple[float, float]:
+    # POSIX milliseconds given as seconds are no time: refused, not a filter that keeps nothing.
+    _check_range(name, value, when)
     return when, when
 
 
