@@ -70,6 +70,8 @@ def zone(value: str | tzinfo | None, *, name: str = "tz") -> tzinfo:
     ``"UTC"``), or ``None`` for UTC."""
     if value is None:
         return UTC
+    if _pytz_name(value) is not None:
+        return zone(_pytz_name(value), name=name)
     if isinstance(value, tzinfo):
         return value
     if not isinstance(value, str):
@@ -97,6 +99,8 @@ def zone_given(value: str | tzinfo | None, *, name: str = "tz") -> tzinfo | str:
     """*value* checked without reading the time zone database (no I/O: a constructor can
     call it on an event loop): UTC or a ``tzinfo`` as itself, any other name as given, for
     :func:`zone` to load later. A value that cannot be a zone name is refused here."""
+    if _pytz_name(value) is not None:
+        return zone_given(_pytz_name(value), name=name)
     if value is None or isinstance(value, tzinfo):
         return UTC if value is None else value
     if not isinstance(value, str):
@@ -113,6 +117,18 @@ def zone_given(value: str | tzinfo | None, *, name: str = "tz") -> tzinfo | str:
             f"Europe/Paris, America/New_York or UTC)"
         )
     return text
+
+
+def _pytz_name(value: Any) -> str | None:
+    """The name of a pytz zone (dateparser's dependency, so often at hand), read by that name:
+    given to ``datetime()``, a pytz zone's offset is its first one (Paris: +00:09, mean solar
+    time), not the one in force."""
+    name = getattr(value, "zone", None)
+    return (
+        name
+        if isinstance(value, tzinfo) and hasattr(value, "localize") and isinstance(name, str)
+        else None
+    )
 
 
 def needs_reading(value: Any, tz: tzinfo | str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import anyio.to_thread
 import pytest
 
 from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, parse_time
@@ -44,3 +45,24 @@ async def test_forget_before_a_negative_timedelta_deletes_nothing() -> None:
     # A moment in range, a positive duration: as before.
     assert await memory.forget(outcome="failure", before=timedelta(days=90), dry_run=True) == 0
     assert parse_time(0) == (0.0, 0.0)
+
+
+def test_a_pytz_zone_reads_as_the_same_zone_by_name() -> None:
+    # pytz (dateparser's own dependency) zones are tzinfos whose offset, given to datetime(),
+    # is the zone's first one (Paris: +00:09, its mean solar time of 1891).
+    pytz = pytest.importorskip("pytz")
+    for value in ["yesterday", "2026-03-01", "2026-03-01T09:30", "2026-07"]:
+        expected = parse_time(value, tz="Europe/Paris", now=NOW)
+        assert parse_time(value, tz=pytz.timezone("Europe/Paris"), now=NOW) == expected
+
+
+@pytest.mark.anyio
+async def test_a_memory_in_a_pytz_zone_reads_days_in_it() -> None:
+    pytz = pytest.importorskip("pytz")
+    tokyo = await anyio.to_thread.run_sync(pytz.timezone, "Asia/Tokyo")  # it reads a file
+    memory = EpisodicMemory(InMemoryProvider(), tz=tokyo, clock=lambda: NOW)
+    await memory.record(Episode(query="rotate the key", response="done", outcome="success"))
+    assert len(await memory.recall("rotate the key", since="today")) == 1
+    assert str(memory.tz) == "Asia/Tokyo"
+    start, _ = await anyio.to_thread.run_sync(lambda: parse_time("today", tz="Asia/Tokyo", now=NOW))
+    assert await memory.forget(before=start + 1, dry_run=True) == 0
