@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -104,3 +105,41 @@ async def test_cli_history_says_the_period_when_nothing_in_it_matches(tmp_path: 
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (0, "")
     assert "matches 'rebuild the search index' in the period given" in done.stderr
+
+
+async def worked_then_failed(path: Path) -> None:
+    """A run that worked ten days ago, and one that failed today."""
+    async with FileMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, namespace="ops")
+        old = datetime.now(UTC) - timedelta(days=10)
+        await memory.record(
+            Episode(query=TASK, response="done", outcome="success", timestamp=old.isoformat())
+        )
+        await memory.record(Episode(query=TASK, response="broken", outcome="failure"))
+
+
+@pytest.mark.anyio
+async def test_a_history_of_a_period_never_says_the_task_never_worked(tmp_path: Path) -> None:
+    path = tmp_path / "ops.json"
+    await worked_then_failed(path)
+    base = [sys.executable, "-m", "deepcrew_episodic", "--store", str(path), "-n", "ops"]
+    done = subprocess.run(
+        [*base, "history", TASK, "--since", "yesterday"],
+        capture_output=True, text=True, env=env(), timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    last = done.stdout.splitlines()[-1]
+    assert not last.startswith("never worked:"), last
+    assert last == "no run worked in the period given: 1 failed run"
+    whole = subprocess.run(
+        [*base, "history", TASK], capture_output=True, text=True, env=env(), timeout=60,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert whole.stdout.splitlines()[-1].startswith("started failing: ")
+    async with FileMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, namespace="ops")
+        async with client(memory) as viewer:
+            page = await viewer.get("/history", params={"task": TASK, "since": "yesterday"})
+            assert "Never worked" not in page.text
+            assert "No run worked in this period: 1 failed run." in page.text
+            page = await viewer.get("/history", params={"task": TASK, "since": "1 year ago"})
+            assert "Started failing on" in page.text

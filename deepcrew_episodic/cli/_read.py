@@ -171,6 +171,7 @@ def _needle(text: str | None) -> str | None:
 
 async def cmd_history(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     found = await memory.history(args.task, since=args.since, until=args.until, tags=args.tags)
+    period = args.since is not None or args.until is not None
     graded = await grades_of(memory, [s.episode for s in found])
     if args.json:
         dump(
@@ -195,14 +196,12 @@ async def cmd_history(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             out(timeline_line(s.episode, grades, width) + tries)
         if found:
             out()
-            out(history_summary(found))
+            out(history_summary(found, period=period))
     if not found:
         if not args.json:
-            period = (
-                " in the period given" if args.since is not None or args.until is not None else ""
-            )
             note(
-                f"no past run in namespace '{memory.namespace}' matches {shown(args.task)}{period}"
+                f"no past run in namespace '{memory.namespace}' matches {shown(args.task)}"
+                f"{' in the period given' if period else ''}"
             )
         await hint_if_empty(memory)
     return 0
