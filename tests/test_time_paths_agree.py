@@ -27,10 +27,12 @@ async def garbled_log(path: Path) -> list[str]:
     """Three runs recorded now, the second one's timestamp then garbled in the file."""
     async with FileMemoryProvider(path) as backend:
         memory = EpisodicMemory(backend, namespace="ops")
-        ids = [
-            (await memory.record(Episode(query=TASK, response=f"try {n}", outcome="failure"))).id
-            for n in range(3)
-        ]
+        start = datetime.now(UTC) - timedelta(seconds=40)
+        ids = []
+        for n in range(3):  # ten seconds apart: each timestamp occurs once in the file
+            when = (start + timedelta(seconds=10 * n)).isoformat()
+            episode = Episode(query=TASK, response=f"try {n}", outcome="failure", timestamp=when)
+            ids.append((await memory.record(episode)).id)
         middle = (await memory.load())[1].timestamp
     raw = path.read_text()
     assert raw.count(middle) == 1
@@ -68,12 +70,12 @@ async def test_an_undated_episode_is_in_the_same_period_on_every_path(tmp_path: 
     # The command line: recall and timeline agree.
     assert set(cli(*store, "recall", TASK, "--until", "today", "--json")) == set(ids)
     assert cli(*store, "timeline", "--until", "today", "--json") == ids
-    assert cli(*store, "timeline", "--since", "today", "--json") == ids
+    assert cli(*store, "timeline", "--since", "1h", "--json") == ids
     # The MCP server's timeline.
     async with stdio(str(path), "-n", "ops") as mcp:
         found = await call(mcp, "timeline", until="today")
         assert {e["id"] for e in found["episodes"]} == set(ids)
-        found = await call(mcp, "timeline", since="today")
+        found = await call(mcp, "timeline", since="1h")
         assert {e["id"] for e in found["episodes"]} == set(ids)
 
 
