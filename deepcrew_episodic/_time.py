@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 
 from ._exceptions import ConfigurationError, MissingDependencyError
-from ._validate import shown
+from ._validate import number, shown
 
 __all__ = ["FORMS", "TimeLike", "needs_reading", "parse_time", "span", "zone", "zone_given"]
 
@@ -63,6 +63,7 @@ _ORDINAL = re.compile(r"(?:the\s+)?([0-9]{1,2})\s?(?:st|nd|rd|th)", re.ASCII | r
 _SUB_DAY = re.compile(r"\b(?:hours?|hrs?|minutes?|mins?|seconds?|secs?)\b", re.IGNORECASE)
 _UNIT_SECONDS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0, "week": 604800.0}
 _DAY = 86400.0
+_FIRST, _LAST = -62135596800.0, 253402300799.0  # 0001-01-01 and 9999-12-31T23:59:59, UTC
 
 
 def zone(value: str | tzinfo | None, *, name: str = "tz") -> tzinfo:
@@ -171,7 +172,8 @@ def parse_time(
     """
     import time
 
-    moment = time.time() if now is None else now
+    # Years 1 to 9999, in POSIX seconds: a clock outside them has no day to count from.
+    moment = time.time() if now is None else number("now", now, minimum=_FIRST, maximum=_LAST)
     return span(value, name="time", now=moment, tz=zone(tz))
 
 

@@ -5,6 +5,7 @@ duration outside the years a time can hold (milliseconds given as seconds)."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -66,3 +67,14 @@ async def test_a_memory_in_a_pytz_zone_reads_days_in_it() -> None:
     assert str(memory.tz) == "Asia/Tokyo"
     start, _ = await anyio.to_thread.run_sync(lambda: parse_time("today", tz="Asia/Tokyo", now=NOW))
     assert await memory.forget(before=start + 1, dry_run=True) == 0
+
+
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), 1e20, -1e15, "now", True, None])
+def test_parse_time_refuses_a_now_that_is_no_time(now: Any) -> None:
+    if now is None:  # the default: the current time
+        before = time.time()
+        assert before - 7 * 86400 <= parse_time("7d", now=now)[0] <= time.time() - 7 * 86400
+        return
+    for value in ["yesterday", "the 1st", "7d", "2024-01-01"]:
+        with pytest.raises(ConfigurationError, match="now must be"):
+            parse_time(value, now=now)
