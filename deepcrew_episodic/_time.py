@@ -51,7 +51,7 @@ _LEADING = re.compile(r"^(?:since|from|after|until|till|before|on)\s+", re.IGNOR
 # "last week" it reads as the calendar week before this one).
 _LAST_N = re.compile(
     r"^(?:the\s+)?(?:past\s+|last\s+(?=[0-9]))(?:([0-9]{1,6}|an?)\s+)?"
-    r"(second|minute|hour|day|week)s?$",
+    r"(second|minute|hour|day|week|month|year)s?$",
     re.ASCII | re.IGNORECASE,
 )
 # A time of day in a phrase ("3pm", "14:00"): the phrase must then name a moment.
@@ -315,7 +315,10 @@ def _phrase(name: str, value: str, text: str, now: float, tz: tzinfo) -> tuple[f
     last = _LAST_N.fullmatch(text)
     if last:
         count = 1 if last.group(1) in (None, "a", "an") else int(last.group(1))
-        return _moment(name, value, now - count * _UNIT_SECONDS[last.group(2).lower()])
+        unit = last.group(2).lower()
+        if unit in ("month", "year"):
+            return _months_back(name, value, count * (12 if unit == "year" else 1), now, tz)
+        return _moment(name, value, now - count * _UNIT_SECONDS[unit])
     ordinal = _ORDINAL.fullmatch(text)
     if ordinal:
         return _day_of_month(name, value, int(ordinal.group(1)), now, tz)
@@ -406,3 +409,16 @@ def _day_of_month(name: str, value: str, day: int, now: float, tz: tzinfo) -> tu
             raise refused
         today = date(year, month, calendar.monthrange(year, month)[1])
     return _day(name, value, date(year, month, day), tz)
+
+
+def _months_back(name: str, value: str, months: int, now: float, tz: tzinfo) -> tuple[float, float]:
+    """*months* back from *now* on the wall calendar of *tz*, to the same day and time (the
+    month's last day when it has no such day: a month before 31 March is 28 February)."""
+    wall = datetime.fromtimestamp(now, UTC).astimezone(tz)
+    total = wall.year * 12 + wall.month - 1 - months
+    year, month = divmod(total, 12)
+    if year < 1:
+        raise ConfigurationError(f"{name}: {shown(value)} is out of range (years 1 to 9999 in UTC)")
+    day = min(wall.day, calendar.monthrange(year, month + 1)[1])
+    back = wall.replace(year=year, month=month + 1, day=day, tzinfo=tz, fold=0)
+    return _moment(name, value, _timestamp(name, value, back))

@@ -85,3 +85,32 @@ def test_a_day_of_the_month_alone_is_the_last_one(value: str, day: tuple[int, in
     assert parse_time("the 3rd", tz="Pacific/Kiritimati", now=NOW)[0] == at(
         ZoneInfo("Pacific/Kiritimati"), 2026, 12, 3
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "moment"),
+    [
+        # "last month" is the calendar month before this one; "the past month", a month back
+        # from now on the calendar, as "the past week" is seven days back.
+        ("past month", (2026, 11, 2, 10, 30)),
+        ("the past 3 months", (2026, 9, 2, 10, 30)),
+        ("last 12 months", (2025, 12, 2, 10, 30)),
+        ("past year", (2025, 12, 2, 10, 30)),
+        ("last 2 years", (2024, 12, 2, 10, 30)),
+    ],
+)
+def test_the_past_months_and_years_go_back_on_the_calendar(
+    value: str, moment: tuple[int, ...]
+) -> None:
+    utc = ZoneInfo("UTC")
+    expected = datetime(*moment, tzinfo=utc).timestamp()  # type: ignore[misc]
+    assert parse_time(value, now=NOW) == (expected, expected)
+    # From the last day of a longer month, to the last day of a shorter one.
+    march_31 = datetime(2026, 3, 31, 12, tzinfo=utc).timestamp()
+    assert (
+        parse_time("past month", now=march_31)[0]
+        == datetime(2026, 2, 28, 12, tzinfo=utc).timestamp()
+    )
+    # On the wall clock of the zone, across a clock change.
+    paris = at(PARIS, 2026, 4, 15, 9)
+    assert parse_time("past month", tz="Europe/Paris", now=paris)[0] == at(PARIS, 2026, 3, 15, 9)
