@@ -3,8 +3,9 @@
 
 Every value names a span of time: a moment (an ISO time, a duration ago, a ``datetime``, POSIX
 seconds, "an hour ago") is a span of no length; a date or a phrase that names a day, a week,
-a month or a year ("2024-03-01", "yesterday", "3 days ago", "this week", "last month") covers
-all of it, from its first instant, in the time zone. A filter takes the end it needs: ``since``
+a month or a year ("2024-03-01", "2024-W10", "2024-03", "yesterday", "3 days ago", "this week",
+"last month") covers all of it, from its first instant, in the time zone. Days are counted on
+the zone's wall clock (the day after a clock change, "yesterday" is the calendar day before). A filter takes the end it needs: ``since``
 and ``before`` the start, ``until`` the end (so ``until="yesterday"`` includes yesterday).
 
 Phrases go to ``dateparser`` (English only, dates from the past preferred, relative to the
