@@ -145,3 +145,31 @@ async def test_a_history_of_a_period_never_says_the_task_never_worked(tmp_path: 
             assert "No run worked in this period: 1 failed run." in page.text
             page = await viewer.get("/history", params={"task": TASK, "since": "1 year ago"})
             assert "Started failing on" in page.text
+
+
+@pytest.mark.anyio
+async def test_the_history_page_of_a_long_log_shows_its_newest_runs(tmp_path: Path) -> None:
+    from deepcrew_episodic.providers import InMemoryProvider
+    from deepcrew_episodic.viewer._app import MAX_HISTORY_ROWS
+
+    memory = EpisodicMemory(InMemoryProvider(), max_episodes=10_000)
+    start = datetime.now(UTC) - timedelta(days=30)
+    runs = MAX_HISTORY_ROWS + 20
+    for n in range(runs):  # worked, until the last 30 runs
+        when = (start + timedelta(minutes=n)).isoformat()
+        outcome = "success" if n < runs - 30 else "failure"
+        await memory.record(
+            Episode(query=TASK, response=f"run {n}", outcome=outcome, timestamp=when)
+        )
+    history = await memory.history(TASK)
+    assert len(history) == runs
+    async with client(memory) as viewer:
+        page = await viewer.get("/history", params={"task": TASK})
+    assert page.status_code == httpx.codes.OK
+    shown = re.findall(r'<tr class="run[^"]*" data-id="([^"]*)"', page.text)
+    assert shown == [s.episode.id for s in history][-MAX_HISTORY_ROWS:]
+    assert f"The newest {MAX_HISTORY_ROWS} of {runs} runs" in page.text
+    # The summary is the whole history's: the break, linked, though its row is older.
+    assert history.broke is not None
+    assert f'href="/episode/{history.broke.episode.id}"' in page.text
+    assert "30 failed runs since the last success" in page.text
