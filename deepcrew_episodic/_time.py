@@ -18,6 +18,7 @@ from __future__ import annotations
 import calendar
 import math
 import re
+import unicodedata
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -205,6 +206,11 @@ def span(value: Any, *, name: str, now: float, tz: tzinfo) -> tuple[float, float
     text = " ".join(value.split())
     if not text:
         raise ConfigurationError(f"{name}: an empty text is no time; give {FORMS}")
+    if any(unicodedata.category(c) in ("Cc", "Cf") for c in text):
+        # dateparser skips them ("yesterday\u200b" reads as yesterday): refused, not guessed.
+        raise ConfigurationError(
+            f"{name}: {shown(value)} holds a hidden or control character; give {FORMS}"
+        )
     ago = _duration(name, value, text)
     if ago is not None:
         _check_range(name, value, now - ago)  # "3000000d" ago is before year 1

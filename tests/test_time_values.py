@@ -78,3 +78,17 @@ def test_parse_time_refuses_a_now_that_is_no_time(now: Any) -> None:
     for value in ["yesterday", "the 1st", "7d", "2024-01-01"]:
         with pytest.raises(ConfigurationError, match="now must be"):
             parse_time(value, now=now)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["yesterday\x00", "tuesday\u200b", "\u2066yesterday\u2069", "last\u00adweek", "today\x7f"],
+)
+def test_a_time_with_a_hidden_or_control_character_is_refused_spelled_out(value: str) -> None:
+    # dateparser skips them, so "yesterday" and a lookalike would both pass: refused instead,
+    # and the error spells the character out rather than carrying it.
+    with pytest.raises(ConfigurationError) as raised:
+        parse_time(value, now=NOW)
+    message = str(raised.value)
+    assert "hidden or control character" in message
+    assert not any(c in message for c in "\x00\u200b\u2066\u2069\u00ad\x7f")
