@@ -14,10 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_mcp_server import call, env, stdio
+from test_mcp_server import call, env, failing, stdio
 from test_viewer import client, row_ids
 
-from deepcrew_episodic import Episode, EpisodicMemory, SyncEpisodicMemory
+from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, SyncEpisodicMemory
 from deepcrew_episodic.providers import FileMemoryProvider
 
 TASK = "rebuild the search index"
@@ -173,3 +173,40 @@ async def test_the_history_page_of_a_long_log_shows_its_newest_runs(tmp_path: Pa
     assert history.broke is not None
     assert f'href="/episode/{history.broke.episode.id}"' in page.text
     assert "30 failed runs since the last success" in page.text
+
+
+SECRET = "sk-proj-9aB3xYq7LmN2pR5tV8wZ1cE4gH6jK0sD"
+
+
+@pytest.mark.anyio
+async def test_a_bad_time_with_a_secret_is_named_redacted_on_every_path(tmp_path: Path) -> None:
+    path = tmp_path / "ops.json"
+    await garbled_log(path)
+    for bad in [f"since {SECRET}", f"yesterday\x1b[2J {SECRET}", f"{SECRET}\x7f"]:
+        done = subprocess.run(
+            [sys.executable, "-m", "deepcrew_episodic", "--store", str(path), "-n", "ops",
+             "history", TASK, "--since", bad],
+            capture_output=True, text=True, env=env(), timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert done.returncode == 2
+        assert "history --since:" in done.stderr
+        assert SECRET not in done.stderr
+        assert "\x1b" not in done.stderr
+        async with FileMemoryProvider(path) as backend:
+            memory = EpisodicMemory(backend, namespace="ops")
+            with pytest.raises(ConfigurationError) as raised:
+                await memory.history(TASK, since=bad)
+            assert SECRET not in str(raised.value)
+            assert "\x1b" not in str(raised.value)
+            async with client(memory) as viewer:
+                for page in ("/", "/history"):
+                    r = await viewer.get(page, params={"task": TASK, "since": bad})
+                    assert r.status_code == httpx.codes.BAD_REQUEST
+                    error = re.search(r'<p id="error"[^>]*>([^<]*)<', r.text)
+                    assert error is not None
+                    assert SECRET not in error.group(1)
+        async with stdio(str(path), "-n", "ops") as mcp:
+            message = await failing(mcp, "timeline", since=bad)
+            assert "since:" in message
+            assert SECRET not in message
+            assert "\x1b" not in message
