@@ -56,6 +56,10 @@ _LAST_N = re.compile(
     r"(second|minute|hour|day|week|month|year)s?$",
     re.ASCII | re.IGNORECASE,
 )
+# An offset from another time ("2 days before yesterday"), which dateparser reads as that time,
+# but for the two it reads whole.
+_OFFSET = re.compile(r"\b(?:before|after)\b", re.IGNORECASE)
+_DAY_AROUND = re.compile(r"(?:the\s+)?day\s+(?:before\s+yesterday|after\s+tomorrow)", re.I)
 # A time of day in a phrase ("3pm", "14:00"): the phrase must then name a moment.
 _CLOCK = re.compile(r"[0-9]\s*(?:am|pm)\b|[0-9]:[0-9]", re.ASCII | re.IGNORECASE)
 # "the 1st", "15th": a day of the month alone (dateparser reads "the 2nd" as February, and
@@ -319,6 +323,9 @@ def _phrase(name: str, value: str, text: str, now: float, tz: tzinfo) -> tuple[f
     if any(c.isdigit() and not c.isascii() for c in text):
         raise refused
     text = _LEADING.sub("", text)
+    if _OFFSET.search(text) and not _DAY_AROUND.fullmatch(text):
+        # dateparser drops "2 days before" and answers yesterday for "2 days before yesterday".
+        raise refused
     last = _LAST_N.fullmatch(text)
     if last:
         count = 1 if last.group(1) in (None, "a", "an") else int(last.group(1))

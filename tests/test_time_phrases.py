@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from deepcrew_episodic import parse_time
+from deepcrew_episodic import ConfigurationError, parse_time
 
 NEW_YORK = ZoneInfo("America/New_York")
 PARIS = ZoneInfo("Europe/Paris")
@@ -114,3 +114,24 @@ def test_the_past_months_and_years_go_back_on_the_calendar(
     # On the wall clock of the zone, across a clock change.
     paris = at(PARIS, 2026, 4, 15, 9)
     assert parse_time("past month", tz="Europe/Paris", now=paris)[0] == at(PARIS, 2026, 3, 15, 9)
+
+
+@pytest.mark.parametrize(
+    "value", ["2 days before yesterday", "an hour before noon", "1 day after 2026-03-01",
+              "since 3 days before monday"],
+)  # fmt: skip
+def test_an_offset_from_another_time_is_refused_not_read_as_that_time(value: str) -> None:
+    # dateparser drops "2 days before" and "1 day after" and answers yesterday, noon, or the
+    # 3rd of December for "1 day after 2026-03-01": refused, as any part it cannot read is.
+    with pytest.raises(ConfigurationError, match="is not a time"):
+        parse_time(value, now=NOW)
+    # The two it reads whole stay.
+    utc = ZoneInfo("UTC")
+    assert (
+        parse_time("the day before yesterday", now=NOW)[0]
+        == datetime(2026, 11, 30, tzinfo=utc).timestamp()
+    )
+    assert (
+        parse_time("day after tomorrow", now=NOW)[0]
+        == datetime(2026, 12, 4, tzinfo=utc).timestamp()
+    )
