@@ -65,8 +65,9 @@ _CLOCK = re.compile(r"[0-9]\s*(?:am|pm)\b|[0-9]:[0-9]", re.ASCII | re.IGNORECASE
 # "the 1st", "15th": a day of the month alone (dateparser reads "the 2nd" as February, and
 # "the 15th" as the next one, whatever PREFER_DATES_FROM says).
 _ORDINAL = re.compile(r"(?:the\s+)?([0-9]{1,2})\s?(?:st|nd|rd|th)", re.ASCII | re.IGNORECASE)
-# A phrase counted in hours, minutes or seconds ("an hour ago", "in 90 minutes").
-_SUB_DAY = re.compile(r"\b(?:hours?|hrs?|minutes?|mins?|seconds?|secs?)\b", re.IGNORECASE)
+# A phrase counted in hours, minutes or seconds ("an hour ago", "in 90 minutes"), or "now":
+# real time from now, not the wall clock (which repeats an hour when the clocks go back).
+_SUB_DAY = re.compile(r"\b(?:now|hours?|hrs?|minutes?|mins?|seconds?|secs?)\b", re.IGNORECASE)
 _UNIT_SECONDS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0, "week": 604800.0}
 _DAY = 86400.0
 _FIRST, _LAST = -62135596800.0, 253402300799.0  # 0001-01-01 and 9999-12-31T23:59:59, UTC

@@ -135,3 +135,11 @@ def test_an_offset_from_another_time_is_refused_not_read_as_that_time(value: str
         parse_time("day after tomorrow", now=NOW)[0]
         == datetime(2026, 12, 4, tzinfo=utc).timestamp()
     )
+
+
+@pytest.mark.parametrize("value", ["now", "until now", "NOW"])
+def test_now_is_now_in_the_hour_a_clock_change_repeats(value: str) -> None:
+    # 01:30 came twice in New York on 1 November 2026; the second one is 06:30 UTC.
+    for hour in (5, 6):
+        now = datetime(2026, 11, 1, hour, 30, tzinfo=ZoneInfo("UTC")).timestamp()
+        assert parse_time(value, tz="America/New_York", now=now) == (now, now)
