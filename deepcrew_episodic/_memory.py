@@ -1875,6 +1875,23 @@ class EpisodicMemory:
             )
         return self._text_of(episode)
 
+    def recorded_at(self, episode: Episode) -> float | None:
+        """The time, as POSIX seconds, that every ``since``/``until``/``before`` of this memory
+        files *episode* under: its timestamp or, for one that cannot be used (garbled, or in
+        the future), the time of the dated episode recorded before it in the log. ``None``
+        when no time is known (an episode this memory has not read, or one with no dated
+        episode before it). No I/O, as of the last read: for a tool that filters a listing
+        by time as :meth:`recall` does (the command line's and the viewer's timeline)."""
+        if not isinstance(episode, Episode):
+            raise ConfigurationError(
+                f"recorded_at() takes an Episode, not {type(episode).__name__}"
+            )
+        seq = self._ids.get(episode.id) if episode.id else None
+        known = self._known.get(seq) if seq is not None else None
+        if known is None or known.recorded == _UNDATED:
+            return None
+        return known.recorded
+
     def _text_of(self, episode: Episode) -> str:
         """Every text stored for *episode*, its own and its grades', each in its search form
         (one line each: a needle never spans two texts)."""

@@ -262,6 +262,10 @@ class SyncEpisodicMemory:
         """See :meth:`EpisodicMemory.searched_text` (no I/O: runs here)."""
         return self.memory.searched_text(episode)
 
+    def recorded_at(self, episode: Episode) -> float | None:
+        """See :meth:`EpisodicMemory.recorded_at` (no I/O: runs here)."""
+        return self.memory.recorded_at(episode)
+
     def is_expired(self, episode: Episode) -> bool:
         """See :meth:`EpisodicMemory.is_expired` (no I/O: runs here)."""
         return self.memory.is_expired(episode)

@@ -551,7 +551,7 @@ def test_cli_history_says_when_it_started_failing(store: str) -> None:
     assert again["broke"]["id"] == runs_[3]["id"]
     assert again["runs"][2]["grades"][0]["outcome"] == "success"
     recent = cli("--store", store, "history", "deploy to staging", "--since", "yesterday")
-    assert recent.stdout.splitlines()[-1] == "never worked: 1 failed run, and no run that worked"
+    assert recent.stdout.splitlines()[-1] == "no run worked in the period given: 1 failed run"
     none = cli("--store", store, "history", "water the office plants")
     assert (none.returncode, none.stdout) == (0, "")
     assert "no past run" in none.stderr

@@ -943,7 +943,8 @@ async def test_the_history_page_is_what_history_returns(memory: EpisodicMemory) 
         # A period, in the memory's words and on its clock.
         since = await c.get("/history", params={"task": "deploy to staging", "since": "3 days ago"})
         assert [i for _, i in history_rows(since.text)] == [e.id for e in stored[4:]]
-        assert "Never worked: 2 failed runs" in since.text
+        # Runs before the period worked: it does not say "never".
+        assert "No run worked in this period: 2 failed runs." in since.text
         until = await c.get("/history", params={"task": "deploy to staging", "until": "5 days ago"})
         assert [i for _, i in history_rows(until.text)] == [e.id for e in stored[:4]]
         assert "Working: the newest run with an outcome worked" in until.text

@@ -498,8 +498,9 @@ def timeline_line(episode: Episode, grades: Sequence[Grade] = (), width: int = 0
     )
 
 
-def history_summary(history: History) -> str:
-    """The line under a history: where the run of successes broke, or how it stands."""
+def history_summary(history: History, *, period: bool = False) -> str:
+    """The line under a history: where the run of successes broke, or how it stands. With
+    *period* (a ``--since`` or ``--until``), runs before it may have worked: never "never"."""
 
     def point(item: Scored) -> str:
         return f"{_when(for_display(item.episode)).strip()} [{short_id(item.episode.id)}]"
@@ -511,6 +512,8 @@ def history_summary(history: History) -> str:
             f"started failing: {point(history.broke)}; {runs} since the last success, "
             f"{point(history.last_success)}"
         )
+    if history.failing and period:
+        return f"no run worked in the period given: {runs}"
     if history.failing:
         return f"never worked: {runs}, and no run that worked"
     if history.last_success is not None:

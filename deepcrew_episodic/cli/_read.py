@@ -132,7 +132,7 @@ async def cmd_timeline(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     needle = _needle(args.text)
     shown = []
     for ep in await memory.load():
-        when = ep.time()
+        when = memory.recorded_at(ep)  # as recall files it (an undated one included)
         if (since is not None or until is not None) and when is None:
             continue
         if since is not None and when is not None and when < since:
@@ -173,6 +173,7 @@ def _needle(text: str | None) -> str | None:
 
 async def cmd_history(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     found = await memory.history(args.task, since=args.since, until=args.until, tags=args.tags)
+    period = args.since is not None or args.until is not None
     graded = await grades_of(memory, [s.episode for s in found])
     if args.json:
         dump(
@@ -197,10 +198,13 @@ async def cmd_history(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             out(timeline_line(s.episode, grades, width) + tries)
         if found:
             out()
-            out(history_summary(found))
+            out(history_summary(found, period=period))
     if not found:
         if not args.json:
-            note(f"no past run in namespace '{memory.namespace}' matches {shown(args.task)}")
+            note(
+                f"no past run in namespace '{memory.namespace}' matches {shown(args.task)}"
+                f"{' in the period given' if period else ''}"
+            )
         await hint_if_empty(memory)
     return 0
 

@@ -558,12 +558,12 @@ class _Tools:
                 bounds = await anyio.to_thread.run_sync(_period, since, until, self.memory.tz)
             if bounds[0] is not None:
                 after = bounds[0] if after is None else max(after, bounds[0])
-            searched = self.memory.searched_text
+            searched, recorded = self.memory.searched_text, self.memory.recorded_at
             kept = [
                 ep
                 for ep in episodes
-                if _matches(ep, outcome, tags, after, containing, searched)
-                and _before(ep, bounds[1])
+                if _matches(ep, outcome, tags, after, containing, searched, recorded)
+                and _before(recorded(ep), bounds[1])
             ]
             counts = await self._grade_counts()
             newest = list(reversed(kept))[:limit]
@@ -626,15 +626,10 @@ def _period(since: str | None, until: str | None, tz: Any) -> tuple[float | None
     return found[0], found[1]
 
 
-def _before(ep: Episode, until: float | None) -> bool:
-    """Whether *ep* was recorded before *until* (an episode of no known time never is)."""
-    if until is None:
-        return True
-    try:
-        when = ep.time()
-    except ValueError:
-        return False
-    return when is not None and when < until
+def _before(when: float | None, until: float | None) -> bool:
+    """Whether an episode recorded at *when* (as recall files it) was recorded before
+    *until* (an episode of no known time never is)."""
+    return until is None or (when is not None and when < until)
 
 
 def _matches(
@@ -644,6 +639,7 @@ def _matches(
     since: float | None,
     containing: str | None,
     searched: Callable[[Episode], str],
+    recorded: Callable[[Episode], float | None],
 ) -> bool:
     # containing: by the rule forget(containing=...) uses (every text, as a person reads it).
     if outcomes and ep.outcome not in outcomes:
@@ -651,7 +647,7 @@ def _matches(
     if tags and not {t.casefold() for t in tags} & {t.casefold() for t in ep.tags}:
         return False
     if since is not None:
-        when = ep.time()
+        when = recorded(ep)  # as recall files it (an undated one included)
         if when is None or when < since:
             return False
     return not (containing and search_form(containing) not in searched(ep))

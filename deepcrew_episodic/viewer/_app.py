@@ -79,6 +79,9 @@ SECURITY_HEADERS = [
 INTENTS = ("any", "what_worked", "what_failed")
 MAX_TOP_K = 50
 MAX_TASK_CHARS = 20_000
+# The history page lists at most the newest this many runs (its summary is the whole
+# history's): a task run every few minutes for a year would be a page of megabytes.
+MAX_HISTORY_ROWS = 500
 # The forget preview lists at most this many episodes (the count is always whole).
 PREVIEW_ROWS = 200
 # What a page shows of a long text in a table cell.
@@ -446,11 +449,12 @@ class _Viewer:
             return await self.page("history.html", 400, error=str(exc), **context)
         rows = [
             {**self._row(s.episode), "iterations": s.iterations, "broke": s is found.broke}
-            for s in found
+            for s in found[-MAX_HISTORY_ROWS:]
         ]
         context.update(
             ran=True,
             rows=rows,
+            total=len(found),
             state=_history_status(found),
             failures=found.failures_since,
             broke=self._row(found.broke.episode) if found.broke is not None else None,

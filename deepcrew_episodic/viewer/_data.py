@@ -128,6 +128,16 @@ class Source:
             )
             return self._snapshot
 
+    def times(self, snapshot: Snapshot) -> list[float | None]:
+        """When each episode of *snapshot* was recorded, as recall's ``since`` and ``until``
+        file it (``EpisodicMemory.recorded_at``: an undated one at the time of the one before
+        it); computed once per snapshot."""
+        times: list[float | None] | None = snapshot.derived.get("times")
+        if times is None:
+            when = self.memory.recorded_at
+            times = snapshot.derived["times"] = [when(ep) for ep in snapshot.episodes]
+        return times
+
     def texts(self, snapshot: Snapshot) -> list[str]:
         """What the search looks in, for each episode of *snapshot*: every text of the episode
         and its grades' notes, case-folded, by the rule ``forget(containing=...)`` uses
@@ -192,7 +202,7 @@ class Filter:
         if self.run:
             keep = [i for i in keep if episodes[i].run_id == self.run]
         if self.since is not None or self.until is not None:
-            times = snapshot.times
+            times = source.times(snapshot)
             low = -math.inf if self.since is None else self.since
             high = math.inf if self.until is None else self.until
             keep = [i for i in keep if (t := times[i]) is not None and low <= t < high]
