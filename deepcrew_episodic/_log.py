@@ -674,7 +674,12 @@ class EpisodeLog:
         # the use journal names (the episodes used since), or every cached one when the
         # journal does not reach back that far.
         read_uses = head.uses is not None and (reset or head.uses != self._synced_uses)
-        shown = sorted({*wanted, *(() if reset else (s for s in self._cache if s in live))})
+
+        def shown() -> list[int]:
+            # The episodes this memory shows; a pass over the cache, so only when use counts
+            # are read (at 100,000 episodes it would cost every sync 20 ms).
+            return sorted({*wanted, *(() if reset else (s for s in self._cache if s in live))})
+
         since = 0 if self._synced_uses is None else _use_number(self._synced_uses)
         now_uses = _use_number(head.uses)
         journal: list[int] = []
@@ -686,7 +691,7 @@ class EpisodeLog:
             and 0 < now_uses - since <= _USE_JOURNAL
         ):
             journal = list(range(since + 1, now_uses + 1))
-        use_seqs = [] if journal or not read_uses else shown
+        use_seqs = [] if journal or not read_uses else shown()
         journal_keys = [self.use_journal_key(n) for n in journal]
         use_keys = [self.use_key(s) for s in use_seqs]
         batch = [*keys, *vector_keys, *grade_keys, *use_keys, *journal_keys]
@@ -726,9 +731,14 @@ class EpisodeLog:
         if journal:
             used = _used_seqs(entries)
             if used is None:  # an entry missing (in flight, trimmed, an older writer)
-                use_seqs, use_now = shown, {}
+                use_seqs, use_now = shown(), {}
             else:
-                use_seqs = sorted(used & set(shown))
+                fetched = set(wanted)
+                use_seqs = sorted(
+                    s
+                    for s in used
+                    if s in fetched or (not reset and s in live and s in self._cache)
+                )
             use_keys = [self.use_key(s) for s in use_seqs]
             raw_uses = await self.provider.retrieve_many(use_keys) if use_keys else []
         for seq, raw in zip(use_seqs, raw_uses, strict=True):
