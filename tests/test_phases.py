@@ -6,9 +6,13 @@ phase; two episodes of one phase (the phase tried again) are one item, the later
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from llm_server import Reply, ScriptedLLM
 from stores import Store
@@ -25,7 +29,7 @@ from deepcrew_episodic import (
     stream_agent,
 )
 from deepcrew_episodic._episode import run_key
-from deepcrew_episodic.providers import InMemoryProvider
+from deepcrew_episodic.providers import FileMemoryProvider, InMemoryProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -366,3 +370,24 @@ class TestTheModelEndsPhases:
             Agent(name="a", model="openai/x", tools=[finish_phase], record_phases=True)
         with pytest.raises(ConfigurationError, match=r"Agent\.record_phases must be True or False"):
             Agent(name="a", model="openai/x", record_phases="yes")  # type: ignore[arg-type]
+
+
+def test_the_command_line_says_which_phase_each_episode_is(tmp_path: Path) -> None:
+    store = str(tmp_path / "episodes.json")
+
+    async def fill() -> None:
+        async with FileMemoryProvider(store) as backend:
+            hook = EpisodicHook(EpisodicMemory(backend))
+            await hook.record_phase("run-1", "reproduce", "Reproduce the CSV export timeout")
+            await hook.record_phase("run-1", "fix", "Make large CSV exports finish")
+
+    anyio.run(fill)
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    for argv in (["timeline"], ["recall", "CSV export", "-v"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "deepcrew_episodic", "--store", store, *argv],
+            capture_output=True, text=True, env=env, timeout=60, check=True,
+        )  # fmt: skip
+        assert "reproduce" in done.stdout, done.stdout
+        lines = [line for line in done.stdout.splitlines() if "phase" in line]
+        assert len(lines) == 2, done.stdout

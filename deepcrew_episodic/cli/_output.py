@@ -492,9 +492,11 @@ def timeline_line(episode: Episode, grades: Sequence[Grade] = (), width: int = 0
     ep = for_display(episode)
     label = outcome_label(episode, grades)
     tags = "  " + one_line(" ".join(f"#{t}" for t in ep["tags"]), 80) if ep["tags"] else ""
+    # A long run's phases are different subtasks of one run: each line says which it is.
+    phase = f"  (phase: {one_line(ep['phase'], 40)})" if ep["phase"] else ""
     return (
         f"{_when(ep)}  {label:<{width or len(label)}} {_score(ep)}  "
-        f"{one_line(ep['query'], 70)}{tags}  [{short_id(episode.id)}]"
+        f"{one_line(ep['query'], 70)}{phase}{tags}  [{short_id(episode.id)}]"
     )
 
 
@@ -547,6 +549,8 @@ def recall_lines(
             extra.append(f"used {found.uses}x")
         if found.iterations > 1:
             extra.append(f"run of {found.iterations} iterations")
+        if ep["phase"]:
+            extra.append(f"phase {ep['phase']}")
         if ep["tags"]:
             extra.append("tags " + ", ".join(ep["tags"]))
         if ep["tools_used"]:
