@@ -477,6 +477,8 @@ def _stored_id(value: Any) -> str:
     # Lenient on what record() now refuses (length, a space), strict on what would act on a
     # terminal or forge a line when listed: such a record is corrupt, not an episode to list.
     text = _text(value)
+    if text.isascii() and text.isprintable():
+        return text  # the usual id: printable ASCII holds no hidden character and no line break
     for i, c in enumerate(text):
         if is_hidden(c) or (c.isspace() and c != " "):
             raise _Invalid(f"holds the control or invisible character {c!r} at position {i}")
