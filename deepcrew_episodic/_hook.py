@@ -736,18 +736,18 @@ def _grader(value: bool | FollowUpGrader) -> FollowUpGrader | None:
 
 
 def conversation_arg(value: str | None) -> str:
-    if value is None:
-        return ""
-    try:
-        checked: str = check_field("conversation_id", value)
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from None
-    return checked
+    return "" if value is None else _field_arg("conversation_id", value)
 
 
 def phase_arg(value: str) -> str:
+    return _field_arg("phase", value)
+
+
+def _field_arg(name: str, value: object) -> str:
+    """An episode field given as a call's argument, checked as the episode checks it; a bad
+    one is the caller's mistake (``ConfigurationError``)."""
     try:
-        checked: str = check_field("phase", value)
+        checked: str = check_field(name, value)
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     return checked
