@@ -584,11 +584,7 @@ class EpisodeLog:
     async def _sync(self, again: bool = True) -> Changes:
         # Every await happens before the cache is touched: a sync cancelled part-way (a recall
         # timeout) leaves the cache and its followers exactly as they were.
-        if not self._settings_checked:
-            self._settings_checked = True
-            for problem in await self.provider.unsafe_settings():
-                self.counters.unsafe_settings += 1
-                log.warning("episodic log %r: %s", self.namespace, problem)
+        await self.check_settings()
         # Read with the head: the records just past the counters as last synced (there is
         # none unless a counter fell behind) and the newest records already read (unchanged
         # unless the log went back).
@@ -841,6 +837,28 @@ class EpisodeLog:
             newest,
         )
         return await self._sync(again=False)
+
+    async def check_settings(self) -> None:
+        """Ask the provider once whether its settings can lose records; log and count each."""
+        if not self._settings_checked:
+            self._settings_checked = True
+            for problem in await self.provider.unsafe_settings():
+                self.counters.unsafe_settings += 1
+                log.warning("episodic log %r: %s", self.namespace, problem)
+
+    def note_corrupt(self, seqs: Collection[int]) -> None:
+        """Count and log, once each, the undecodable records a read from the store's index
+        found in view (a sync counts those it reads the same way)."""
+        for seq in seqs:
+            if seq not in self._bad:
+                self._bad.add(seq)
+                self.counters.corrupt_records += 1
+                log.warning(
+                    "episodic log %r: skipping undecodable record %se:%d",
+                    self.namespace,
+                    self.prefix,
+                    seq,
+                )
 
     def _lost(self, what: str, number: int) -> None:
         self.counters.missing_records += 1

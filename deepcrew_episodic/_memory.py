@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import logging
 import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta, tzinfo
-from itertools import chain
 from typing import Any
 
 from ._embed import (
@@ -54,6 +52,7 @@ from ._exceptions import (
 from ._grade import NOTE_CHARS, Grade, checked_grade, graded
 from ._history import History
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
+from ._ranking import keyword_ranking
 from ._recall import (
     DEFAULT_FIELDS,
     HALF_LIFE_DAYS,
@@ -863,6 +862,20 @@ class EpisodicMemory:
         floor = (
             self._min_relevance if min_relevance is None else _floor("min_relevance", min_relevance)
         )
+        if k > 0 and self._reads_store():
+            in_store = await self._explain_in_store(
+                query,
+                k,
+                intent=intent,
+                outcomes=outcomes,
+                tags=wanted_tags,
+                since=after,
+                until=cutoff,
+                floor=floor,
+            )
+            if in_store is not None:
+                self._debug_recall(in_store, started)
+                return in_store
         await self._sync()
         if k == 0:
             return _ranking((), floor, ())
@@ -873,105 +886,166 @@ class EpisodicMemory:
             query_vector, error = await self._query_vector(query)
         now = self._clock()
         index = self._index
-
-        # Filters and the retention check run only for a candidate that would enter the top k.
-        def accept(seq: int) -> bool:
-            if self._expired(seq, now):
-                return False
-            if cutoff is not None and not -math.inf < index.when(seq) < cutoff:
-                return False  # recorded at or after until (or at no time known)
-            ep = index.episode(seq)
-            if outcomes is not None and ep.outcome not in outcomes:
-                return False
-            if ep.outcome == "abandoned" and outcomes is None:
-                return False  # a run that never got to the task: asked for by name only
-            return wanted_tags is None or bool(wanted_tags & {t.casefold() for t in ep.tags})
-
-        scorer: Any = None
+        hybrid: dict[str, Any] = {}
         if query_vector is not None:
-            from ._vectors import hybrid_scorer
+            from ._vectors import hybrid_scorer, hybrid_search
 
-            scorer = hybrid_scorer(
-                index,
-                self._vectors,
-                query,
-                query_vector,
-                now=now,
-                intent=intent,
-                half_life_days=self._half_life,
-                similarity_floor=self._similarity_floor,
-                min_similarity=self._min_similarity,
-            )
+            hybrid = {
+                "now": now,
+                "intent": intent,
+                "half_life_days": self._half_life,
+                "similarity_floor": self._similarity_floor,
+                "min_similarity": self._min_similarity,
+            }
+            scorer = hybrid_scorer(index, self._vectors, query, query_vector, **hybrid)
 
-        # What the latest search found under the floor (see Ranking.under_floor).
-        under: list[tuple[int, Scored]] = []
-
-        def search(n: int) -> list[tuple[int, Scored]]:
-            under.clear()
-            if scorer is not None:
-                from ._vectors import hybrid_search
-
+            def search(
+                n: int, accept: Callable[[int], bool], under: list[tuple[int, Scored]]
+            ) -> list[tuple[int, Scored]]:
                 return hybrid_search(
                     index,
                     self._vectors,
                     query,
                     query_vector,
                     n,
-                    now=now,
-                    intent=intent,
-                    half_life_days=self._half_life,
-                    similarity_floor=self._similarity_floor,
-                    min_similarity=self._min_similarity,
+                    **hybrid,
                     since=after,
                     accept=accept,
                     scorer=scorer,
                     min_relevance=floor,
                     under=under,
                 )
-            return index.search(
+
+            def score(seq: int) -> Scored | None:
+                item = scorer[0](seq)
+                return None if item is None else item[3]
+
+            found, under = keyword_ranking(
+                self._process_view,
+                index,
                 query,
-                n,
+                k,
                 now=now,
                 intent=intent,
                 half_life_days=self._half_life,
+                outcomes=outcomes,
+                tags=wanted_tags,
                 since=after,
-                accept=accept,
-                min_relevance=floor,
-                under=under,
+                until=cutoff,
+                floor=floor,
+                search=search,
+                score=score,
             )
-
-        def score(seq: int) -> Scored | None:
-            # One episode as search scores it, the filters applied (a run's later iterations).
-            if seq not in index or (after is not None and index.when(seq) < after):
-                return None
-            if not accept(seq):
-                return None
-            if scorer is not None:
-                item = scorer[0](seq)
-                found = None if item is None else item[3]
-            else:
-                found = index.score(
-                    seq, query, now=now, intent=intent, half_life_days=self._half_life
-                )
-            return None if found is None or found.relevance < floor else found
-
-        found = self._rank(search, score, k, now, under)
-        ranking = _ranking(
-            [scored for _, scored in found], floor, self._under_floor(found, under, k, now)
-        )
+        else:
+            found, under = keyword_ranking(
+                self._process_view,
+                index,
+                query,
+                k,
+                now=now,
+                intent=intent,
+                half_life_days=self._half_life,
+                outcomes=outcomes,
+                tags=wanted_tags,
+                since=after,
+                until=cutoff,
+                floor=floor,
+            )
+        ranking = _ranking([scored for _, scored in found], floor, under)
         if self._embedder is not None:
             ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
             ranking.embedder_error = error
+        self._debug_recall(ranking, started)
+        return ranking
+
+    def _debug_recall(self, ranking: Ranking, started: float) -> None:
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "recall in %r (%s): %d episodes in %.2f ms: %s",
                 self.namespace,
                 ranking.by,
-                len(found),
+                len(ranking),
                 (time.perf_counter() - started) * 1000,
-                [scored.episode.id for _, scored in found],
+                [scored.episode.id for scored in ranking],
             )
-        return ranking
+
+    def _reads_store(self) -> bool:
+        """Whether recall reads the index the store keeps (instead of reading the whole log
+        into this process): the store keeps one, for the fields and weights this memory
+        ranks by, and this memory does not hold the log already (a memory that read it for
+        another call ranks from what it holds, kept up to date at each call)."""
+        return (
+            self._provider.recall_index
+            and not self._log.synced
+            and self._embedder is None
+            and self._index.fields == DEFAULT_FIELDS
+        )
+
+    async def _explain_in_store(
+        self,
+        query: str,
+        k: int,
+        *,
+        intent: str,
+        outcomes: set[str] | None,
+        tags: set[str] | None,
+        since: float | None,
+        until: float | None,
+        floor: float,
+    ) -> Ranking | None:
+        """The ranking read from the store's index (``None``: this log is read in process:
+        deepcrew-ai's own layout, or an episode dated in the future, which the in-process
+        index files under the episode before it)."""
+        from ._index import StaleIndexError, StoreIndex
+
+        await self._log.check_settings()
+        head = await self._log.read_head()
+        if head.legacy is not None:
+            return None
+        live = self._log.live_range(head)
+        now = self._clock()
+
+        def run(reader: Any) -> tuple[Any, Any, list[int]] | None:
+            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
+                return None
+            index = StoreIndex(reader, live)
+            view = _StoreView(self, index, head.uses is not None)
+            found, under = keyword_ranking(
+                view,
+                index,
+                query,
+                k,
+                now=now,
+                intent=intent,
+                half_life_days=self._half_life,
+                outcomes=outcomes,
+                tags=tags,
+                since=since,
+                until=until,
+                floor=floor,
+            )
+            return found, under, reader.corrupt(live)
+
+        try:
+            result = await self._provider.read_index(self._log.prefix, run)
+        except StaleIndexError as exc:
+            self.counters.recovered_indexes += 1
+            log.warning(
+                "episodic log %r: the store's recall index disagrees with the log (%s); "
+                "recalling from the log read in this process",
+                self.namespace,
+                exc,
+            )
+            return None
+        if result is None:
+            return None
+        found, under, corrupt = result
+        self._log.note_corrupt(corrupt)
+        return _ranking([scored for _, scored in found], floor, under)
+
+    @property
+    def _process_view(self) -> _ProcessView:
+        return _ProcessView(self)
 
     async def history(
         self,
@@ -1663,162 +1737,6 @@ class EpisodicMemory:
         for conversation in {ep.conversation_id for _, ep in added if ep.conversation_id}:
             self._conversations[conversation].sort()
 
-    def _boost(self, seq: int) -> float:
-        """The reinforcement factor of an episode used *n* times: 1 + min(0.2, ln(1 + n) / 10)."""
-        uses = self._uses.get(seq, 0) if self._reinforce else 0
-        return 1.0 + min(MAX_BOOST - 1.0, math.log1p(uses) / 10.0) if uses else 1.0
-
-    def _rank(
-        self,
-        search: Callable[[int], list[tuple[int, Scored]]],
-        score: Callable[[int], Scored | None],
-        k: int,
-        now: float,
-        under: list[tuple[int, Scored]] | None = None,
-    ) -> list[tuple[int, Scored]]:
-        """The top *k* of *search* with reinforcement applied and one item per run.
-
-        A run's item is its latest iteration that the query and the filters admit (*score*
-        answers for one episode: ``None`` when it is not returned), scored as itself: so the
-        item shown is the item scored, and an expired, filtered-out or abandoned iteration is
-        never shown. Which iteration that is depends on the run alone, never on how many
-        other episodes the search had to fetch. Its lesson carries those of the unexpired
-        iterations that failed before it.
-
-        Exact: more candidates are fetched until nothing left unfetched could reach the k-th
-        (an unfetched episode scores at most the last fetched score times the largest boost,
-        and a run none of whose iterations was fetched is such an episode). *under*, what
-        each search found under the floor, is made exact the same way (see _under_floor).
-        """
-        boosting = self._reinforce and bool(self._uses)
-        runs = any(len(seqs) > 1 for seqs in self._runs.values())
-        if not boosting and not runs:
-            return search(k)
-        wanted = max(2 * k, 16)
-        chosen_runs: dict[str, tuple[int, Scored] | None] = {}  # run -> its item
-        while True:
-            found = search(wanted)
-            items: list[tuple[float, float, int, Scored]] = []
-            taken: set[str] = set()
-            for seq, scored in found:
-                run = run_key(scored.episode)  # one item per run and phase
-                if run:
-                    if run in taken:
-                        continue
-                    taken.add(run)
-                    if run not in chosen_runs:
-                        chosen_runs[run] = self._run_item(run, seq, scored, score)
-                    item = chosen_runs[run]
-                    if item is None:
-                        continue
-                    seq, scored = item
-                factor = self._boost(seq)
-                if factor != 1.0:
-                    scored = dataclasses.replace(
-                        scored, score=scored.score * factor, uses=self._uses.get(seq, 0)
-                    )
-                items.append((scored.score, self._known[seq].recorded, seq, scored))
-            chosen = heapq.nlargest(k, items, key=lambda t: t[:3])
-            limit = found[-1][1].score * (MAX_BOOST if boosting else 1.0) if found else 0.0
-            if len(found) < wanted or (len(chosen) == k and chosen[-1][0] >= limit):
-                if not under or len(under) + len(found) < wanted:
-                    break  # nothing under the floor, or all of it was fetched
-                # What the floor kept out must be exact too: an episode under it that was not
-                # fetched scores at most the lowest of the unfloored top `wanted` (the episodes
-                # under the floor and the best of those above it), boosted.
-                fetched = [s.score for _, s in chain(under, found[: wanted - len(under)])]
-                kept = [(seq, scored) for _, _, seq, scored in chosen]
-                best = self._beside(kept, under, k)
-                bound = min(fetched) * (MAX_BOOST if boosting else 1.0)
-                if len(best) == k and best[-1][0] >= bound:
-                    break
-            wanted *= 4
-        return [(seq, self._as_run(seq, scored, now)) for _, _, seq, scored in chosen]
-
-    def _under_floor(
-        self,
-        found: list[tuple[int, Scored]],
-        under: list[tuple[int, Scored]],
-        k: int,
-        now: float,
-    ) -> list[Scored]:
-        """The episodes of *under* (what the last search found under the floor) that would
-        have been among the top *k* beside *found*: boosted as :meth:`_rank` boosts, one per
-        run, a run that *found* shows left out."""
-        if not under:
-            return []
-        return [scored for _, _, _, scored, fell in self._beside(found, under, k) if fell]
-
-    def _beside(
-        self, found: list[tuple[int, Scored]], under: list[tuple[int, Scored]], k: int
-    ) -> list[tuple[float, float, int, Scored, bool]]:
-        """The top *k* of *found* and *under* together (boosted, one per run), each marked
-        whether it fell under the floor."""
-        # One per run and phase, as _rank groups them (the phases of a run are items of their own).
-        shown_runs = {run for _, scored in found if (run := run_key(scored.episode))}
-        items: list[tuple[float, float, int, Scored, bool]] = [
-            (scored.score, self._known[seq].recorded, seq, scored, False) for seq, scored in found
-        ]
-        for seq, scored in under:
-            run = run_key(scored.episode)
-            if run:
-                if run in shown_runs:
-                    continue
-                shown_runs.add(run)
-            factor = self._boost(seq)
-            if factor != 1.0:
-                scored = dataclasses.replace(
-                    scored, score=scored.score * factor, uses=self._uses.get(seq, 0)
-                )
-            items.append((scored.score, self._known[seq].recorded, seq, scored, True))
-        return heapq.nlargest(k, items, key=lambda t: t[:3])
-
-    def _run_item(
-        self, run: str, seq: int, scored: Scored, score: Callable[[int], Scored | None]
-    ) -> tuple[int, Scored] | None:
-        """The item of *run*, of which the search found iteration *seq*: its latest iteration
-        that *score* admits (*seq* itself when no later one is)."""
-        for later in reversed(self._runs.get(run, [])):
-            if later <= seq:
-                break
-            found = score(later)
-            if found is not None:
-                return later, found
-        return seq, scored
-
-    def _as_run(self, seq: int, scored: Scored, now: float) -> Scored:
-        """*scored* (a run's chosen iteration) with the lessons of the iterations of its run
-        that failed before it and have not expired."""
-        run = run_key(scored.episode)
-        seqs = self._runs.get(run, []) if run else []
-        if len(seqs) < 2:
-            return scored
-        lessons = [
-            ep.reflection
-            for s in seqs
-            if s < seq
-            and s in self._index
-            and not self._expired(s, now)
-            and (ep := self._index.episode(s)).outcome in ("failure", "partial")
-            and ep.reflection
-        ]
-        shown = scored.episode.copy()
-        # Whole lessons only, as many as fit: a lesson cut in its middle could end inside a
-        # secret (stored by deepcrew-ai or with redact=False) that nothing recognises once cut.
-        head = (
-            f"{shown.reflection} Earlier attempts: " if shown.reflection else "Earlier attempts: "
-        )
-        fitting: list[str] = []
-        room = LESSONS_CHARS - len(head)
-        for lesson in lessons:
-            if len(lesson) + 2 * bool(fitting) > room:
-                break
-            room -= len(lesson) + 2 * bool(fitting)
-            fitting.append(lesson)
-        if fitting:
-            shown.reflection = head + "; ".join(fitting)
-        return dataclasses.replace(scored, episode=shown, iterations=len(seqs))
-
     def _add_grades(self, records: list[tuple[int, str]]) -> set[str]:
         """Take in new grade records; return the ids of the episodes they grade."""
         touched: set[str] = set()
@@ -1936,18 +1854,105 @@ class EpisodicMemory:
 
 # Passes of backfill/reembed after the first, for what was recorded meanwhile (see _embed_log).
 _CATCH_UP_PASSES = 8
-# The largest reinforcement factor (see _boost).
-MAX_BOOST = 1.2
 # The largest use count restore() takes (a counter holds at most 18 digits).
 MAX_USES = 10**15
-# A run's item carries the lessons of its failed iterations, cut here.
-LESSONS_CHARS = 1200
 # A timestamp this far ahead of the clock is accepted (clocks differ); past it, it is refused on
 # record and, when read from storage, replaced as an unusable one is.
 FUTURE_SKEW_SECONDS = 86400.0
 # The time of an episode with no usable timestamp and no dated episode before it: the oldest
 # possible, so that it ranks last and expires under any max_age.
 _UNDATED = -math.inf
+
+
+class _ProcessView:
+    """The ranking rules' view of the log this memory holds (see _ranking.py)."""
+
+    __slots__ = ("_memory", "reinforce")
+
+    def __init__(self, memory: EpisodicMemory) -> None:
+        self._memory = memory
+        self.reinforce = memory._reinforce
+
+    def any_uses(self) -> bool:
+        return bool(self._memory._uses)
+
+    def any_runs(self) -> bool:
+        return any(len(seqs) > 1 for seqs in self._memory._runs.values())
+
+    def uses(self, seq: int) -> int:
+        return self._memory._uses.get(seq, 0)
+
+    def recorded(self, seq: int) -> float:
+        return self._memory._known[seq].recorded
+
+    def run(self, key: str) -> list[int]:
+        return self._memory._runs.get(key, [])
+
+    def indexed(self, seq: int) -> bool:
+        return seq in self._memory._index
+
+    def episode(self, seq: int) -> Episode:
+        return self._memory._index.episode(seq)
+
+    def expired(self, seq: int, now: float) -> bool:
+        return self._memory._expired(seq, now)
+
+    def outcome(self, seq: int) -> str:
+        return self._memory._index.episode(seq).outcome
+
+    def tags(self, seq: int) -> frozenset[str]:
+        return frozenset(t.casefold() for t in self._memory._index.episode(seq).tags)
+
+
+class _StoreView:
+    """The ranking rules' view of a store's index, for one search (see _index.py)."""
+
+    __slots__ = ("_index", "_memory", "_used", "reinforce")
+
+    def __init__(self, memory: EpisodicMemory, index: Any, used: bool) -> None:
+        self._memory = memory
+        self._index = index
+        self._used = used
+        self.reinforce = memory._reinforce
+
+    def any_uses(self) -> bool:
+        return self._used
+
+    def any_runs(self) -> bool:
+        return True  # not known without a read; the rules are exact either way
+
+    def uses(self, seq: int) -> int:
+        found: int = self._index.uses(seq)
+        return found
+
+    def recorded(self, seq: int) -> float:
+        when: float = self._index.when(seq)
+        return when
+
+    def run(self, key: str) -> list[int]:
+        seqs: list[int] = self._index.run(key)
+        return seqs
+
+    def indexed(self, seq: int) -> bool:
+        return seq in self._index
+
+    def episode(self, seq: int) -> Episode:
+        found: Episode = self._index.episode(seq)
+        return found
+
+    def expired(self, seq: int, now: float) -> bool:
+        entry = self._index.facts(seq)
+        return entry is not None and self._memory._past(
+            entry.facts.forget_at, entry.facts.when, now
+        )
+
+    def outcome(self, seq: int) -> str:
+        outcome: str = self._index.facts(seq).graded_as[0]
+        return outcome
+
+    def tags(self, seq: int) -> frozenset[str]:
+        tags: frozenset[str] = self._index.facts(seq).facts.tags
+        return tags
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ import re
 import unicodedata
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Literal
@@ -441,49 +441,34 @@ _LONG_SCAN = 64
 _COUNT_RATIO = 12
 
 
-class RecallIndex:
-    """An inverted index over the cached episodes, updated incrementally.
+class Postings:
+    """The exact top-k search over postings, wherever they are kept (see the module doc).
 
-    ``add`` and ``remove`` follow the log's cache; ``search`` returns the exact top k without
-    scoring every episode that shares a term with the query.
+    A subclass provides ``_entries`` (seq -> its entry: ``terms``, ``size``, ``when``,
+    ``outcome`` and ``episode``), ``_postings`` (term -> length class -> bucket: ``whens``
+    and ``seqs``, oldest first, read from the newest end) and ``_df`` (term -> how many
+    episodes hold it). :class:`RecallIndex` keeps them in this process; a store that keeps
+    the index reads what a query touches through the same mappings, lazily, so both return
+    the same episodes with the same scores.
     """
 
-    def __init__(
-        self,
-        fields: Sequence[str] = DEFAULT_FIELDS,
-        *,
-        length_cap: int | None = LENGTH_CAP,
-        recency_weight: float = RECENCY_WEIGHT,
-    ) -> None:
-        unknown = [f for f in fields if f not in MATCHABLE_FIELDS]
-        if isinstance(fields, str) or unknown or not fields:
-            raise ValueError(
-                f"recall fields must be a non-empty subset of {MATCHABLE_FIELDS}, got {fields!r}"
-            )
-        if length_cap is not None and length_cap < 1:
-            raise ValueError(f"length_cap must be >= 1 or None, not {length_cap!r}")
-        if not 0.0 <= recency_weight <= 1.0:
-            raise ValueError(f"recency_weight must be in [0, 1], not {recency_weight!r}")
-        self.fields = tuple(fields)
-        self.length_cap = length_cap
-        self.recency_weight = recency_weight
-        self._entries: dict[int, _Entry] = {}
-        # term -> length class -> bucket
-        self._postings: dict[str, dict[int, _Bucket]] = {}
-        self._df: dict[str, int] = {}
+    fields: tuple[str, ...]
+    length_cap: int | None
+    recency_weight: float
+    _entries: Mapping[int, _Entry]
+    _postings: Mapping[str, Mapping[int, _Bucket]]
+    _df: Mapping[str, int]
 
-    def __len__(self) -> int:
-        return len(self._entries)
+    def _prepare(self, q_terms: frozenset[str] | set[str]) -> None:
+        """Make the postings of *q_terms* readable (a store reads their counts here)."""
 
-    def __contains__(self, seq: object) -> bool:
-        return seq in self._entries
-
-    def episode(self, seq: int) -> Episode:
-        return self._entries[seq].episode
-
-    def when(self, seq: int) -> float:
-        """The time *seq* ranks by (-inf: undated)."""
-        return self._entries[seq].when
+    def _count(self, ordered: Sequence[str]) -> Counter[int]:
+        """How many of the terms *ordered* each episode that holds one of them holds."""
+        counts: Counter[int] = Counter()
+        postings = self._postings
+        for t in ordered:
+            counts.update(chain.from_iterable(b.seqs for b in postings[t].values()))
+        return counts
 
     def parts(
         self, seq: int, q_terms: frozenset[str] | set[str], *, now: float, half_life_days: float
@@ -538,60 +523,6 @@ class RecallIndex:
             keyword=parts.keyword,
         )
 
-    def reset(self) -> None:
-        self._entries.clear()
-        self._postings.clear()
-        self._df.clear()
-
-    def add(self, seq: int, episode: Episode, *, when: float | None = None) -> None:
-        """Index *episode*; *when* is its time for recency (default: its timestamp; ``None``
-        or -inf: undated, ranked oldest)."""
-        if seq in self._entries:
-            self.remove(seq)
-        found = episode_terms(episode, self.fields)
-        if when is None:
-            try:
-                when = episode.time()
-            except ValueError:
-                when = None
-        size = len(found) if self.length_cap is None else min(len(found), self.length_cap)
-        key = rank_key(episode.outcome, episode.outcome_source)
-        entry = _Entry(episode, found, size, _NEVER if when is None else when, key)
-        self._entries[seq] = entry
-        postings, df, when_ = self._postings, self._df, entry.when
-        for term in found:
-            buckets = postings.get(term)
-            if buckets is None:
-                buckets = postings[term] = {}
-            bucket = buckets.get(size)
-            if bucket is None:
-                bucket = buckets[size] = _Bucket()
-            whens = bucket.whens
-            if not whens or when_ > whens[-1]:  # the usual case: the newest episode so far
-                whens.append(when_)
-                bucket.seqs.append(seq)
-            else:
-                bucket.add(when_, seq)
-            df[term] = df.get(term, 0) + 1
-
-    def remove(self, seq: int) -> None:
-        entry = self._entries.pop(seq, None)
-        if entry is None:
-            return
-        for term in entry.terms:
-            buckets = self._postings[term]
-            bucket = buckets[entry.size]
-            bucket.remove(entry.when, seq)
-            if not bucket.seqs:
-                del buckets[entry.size]
-                if not buckets:
-                    del self._postings[term]
-            left = self._df[term] - 1
-            if left:
-                self._df[term] = left
-            else:
-                del self._df[term]
-
     def search(
         self,
         query: str,
@@ -617,6 +548,7 @@ class RecallIndex:
         q_terms = terms(query)
         if not q_terms or k <= 0:
             return []
+        self._prepare(q_terms)
         weights = WEIGHTS[intent]
         w_max = max(weights.values())
         rw = self.recency_weight
@@ -699,11 +631,7 @@ class RecallIndex:
                     if counts is None:
                         # Ski rental: count once the visits so far cost as much as counting.
                         if visited >= count_after:
-                            counts = Counter()
-                            for t in ordered:
-                                counts.update(
-                                    chain.from_iterable(b.seqs for b in postings[t].values())
-                                )
+                            counts = self._count(ordered)
                             most_matched = max(counts.values())
                             most = min(most, most_matched)
                             rest = max(map(counts.__getitem__, seqs[: i + 1]), default=0)
@@ -783,3 +711,102 @@ class RecallIndex:
                 keyword=rel,
             ),
         )
+
+class RecallIndex(Postings):
+    """An inverted index over the cached episodes, updated incrementally.
+
+    ``add`` and ``remove`` follow the log's cache; ``search`` returns the exact top k without
+    scoring every episode that shares a term with the query.
+    """
+
+    def __init__(
+        self,
+        fields: Sequence[str] = DEFAULT_FIELDS,
+        *,
+        length_cap: int | None = LENGTH_CAP,
+        recency_weight: float = RECENCY_WEIGHT,
+    ) -> None:
+        unknown = [f for f in fields if f not in MATCHABLE_FIELDS]
+        if isinstance(fields, str) or unknown or not fields:
+            raise ValueError(
+                f"recall fields must be a non-empty subset of {MATCHABLE_FIELDS}, got {fields!r}"
+            )
+        if length_cap is not None and length_cap < 1:
+            raise ValueError(f"length_cap must be >= 1 or None, not {length_cap!r}")
+        if not 0.0 <= recency_weight <= 1.0:
+            raise ValueError(f"recency_weight must be in [0, 1], not {recency_weight!r}")
+        self.fields = tuple(fields)
+        self.length_cap = length_cap
+        self.recency_weight = recency_weight
+        self._entries: dict[int, _Entry] = {}
+        # term -> length class -> bucket
+        self._postings: dict[str, dict[int, _Bucket]] = {}
+        self._df: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, seq: object) -> bool:
+        return seq in self._entries
+
+    def episode(self, seq: int) -> Episode:
+        return self._entries[seq].episode
+
+    def when(self, seq: int) -> float:
+        """The time *seq* ranks by (-inf: undated)."""
+        return self._entries[seq].when
+
+    def reset(self) -> None:
+        self._entries.clear()
+        self._postings.clear()
+        self._df.clear()
+
+    def add(self, seq: int, episode: Episode, *, when: float | None = None) -> None:
+        """Index *episode*; *when* is its time for recency (default: its timestamp; ``None``
+        or -inf: undated, ranked oldest)."""
+        if seq in self._entries:
+            self.remove(seq)
+        found = episode_terms(episode, self.fields)
+        if when is None:
+            try:
+                when = episode.time()
+            except ValueError:
+                when = None
+        size = len(found) if self.length_cap is None else min(len(found), self.length_cap)
+        key = rank_key(episode.outcome, episode.outcome_source)
+        entry = _Entry(episode, found, size, _NEVER if when is None else when, key)
+        self._entries[seq] = entry
+        postings, df, when_ = self._postings, self._df, entry.when
+        for term in found:
+            buckets = postings.get(term)
+            if buckets is None:
+                buckets = postings[term] = {}
+            bucket = buckets.get(size)
+            if bucket is None:
+                bucket = buckets[size] = _Bucket()
+            whens = bucket.whens
+            if not whens or when_ > whens[-1]:  # the usual case: the newest episode so far
+                whens.append(when_)
+                bucket.seqs.append(seq)
+            else:
+                bucket.add(when_, seq)
+            df[term] = df.get(term, 0) + 1
+
+    def remove(self, seq: int) -> None:
+        entry = self._entries.pop(seq, None)
+        if entry is None:
+            return
+        for term in entry.terms:
+            buckets = self._postings[term]
+            bucket = buckets[entry.size]
+            bucket.remove(entry.when, seq)
+            if not bucket.seqs:
+                del buckets[entry.size]
+                if not buckets:
+                    del self._postings[term]
+            left = self._df[term] - 1
+            if left:
+                self._df[term] = left
+            else:
+                del self._df[term]
+

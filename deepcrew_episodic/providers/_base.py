@@ -28,12 +28,14 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
 from .._mutex import Mutex
 
 __all__ = ["Fresh", "MemoryProvider", "Then", "as_provider"]
+
+T = TypeVar("T")
 
 Then = Callable[[int, Mapping[str, str | None]], tuple[Mapping[str, str], Collection[str]]]
 """``then(new_counter_value, values_read) -> (items to store, keys to delete)``."""
@@ -60,6 +62,10 @@ class MemoryProvider(ABC):
       provider whose override takes two steps (Redis: a script, then a compare-and-set)
       declares ``False``: a writer that stalls between them can have its episode land below
       the ring, where only ``sweep()`` finds it.
+    * ``recall_index`` (default ``False``): the store keeps the recall index beside the log,
+      in the same atomic step as every write, and answers :meth:`read_index` (SQLite,
+      Redis). A memory on it recalls without reading the whole log; on any other provider
+      it keeps the index in its own process.
 
     Keys and values are ``str``. A provider that stores bytes returns bytes that are not UTF-8
     decoded with ``surrogateescape`` (lone surrogates U+DC80..U+DCFF) rather than raising, and
@@ -76,6 +82,7 @@ class MemoryProvider(ABC):
 
     shared_across_processes: ClassVar[bool] = False
     atomic_increment_and_write: ClassVar[bool] = True
+    recall_index: ClassVar[bool] = False
 
     # --- the contract: what every provider implements ----------------------------------
 
@@ -118,6 +125,13 @@ class MemoryProvider(ABC):
         Every memory asks once, and logs and counts each answer; the default knows of
         nothing."""
         return []
+
+    async def read_index(self, prefix: str, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(reader)`` off the event loop, on one consistent state of the store, with
+        an :class:`~deepcrew_episodic._index.IndexReader` for the namespace whose keys start
+        with *prefix*; return what it returns. Only for a provider that declares
+        ``recall_index``."""
+        raise ConfigurationError(f"{type(self).__name__} keeps no recall index in the store")
 
     # --- built on the contract: override to save round trips ----------------------------
 

@@ -41,12 +41,13 @@ import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
 from .._redact import safe_message
+from . import _sqlite_index as index
 from ._base import (
     Fresh,
     MemoryProvider,
@@ -66,7 +67,7 @@ T = TypeVar("T")
 
 # "DCEP" in PRAGMA application_id marks a database as ours; user_version is its schema.
 _APPLICATION_ID = 0x44434550
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
 _SCHEMA = "CREATE TABLE kv (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID"
 # Version 2: the log is append-only in the schema, not only in the code. An episode's record
 # (episodic:<namespace>:e:<seq>) and a grade's (…:g:<n>) can be written once and deleted (forget,
@@ -78,6 +79,7 @@ _APPEND_ONLY = (
     "BEGIN SELECT RAISE(ABORT, 'episodes and grades are append-only: a stored one is never "
     "rewritten'); END"
 )
+# Version 3: the recall index (see _sqlite_index.py), in tables of its own beside kv.
 # SQLite's primary result codes for a file that is not a database, or a damaged one.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -94,6 +96,10 @@ class SQLiteMemoryProvider(MemoryProvider):
     timeout:
         Seconds a write waits for another process's write to finish before it fails with
         :class:`StorageError`.
+    progress:
+        Called as ``progress(done, total)`` while a store written by an older version is
+        indexed for recall on first open (the command line draws a bar with it); the store is
+        usable throughout, and a kill loses no more than the batch under way.
     fsync:
         Flush every commit to the disk before it returns (``synchronous=FULL``), so it
         survives a power loss as well as a crash. Off (the default, ``synchronous=NORMAL``),
@@ -109,15 +115,22 @@ class SQLiteMemoryProvider(MemoryProvider):
 
     shared_across_processes = True
     atomic_increment_and_write = True
+    recall_index = True
 
     def __init__(
-        self, path: str | os.PathLike[str], *, timeout: float = 30.0, fsync: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 30.0,
+        fsync: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
         if timeout <= 0:
             raise ConfigurationError(f"timeout must be > 0 seconds, not {timeout!r}")
         self._path = Path(store_path(path))
         self._timeout = float(timeout)
         self._fsync = fsync
+        self._progress = progress
         # One connection per provider, used by one worker thread at a time.
         self._mutex = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -205,6 +218,7 @@ class SQLiteMemoryProvider(MemoryProvider):
                     if differs(row[0] if row else None, value):
                         return False
                 _apply(conn, pairs, doomed)
+                index.index_pending(conn)
             if doomed:
                 self._checkpoint(conn)
             return True
@@ -235,9 +249,30 @@ class SQLiteMemoryProvider(MemoryProvider):
             with _transaction(conn):
                 value, items, delete = next_step(key, get, then, initial, repair, read, fresh)
                 _apply(conn, *_bound_change(items, delete))
+                index.index_pending(conn)
                 return value
 
         return await self._run("increment", run)
+
+    async def read_index(self, prefix: str, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(reader)`` in the worker thread on one snapshot of the store, with an
+        :class:`~deepcrew_episodic._index.IndexReader` for the namespace whose keys start
+        with *prefix* (``episodic:<ns>:``). Records written outside the library since the last
+        write are indexed first."""
+        ns = prefix[len("episodic:") : -1]
+
+        def run(conn: sqlite3.Connection) -> T:
+            if index.pending(conn):
+                with _transaction(conn):
+                    index.index_pending(conn)
+            # One read transaction: every read of the search sees the same snapshot.
+            conn.execute("BEGIN")
+            try:
+                return fn(index.SQLiteIndexReader(conn, ns))
+            finally:
+                conn.execute("ROLLBACK")
+
+        return await self._run("recall", run)
 
     async def aclose(self) -> None:
         def run() -> None:
@@ -317,11 +352,26 @@ class SQLiteMemoryProvider(MemoryProvider):
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._fsync else 'NORMAL'}")
             conn.execute("PRAGMA secure_delete = ON")  # a deleted value is zeroed, not left
+            self._catch_up(conn)
         except BaseException:
             conn.close()
             raise
         self._conn, self._pid = conn, os.getpid()
         return conn
+
+    def _catch_up(self, conn: sqlite3.Connection) -> None:
+        """Index the records queued by an upgrade, a batch per transaction (a kill loses one
+        batch's work; the rest stays queued for the next open)."""
+        total = left = index.pending(conn)
+        if not left:
+            return
+        log.info("sqlite %s: indexing %d records for recall", self._path, total)
+        while left:
+            with _transaction(conn):
+                index.index_pending(conn, index.BATCH)
+                left = index.pending(conn)
+            if self._progress is not None:
+                self._progress(total - left, total)
 
     def _check_schema(self, conn: sqlite3.Connection) -> None:
         """Create our table in an empty database; refuse a database that is not ours."""
@@ -340,11 +390,17 @@ class SQLiteMemoryProvider(MemoryProvider):
                     )
                 conn.execute(_SCHEMA)
                 conn.execute(_APPEND_ONLY)
+                for statement in index.TABLES:
+                    conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-            elif app == _APPLICATION_ID and version == 1:
-                # A store of version 1 gains the trigger in place; nothing else changed.
+            elif app == _APPLICATION_ID and version in (1, 2):
+                # An older store gains in place what it lacks: the append-only trigger (1),
+                # the index tables, with every record queued to be indexed (_catch_up).
                 conn.execute(_APPEND_ONLY)
+                for statement in index.TABLES:
+                    conn.execute(statement)
+                conn.execute(index.QUEUE_EVERY_RECORD)
                 conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             elif app != _APPLICATION_ID:
                 raise ConfigurationError(

@@ -1,0 +1,380 @@
+"""The recall index kept in the store: what a store holds of each episode, and the search over it.
+
+A provider that declares ``recall_index`` (SQLite, Redis) keeps, beside the episode log and in
+the same atomic step as each write, what ranking needs of every episode: its terms (the
+postings, by length class and time), the facts the filters and retention look at, and its
+grades. A fresh process then reads only what a query touches: the counts of the query's terms,
+the newest postings of each term until nothing left could enter the top k, the facts of the
+episodes it scores, and the records of the k it returns.
+
+This module is the library's side of that contract, shared by every such provider:
+
+* :func:`index_row` turns a stored record into what the store keeps of it (one function, so
+  that every provider indexes the same terms with the same times);
+* :class:`IndexReader` is what a provider hands the search: small synchronous reads, run in
+  the provider's worker thread, never on the event loop;
+* :class:`StoreIndex` is the search itself: :class:`~deepcrew_episodic._recall.Postings` over
+  lazy mappings, so the store returns exactly the episodes, scores and parts the in-process
+  index returns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+from ._episode import Episode, parse_time, run_key
+from ._grade import Grade, deciding, graded
+from ._recall import DEFAULT_FIELDS, LENGTH_CAP, RECENCY_WEIGHT, Postings, episode_terms, rank_key
+
+__all__ = ["IndexReader", "IndexRow", "StoreIndex", "index_row"]
+
+UNDATED = -math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """What a store keeps of one episode record, beside the record (``None`` fields: absent).
+
+    ``when`` is the episode's own time (``None``: no usable timestamp; the store then files it
+    under the time of the episode before it, as the in-process index does)."""
+
+    episode_id: str
+    timestamp: str
+    when: float | None
+    outcome: str
+    source: str
+    terms: tuple[str, ...]
+    size: int
+    tags: tuple[str, ...]
+    forget_at: float | None
+    run: str
+    conversation: str
+
+    def terms_json(self) -> str:
+        return json.dumps(self.terms, ensure_ascii=False)
+
+    def tags_json(self) -> str:
+        return json.dumps(self.tags, ensure_ascii=False)
+
+
+def index_row(raw: str) -> IndexRow | None:
+    """What the store keeps of the stored record *raw* (``None``: it cannot be decoded, and
+    every read path skips it). The terms are those of the default recall fields."""
+    from ._log import decode_entry  # the one decoder of stored records
+
+    try:
+        episode = decode_entry(raw)
+    except ValueError:
+        return None
+    found = sorted(episode_terms(episode, DEFAULT_FIELDS))
+    return IndexRow(
+        episode.id,
+        episode.timestamp,
+        _time_or_none(episode.timestamp),
+        episode.outcome,
+        episode.outcome_source,
+        tuple(found),
+        min(len(found), LENGTH_CAP),
+        tuple(sorted({t.casefold() for t in episode.tags})),
+        _time_or_none(episode.forget_after),
+        run_key(episode),
+        episode.conversation_id,
+    )
+
+
+def _time_or_none(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the store keeps of one episode, as read back (see :meth:`IndexReader.facts`)."""
+
+    seq: int
+    episode_id: str
+    timestamp: str
+    when: float  # the time it ranks and expires by (UNDATED: none known)
+    outcome: str
+    source: str
+    size: int
+    terms: frozenset[str]
+    tags: frozenset[str]
+    forget_at: float | None
+    run: str
+    conversation: str
+    graded: int  # how many grade records name its id
+
+
+class IndexReader(Protocol):
+    """The reads a store answers for one namespace, synchronously, inside the provider's worker
+    thread (so a search is one trip to it, whatever it reads)."""
+
+    def counts(self, terms: Sequence[str]) -> dict[str, dict[int, int]]:
+        """term -> length class -> how many indexed episodes hold it (absent terms left out)."""
+
+    def postings(
+        self, term: str, size: int, limit: int, before: tuple[float, int] | None
+    ) -> list[tuple[float, int]]:
+        """Up to *limit* ``(when, seq)`` of the term's class, newest first, strictly before
+        *before* in that order (``None``: from the newest)."""
+
+    def matches(self, terms: Sequence[str]) -> Counter[int]:
+        """seq -> how many of *terms* it holds, for every episode holding one."""
+
+    def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
+        """The facts of the indexed, decodable episodes among *seqs*."""
+
+    def grades(self, episode_id: str) -> list[str]:
+        """The stored grade records of *episode_id*, oldest first."""
+
+    def records(self, seqs: Sequence[int]) -> dict[int, str]:
+        """The stored records of *seqs* (the log's ``e:<seq>`` values)."""
+
+    def uses(self, seqs: Sequence[int]) -> dict[int, int]:
+        """How many times each of *seqs* was used (the log's ``u:<seq>`` counters)."""
+
+    def run(self, run: str) -> list[int]:
+        """The seqs of the episodes of *run* (a run_key), oldest first."""
+
+
+class _Tail:
+    """One length class of one term's postings, read from the newest end on demand.
+
+    ``whens`` and ``seqs`` look like the in-process bucket's lists (oldest first, indexed
+    from the end as the search reads them); rows are fetched in chunks that double, so a
+    search that stops after a few dozen visits reads a few dozen rows."""
+
+    __slots__ = ("_read", "_size", "_term", "n", "rows", "seqs", "whens")
+
+    def __init__(self, reader: IndexReader, term: str, size: int, n: int) -> None:
+        self._read = reader
+        self._term, self._size = term, size
+        self.n = n
+        self.rows: list[tuple[float, int]] = []  # newest first
+        self.whens = _Column(self, 0)
+        self.seqs = _Column(self, 1)
+
+    def load(self, i: int) -> None:
+        """Make position *i* (oldest first) readable."""
+        want = self.n - i  # rows needed from the newest end
+        while len(self.rows) < want:
+            chunk = max(64, len(self.rows))
+            before = self.rows[-1] if self.rows else None
+            got = self._read.postings(self._term, self._size, chunk, before)
+            if not got:
+                raise StaleIndexError(
+                    f"the index counts {self.n} episodes under {self._term!r} but holds "
+                    f"{len(self.rows)}"
+                )
+            self.rows.extend(got)
+
+
+class _Column(Sequence[Any]):
+    __slots__ = ("_of", "_tail")
+
+    def __init__(self, tail: _Tail, of: int) -> None:
+        self._tail, self._of = tail, of
+
+    def __len__(self) -> int:
+        return self._tail.n
+
+    def __getitem__(self, i: Any) -> Any:
+        tail = self._tail
+        if isinstance(i, slice):
+            start, stop, step = i.indices(tail.n)
+            if start < stop:
+                tail.load(start)
+            return [tail.rows[tail.n - 1 - j][self._of] for j in range(start, stop, step)]
+        if i < 0:
+            i += tail.n
+        if not 0 <= i < tail.n:
+            raise IndexError(i)
+        rows = tail.rows
+        at = tail.n - 1 - i
+        if at >= len(rows):
+            tail.load(i)
+        return rows[at][self._of]
+
+    def __iter__(self) -> Iterator[Any]:
+        tail = self._tail
+        if tail.n:
+            tail.load(0)
+        for row in reversed(tail.rows):
+            yield row[self._of]
+
+
+class StaleIndexError(Exception):
+    """The store's index disagrees with itself (edited behind the library's back): the caller
+    rebuilds it, or reads the log in process instead."""
+
+
+@dataclass(slots=True)
+class _StoreEntry:
+    facts: Facts
+    outcome: str  # rank_key of the graded outcome
+    graded_as: tuple[str, str]  # the graded outcome and source
+    grades: tuple[Grade, ...]
+    _index: StoreIndex
+
+    @property
+    def terms(self) -> frozenset[str]:
+        return self.facts.terms
+
+    @property
+    def size(self) -> int:
+        return self.facts.size
+
+    @property
+    def when(self) -> float:
+        return self.facts.when
+
+    @property
+    def episode(self) -> Episode:
+        return self._index.episode(self.facts.seq)
+
+
+class _Entries(Mapping[int, _StoreEntry]):
+    """seq -> entry, read from the store the first time a search asks (and kept for the
+    rest of that search)."""
+
+    def __init__(self, index: StoreIndex) -> None:
+        self._index = index
+        self._got: dict[int, _StoreEntry | None] = {}
+
+    def _fetch(self, seq: int) -> _StoreEntry | None:
+        got = self._got
+        if seq not in got:
+            index = self._index
+            found = index.reader.facts([seq]).get(seq)
+            got[seq] = None if found is None or seq not in index.live else index.entry(found)
+        return got[seq]
+
+    def __getitem__(self, seq: int) -> _StoreEntry:
+        found = self._fetch(seq)
+        if found is None:
+            raise KeyError(seq)
+        return found
+
+    def __contains__(self, seq: object) -> bool:
+        return isinstance(seq, int) and self._fetch(seq) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([s for s, e in self._got.items() if e is not None])
+
+    def __len__(self) -> int:
+        return sum(1 for e in self._got.values() if e is not None)
+
+
+class StoreIndex(Postings):
+    """The search over a store's index for one query, inside the provider's worker thread.
+
+    *live* is the range of sequence numbers the memory shows (its view of the ring): an
+    episode outside it is indexed but never returned, exactly as the in-process index never
+    holds it. Everything read is kept for the rest of this search only; nothing outlives it.
+    """
+
+    def __init__(
+        self,
+        reader: IndexReader,
+        live: range,
+        *,
+        recency_weight: float = RECENCY_WEIGHT,
+    ) -> None:
+        self.reader = reader
+        self.live = live
+        self.fields = DEFAULT_FIELDS
+        self.length_cap = LENGTH_CAP
+        self.recency_weight = recency_weight
+        self._entries = cast("Mapping[int, Any]", _Entries(self))
+        self._postings = {}
+        self._df = {}
+        self._episodes: dict[int, Episode] = {}
+        self._uses: dict[int, int] = {}
+
+    def _prepare(self, q_terms: frozenset[str] | set[str]) -> None:
+        counts = self.reader.counts(sorted(t for t in q_terms if t not in self._postings))
+        postings = cast("dict[str, Any]", self._postings)
+        df = cast("dict[str, int]", self._df)
+        for term, sizes in counts.items():
+            postings[term] = {s: _Tail(self.reader, term, s, n) for s, n in sizes.items() if n}
+            df[term] = sum(sizes.values())
+
+    def _count(self, ordered: Sequence[str]) -> Counter[int]:
+        return self.reader.matches(ordered)
+
+    # --- what the memory's filters and ranking rules read ------------------------------------
+
+    def entry(self, facts: Facts) -> _StoreEntry:
+        grades: tuple[Grade, ...] = ()
+        outcome, source = facts.outcome, facts.source
+        if facts.graded:
+            grades = tuple(_grades(self.reader.grades(facts.episode_id)))
+            face = cast("Episode", _Face(facts.outcome, facts.source, facts.timestamp))
+            grade = deciding(face, grades)
+            if grade is not None:
+                outcome, source = grade.reads_as
+        return _StoreEntry(facts, rank_key(outcome, source), (outcome, source), grades, self)
+
+    def __contains__(self, seq: object) -> bool:
+        return seq in self._entries
+
+    def facts(self, seq: int) -> _StoreEntry | None:
+        entries = cast("_Entries", self._entries)
+        return entries._fetch(seq)
+
+    def when(self, seq: int) -> float:
+        when: float = self._entries[seq].when
+        return when
+
+    def episode(self, seq: int) -> Episode:
+        """The episode *seq* as its grades make it (read once per search)."""
+        found = self._episodes.get(seq)
+        if found is None:
+            from ._log import decode_entry
+
+            raw = self.reader.records([seq]).get(seq)
+            if raw is None:
+                raise StaleIndexError(f"the index holds episode {seq}, the log does not")
+            try:
+                episode = decode_entry(raw)
+            except ValueError:
+                raise StaleIndexError(f"episode {seq} no longer decodes") from None
+            entry = self.facts(seq)
+            grades = entry.grades if entry is not None else ()
+            found = self._episodes[seq] = graded(episode, grades)
+        return found
+
+    def uses(self, seq: int) -> int:
+        if seq not in self._uses:
+            self._uses.update({seq: 0, **self.reader.uses([seq])})
+        return self._uses[seq]
+
+    def run(self, run: str) -> list[int]:
+        return [s for s in self.reader.run(run) if s in self.live]
+
+
+@dataclass(frozen=True, slots=True)
+class _Face:
+    """The parts of an episode that decide which of its grades applies."""
+
+    outcome: str
+    outcome_source: str
+    timestamp: str
+
+
+def _grades(records: Sequence[str]) -> Iterator[Grade]:
+    for raw in records:
+        try:
+            yield Grade.from_json(raw)
+        except ValueError:
+            continue  # counted where the log reads grades (a sync); skipped here as there

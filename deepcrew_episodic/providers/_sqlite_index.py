@@ -1,0 +1,361 @@
+"""The recall index in a SQLite store: tables kept in the same transaction as every write.
+
+Tables (``ns`` is the namespace as it appears in the log's keys)::
+
+    ix_episode(key, ns, seq, episode_id, timestamp, recorded, outcome, source, size, terms,
+               tags, forget_at, run, conversation, graded, corrupt)
+        one row per episode record (``episodic:<ns>:e:<seq>``): what ranking, the filters and
+        retention read of it; ``recorded`` is the time it ranks by (its timestamp, or for one
+        without a usable timestamp the time of the episode before it).
+    ix_term(ns, term, size, recorded, seq)
+        the postings: one row per term of an episode's default recall fields, in the order a
+        search reads them (newest first within a term and length class).
+    ix_count(ns, term, size, n)
+        how many postings each term and length class has (kept by triggers, exact).
+    ix_grade(key, ns, n, episode_id, record)
+        one row per grade record (``episodic:<ns>:g:<n>``).
+    ix_pending(key)
+        records written but not indexed yet.
+
+How it stays consistent with the log, whoever writes it: triggers on the ``kv`` table put every
+inserted episode or grade key in ``ix_pending`` and drop the rows of a deleted one, so nothing
+written or deleted through SQL (this library, another version of it, a hand edit in the
+``sqlite3`` shell) escapes them. The terms need Python (stemming), so every write transaction of
+the provider indexes what is pending before it commits; a reader that finds rows pending (a
+write made outside the library) indexes them before it searches. An upgrade from a store
+without the index queues every record and indexes them in batches, each its own transaction:
+a kill between two leaves the rest queued, never a half-built index in use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from .._index import Facts, index_row
+
+TABLES = (
+    "CREATE TABLE IF NOT EXISTS ix_episode (key TEXT PRIMARY KEY NOT NULL, ns TEXT NOT NULL, "
+    "seq INTEGER NOT NULL, episode_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
+    "recorded REAL NOT NULL, outcome TEXT NOT NULL, source TEXT NOT NULL, "
+    "size INTEGER NOT NULL, terms TEXT NOT NULL, tags TEXT NOT NULL, forget_at REAL, "
+    "run TEXT NOT NULL, conversation TEXT NOT NULL, graded INTEGER NOT NULL DEFAULT 0, "
+    "corrupt INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ix_episode_seq ON ix_episode (ns, seq)",
+    "CREATE INDEX IF NOT EXISTS ix_episode_id ON ix_episode (ns, episode_id)",
+    "CREATE INDEX IF NOT EXISTS ix_episode_run ON ix_episode (ns, run, seq) WHERE run != ''",
+    "CREATE INDEX IF NOT EXISTS ix_episode_conversation ON ix_episode (ns, conversation, seq) "
+    "WHERE conversation != ''",
+    "CREATE INDEX IF NOT EXISTS ix_episode_recorded ON ix_episode (ns, recorded)",
+    "CREATE TABLE IF NOT EXISTS ix_term (ns TEXT NOT NULL, term TEXT NOT NULL, "
+    "size INTEGER NOT NULL, recorded REAL NOT NULL, seq INTEGER NOT NULL, "
+    "PRIMARY KEY (ns, term, size, recorded, seq)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS ix_count (ns TEXT NOT NULL, term TEXT NOT NULL, "
+    "size INTEGER NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (ns, term, size)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS ix_grade (key TEXT PRIMARY KEY NOT NULL, ns TEXT NOT NULL, "
+    "n INTEGER NOT NULL, episode_id TEXT NOT NULL, record TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS ix_grade_episode ON ix_grade (ns, episode_id, n)",
+    "CREATE TABLE IF NOT EXISTS ix_pending (key TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID",
+    # Every episode or grade record inserted, by anyone, waits to be indexed.
+    "CREATE TRIGGER IF NOT EXISTS ix_record_added AFTER INSERT ON kv "
+    "WHEN new.key GLOB 'episodic:*:[eg]:[0-9]*' "
+    "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
+    # A deleted one takes its rows with it, in the same statement.
+    "CREATE TRIGGER IF NOT EXISTS ix_record_deleted AFTER DELETE ON kv "
+    "WHEN old.key GLOB 'episodic:*:[eg]:[0-9]*' BEGIN "
+    "DELETE FROM ix_term WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
+    "e.size, e.recorded, e.seq FROM ix_episode AS e, json_each(e.terms) AS j "
+    "WHERE e.key = old.key); "
+    "DELETE FROM ix_episode WHERE key = old.key; "
+    "DELETE FROM ix_grade WHERE key = old.key; "
+    "DELETE FROM ix_pending WHERE key = old.key; END",
+    "CREATE TRIGGER IF NOT EXISTS ix_posting_added AFTER INSERT ON ix_term BEGIN "
+    "INSERT INTO ix_count (ns, term, size, n) VALUES (new.ns, new.term, new.size, 1) "
+    "ON CONFLICT (ns, term, size) DO UPDATE SET n = n + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS ix_posting_deleted AFTER DELETE ON ix_term BEGIN "
+    "UPDATE ix_count SET n = n - 1 WHERE ns = old.ns AND term = old.term AND size = old.size; "
+    "DELETE FROM ix_count WHERE ns = old.ns AND term = old.term AND size = old.size "
+    "AND n <= 0; END",
+    "CREATE TRIGGER IF NOT EXISTS ix_grade_added AFTER INSERT ON ix_grade BEGIN "
+    "UPDATE ix_episode SET graded = graded + 1 WHERE ns = new.ns "
+    "AND episode_id = new.episode_id; END",
+    "CREATE TRIGGER IF NOT EXISTS ix_grade_deleted AFTER DELETE ON ix_grade BEGIN "
+    "UPDATE ix_episode SET graded = graded - 1 WHERE ns = old.ns "
+    "AND episode_id = old.episode_id; END",
+)
+QUEUE_EVERY_RECORD = (
+    "INSERT OR IGNORE INTO ix_pending (key) SELECT key FROM kv "
+    "WHERE key GLOB 'episodic:*:[eg]:[0-9]*'"
+)
+
+_RECORD = re.compile(r"episodic:([^:]+):([eg]):([0-9]{1,18})")
+# Records indexed per transaction while an upgrade catches up (a kill loses one batch's work).
+BATCH = 5000
+
+
+def pending(conn: sqlite3.Connection) -> int:
+    (n,) = conn.execute("SELECT count(*) FROM ix_pending").fetchone()
+    return int(n)
+
+
+def index_pending(conn: sqlite3.Connection, limit: int | None = None) -> int:
+    """Index what is pending (at most *limit* records), inside the caller's transaction; return
+    how many records were taken off the queue."""
+    sql = "SELECT p.key, kv.value FROM ix_pending AS p LEFT JOIN kv ON kv.key = p.key"
+    if limit is not None:
+        # Episodes in log order: an undated one takes the time of the one before it.
+        sql += f" ORDER BY length(p.key), p.key LIMIT {int(limit)}"
+    rows = conn.execute(sql).fetchall()
+    if not rows:
+        return 0
+    episodes: list[tuple[str, int, str, str]] = []
+    grades: list[tuple[str, str, int, str]] = []
+    for key, value in rows:
+        match = _RECORD.fullmatch(key) if isinstance(key, str) else None
+        if match is None or value is None:
+            continue
+        ns, kind, number = match.group(1), match.group(2), int(match.group(3))
+        if kind == "e":
+            episodes.append((ns, number, key, value))
+        else:
+            grades.append((key, ns, number, value))
+    episodes.sort(key=lambda e: (e[0], e[1]))
+    for ns, seq, key, value in episodes:
+        _index_episode(conn, ns, seq, key, value)
+    for key, ns, number, value in grades:
+        _index_grade(conn, key, ns, number, value)
+    conn.executemany("DELETE FROM ix_pending WHERE key = ?", [(k,) for k, _ in rows])
+    return len(rows)
+
+
+def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: str) -> None:
+    if conn.execute("SELECT 1 FROM ix_episode WHERE key = ?", (key,)).fetchone():
+        return
+    row = index_row(raw)
+    when = row.when if row is not None else None
+    if when is None:
+        before = conn.execute(
+            "SELECT recorded FROM ix_episode WHERE ns = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
+            (ns, seq),
+        ).fetchone()
+        when = float(before[0]) if before else -math.inf
+    if row is None:
+        conn.execute(
+            "INSERT INTO ix_episode (key, ns, seq, episode_id, timestamp, recorded, outcome, "
+            "source, size, terms, tags, forget_at, run, conversation, corrupt) "
+            "VALUES (?, ?, ?, '', '', ?, '', '', 0, '[]', '[]', NULL, '', '', 1)",
+            (key, ns, seq, when),
+        )
+        return
+    (graded,) = conn.execute(
+        "SELECT count(*) FROM ix_grade WHERE ns = ? AND episode_id = ?", (ns, row.episode_id)
+    ).fetchone()
+    conn.execute(
+        "INSERT INTO ix_episode (key, ns, seq, episode_id, timestamp, recorded, outcome, source, "
+        "size, terms, tags, forget_at, run, conversation, graded) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            key,
+            ns,
+            seq,
+            row.episode_id,
+            row.timestamp,
+            when,
+            row.outcome,
+            row.source,
+            row.size,
+            row.terms_json(),
+            row.tags_json(),
+            row.forget_at,
+            row.run,
+            row.conversation,
+            graded,
+        ),
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO ix_term (ns, term, size, recorded, seq) VALUES (?, ?, ?, ?, ?)",
+        [(ns, term, row.size, when, seq) for term in row.terms],
+    )
+
+
+def _index_grade(conn: sqlite3.Connection, key: str, ns: str, number: int, raw: str) -> None:
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        data = None
+    episode = data.get("episode") if isinstance(data, dict) else None
+    # An unreadable grade is kept under no episode: the read paths skip and count it.
+    conn.execute(
+        "INSERT OR IGNORE INTO ix_grade (key, ns, n, episode_id, record) VALUES (?, ?, ?, ?, ?)",
+        (key, ns, number, episode if isinstance(episode, str) else "", raw),
+    )
+
+
+class SQLiteIndexReader:
+    """:class:`~deepcrew_episodic._index.IndexReader` over one connection and namespace."""
+
+    def __init__(self, conn: sqlite3.Connection, ns: str) -> None:
+        self._conn = conn
+        self._ns = ns
+        self._prefix = f"episodic:{ns}:"
+
+    def counts(self, terms: Sequence[str]) -> dict[str, dict[int, int]]:
+        found: dict[str, dict[int, int]] = {}
+        if not terms:
+            return found
+        for term, size, n in self._conn.execute(
+            "SELECT term, size, n FROM ix_count WHERE ns = ? AND term IN "
+            "(SELECT value FROM json_each(?))",
+            (self._ns, json.dumps(list(terms), ensure_ascii=False)),
+        ):
+            found.setdefault(term, {})[int(size)] = int(n)
+        return found
+
+    def postings(
+        self, term: str, size: int, limit: int, before: tuple[float, int] | None
+    ) -> list[tuple[float, int]]:
+        if before is None:
+            cursor = self._conn.execute(
+                "SELECT recorded, seq FROM ix_term WHERE ns = ? AND term = ? AND size = ? "
+                "ORDER BY recorded DESC, seq DESC LIMIT ?",
+                (self._ns, term, size, limit),
+            )
+        else:
+            cursor = self._conn.execute(
+                "SELECT recorded, seq FROM ix_term WHERE ns = ? AND term = ? AND size = ? "
+                "AND (recorded, seq) < (?, ?) ORDER BY recorded DESC, seq DESC LIMIT ?",
+                (self._ns, term, size, before[0], before[1], limit),
+            )
+        return [(float(w), int(s)) for w, s in cursor]
+
+    def matches(self, terms: Sequence[str]) -> Counter[int]:
+        return Counter(
+            dict(
+                self._conn.execute(
+                    "SELECT seq, count(*) FROM ix_term WHERE ns = ? AND term IN "
+                    "(SELECT value FROM json_each(?)) GROUP BY seq",
+                    (self._ns, json.dumps(list(terms), ensure_ascii=False)),
+                ).fetchall()
+            )
+        )
+
+    def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
+        if len(seqs) == 1:
+            rows = self._conn.execute(_FACTS + "seq = ?", (self._ns, seqs[0])).fetchall()
+        else:
+            rows = self._conn.execute(
+                _FACTS + "seq IN (SELECT value FROM json_each(?))", (self._ns, json.dumps(seqs))
+            ).fetchall()
+        return {int(r[0]): _facts(r) for r in rows}
+
+    def grades(self, episode_id: str) -> list[str]:
+        return [
+            r[0]
+            for r in self._conn.execute(
+                "SELECT record FROM ix_grade WHERE ns = ? AND episode_id = ? ORDER BY n",
+                (self._ns, episode_id),
+            )
+        ]
+
+    def records(self, seqs: Sequence[int]) -> dict[int, str]:
+        found: dict[int, str] = {}
+        for seq in seqs:
+            row = self._conn.execute(
+                "SELECT value FROM kv WHERE key = ?", (f"{self._prefix}e:{seq}",)
+            ).fetchone()
+            if row is not None and row[0]:
+                found[seq] = row[0]
+        return found
+
+    def uses(self, seqs: Sequence[int]) -> dict[int, int]:
+        found: dict[int, int] = {}
+        for seq in seqs:
+            row = self._conn.execute(
+                "SELECT value FROM kv WHERE key = ?", (f"{self._prefix}u:{seq}",)
+            ).fetchone()
+            if row is not None and _DIGITS.fullmatch(row[0] or ""):
+                found[seq] = int(row[0])
+        return found
+
+    def run(self, run: str) -> list[int]:
+        return [
+            int(r[0])
+            for r in self._conn.execute(
+                "SELECT seq FROM ix_episode WHERE ns = ? AND run = ? AND run != '' ORDER BY seq",
+                (self._ns, run),
+            )
+        ]
+
+    def conversation(self, conversation: str) -> list[int]:
+        return [
+            int(r[0])
+            for r in self._conn.execute(
+                "SELECT seq FROM ix_episode WHERE ns = ? AND conversation = ? "
+                "AND conversation != '' AND corrupt = 0 ORDER BY seq",
+                (self._ns, conversation),
+            )
+        ]
+
+    def with_id(self, episode_id: str) -> list[int]:
+        return [
+            int(r[0])
+            for r in self._conn.execute(
+                "SELECT seq FROM ix_episode WHERE ns = ? AND episode_id = ? AND corrupt = 0",
+                (self._ns, episode_id),
+            )
+        ]
+
+    def newest_after(self, start: int, when: float) -> bool:
+        """Whether an episode at or past *start* ranks by a time after *when* (a timestamp
+        in the future: the in-process index files it under the episode before it)."""
+        row = self._conn.execute(
+            "SELECT 1 FROM ix_episode WHERE ns = ? AND recorded > ? AND seq >= ? LIMIT 1",
+            (self._ns, when, start),
+        ).fetchone()
+        return row is not None
+
+    def corrupt(self, live: range) -> list[int]:
+        return [
+            int(r[0])
+            for r in self._conn.execute(
+                "SELECT seq FROM ix_episode WHERE ns = ? AND corrupt = 1 AND seq >= ? AND seq < ?",
+                (self._ns, live.start, live.stop),
+            )
+        ]
+
+    def value(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+
+_FACTS = (
+    "SELECT seq, episode_id, timestamp, recorded, outcome, source, size, terms, tags, "
+    "forget_at, run, conversation, graded FROM ix_episode WHERE corrupt = 0 AND ns = ? AND "
+)
+_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+def _facts(r: Sequence[object]) -> Facts:
+    forget = r[9]
+    return Facts(
+        int(r[0]),  # type: ignore[call-overload]
+        str(r[1]),
+        str(r[2]),
+        float(r[3]),  # type: ignore[arg-type]
+        str(r[4]),
+        str(r[5]),
+        int(r[6]),  # type: ignore[call-overload]
+        frozenset(json.loads(str(r[7]))),
+        frozenset(json.loads(str(r[8]))),
+        None if forget is None else float(forget),  # type: ignore[arg-type]
+        str(r[10]),
+        str(r[11]),
+        int(r[12]),  # type: ignore[call-overload]
+    )
+
+
+Progress = Callable[[int, int], None]
