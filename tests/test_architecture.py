@@ -17,6 +17,8 @@ CORE = {
     "_unicode",
     "_redact",
     "_recall",
+    "_ranking",
+    "_index",
     "_render",
     "_log",
     "_memory",

@@ -98,7 +98,7 @@ async def test_a_store_of_the_first_schema_gains_the_trigger(tmp_path: Path) -> 
         assert [e.query for e in await EpisodicMemory(backend).load()] == ["x"]
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute("UPDATE kv SET value = 'y' WHERE key = 'episodic:default:e:1'")
     finally:
