@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -107,8 +107,8 @@ class Facts:
     outcome: str
     source: str
     size: int
-    terms: frozenset[str]
-    tags: frozenset[str]
+    terms: frozenset[str]  # those of the query's terms it holds (what the search reads)
+    tags: str  # its tags, case-folded, as a JSON list (decoded only for a tags filter)
     forget_at: float | None
     run: str
     conversation: str
@@ -118,6 +118,12 @@ class Facts:
 class IndexReader(Protocol):
     """The reads a store answers for one namespace, synchronously, inside the provider's worker
     thread (so a search is one trip to it, whatever it reads)."""
+
+    def set_query(self, terms: Collection[str]) -> None:
+        """The query's terms: :meth:`facts` reports which of them each episode holds."""
+
+    def any_run(self, live: range) -> bool:
+        """Whether an episode in *live* belongs to a run."""
 
     def counts(self, terms: Sequence[str]) -> dict[str, dict[int, int]]:
         """term -> length class -> how many indexed episodes hold it (absent terms left out)."""
@@ -154,10 +160,12 @@ class _Tail:
     from the end as the search reads them); rows are fetched in chunks that double, so a
     search that stops after a few dozen visits reads a few dozen rows."""
 
-    __slots__ = ("_read", "_size", "_term", "n", "rows", "seqs", "whens")
+    __slots__ = ("_read", "_size", "_term", "at", "index", "n", "rows", "seqs", "whens")
 
-    def __init__(self, reader: IndexReader, term: str, size: int, n: int) -> None:
-        self._read = reader
+    def __init__(self, index: StoreIndex, term: str, size: int, n: int) -> None:
+        self.index = index
+        self._read = index.reader
+        self.at = 0
         self._term, self._size = term, size
         self.n = n
         self.rows: list[tuple[float, int]] = []  # newest first
@@ -203,6 +211,9 @@ class _Column(Sequence[Any]):
         at = tail.n - 1 - i
         if at >= len(rows):
             tail.load(i)
+        if self._of:
+            tail.at = at  # the entry the search reads next is this one's (see _Entries)
+            tail.index.cursor = tail
         return rows[at][self._of]
 
     def __iter__(self) -> Iterator[Any]:
@@ -211,6 +222,10 @@ class _Column(Sequence[Any]):
             tail.load(0)
         for row in reversed(tail.rows):
             yield row[self._of]
+
+
+# How many entries a bucket's walk reads facts for in one trip.
+_AHEAD = 48
 
 
 class StaleIndexError(Exception):
@@ -255,8 +270,18 @@ class _Entries(Mapping[int, _StoreEntry]):
         got = self._got
         if seq not in got:
             index = self._index
-            found = index.reader.facts([seq]).get(seq)
-            got[seq] = None if found is None or seq not in index.live else index.entry(found)
+            wanted = [seq]
+            tail = index.cursor
+            if tail is not None and tail.at < len(tail.rows) and tail.rows[tail.at][1] == seq:
+                # The search walks a bucket from its newest end: read the facts of the next
+                # ones with this one, in one trip.
+                wanted += [s for _, s in tail.rows[tail.at + 1 : tail.at + _AHEAD]]
+            found = index.reader.facts(wanted)
+            for s in wanted:
+                if s not in got:
+                    facts = found.get(s)
+                    live = facts is not None and s in index.live
+                    got[s] = index.entry(facts) if live and facts is not None else None
         return got[seq]
 
     def __getitem__(self, seq: int) -> _StoreEntry:
@@ -283,6 +308,10 @@ class StoreIndex(Postings):
     holds it. Everything read is kept for the rest of this search only; nothing outlives it.
     """
 
+    # A visit reads an episode's facts (a query, batched); counting reads bare seqs. So a
+    # long scan switches to counting sooner than in process (see _recall.py).
+    _count_ratio = 40
+
     def __init__(
         self,
         reader: IndexReader,
@@ -300,13 +329,20 @@ class StoreIndex(Postings):
         self._df = {}
         self._episodes: dict[int, Episode] = {}
         self._uses: dict[int, int] = {}
+        self._query: frozenset[str] = frozenset()
+        self.cursor: _Tail | None = None  # the bucket the search read a seq from last
 
     def _prepare(self, q_terms: frozenset[str] | set[str]) -> None:
+        if self._query != q_terms:
+            self._query = frozenset(q_terms)
+            self.reader.set_query(self._query)
+            cast("_Entries", self._entries)._got.clear()
+            self._episodes.clear()
         counts = self.reader.counts(sorted(t for t in q_terms if t not in self._postings))
         postings = cast("dict[str, Any]", self._postings)
         df = cast("dict[str, int]", self._df)
         for term, sizes in counts.items():
-            postings[term] = {s: _Tail(self.reader, term, s, n) for s, n in sizes.items() if n}
+            postings[term] = {s: _Tail(self, term, s, n) for s, n in sizes.items() if n}
             df[term] = sum(sizes.values())
 
     def _count(self, ordered: Sequence[str]) -> Counter[int]:

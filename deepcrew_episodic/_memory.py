@@ -345,8 +345,7 @@ class EpisodicMemory:
         if not stored.id:
             stored.id = new_id()
         else:
-            await self._sync()
-            if stored.id in self._ids:
+            if await self._stored_id(stored.id):
                 raise InvalidEpisodeError(
                     f"an episode with id {safe_message(stored.id, 140)!r} is already stored in "
                     f"namespace {escape_hidden(self.namespace)!r}; record a copy without the "
@@ -557,12 +556,57 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"conversation_id must be a non-empty string, not {shown(conversation_id)}"
             )
+        if self._reads_store():
+            found = await self._latest_in_store(conversation_id)
+            if found is None or isinstance(found, Episode):
+                return found
         await self._sync()
         now = self._clock()
         for seq in reversed(self._conversations.get(conversation_id, [])):
             if seq in self._known and not self._expired(seq, now):
                 return self._view(self._log.episode(seq)).copy()
         return None
+
+    async def _stored_id(self, episode_id: str) -> bool:
+        """Whether this memory shows an episode with id *episode_id* (record() refuses to
+        store a second one)."""
+        if self._reads_store():
+            head = await self._log.read_head()
+            if head.legacy is None:
+                live = self._log.live_range(head)
+
+                def run(reader: Any) -> bool:
+                    return any(seq in live for seq in reader.with_id(episode_id))
+
+                return await self._provider.read_index(self._log.prefix, run)
+        await self._sync()
+        return episode_id in self._ids
+
+    async def _latest_in_store(self, conversation_id: str) -> Episode | None | bool:
+        """latest() read from the store's index (``False``: read the log in process)."""
+        from ._index import StaleIndexError, StoreIndex
+
+        head = await self._log.read_head()
+        if head.legacy is not None:
+            return False
+        live = self._log.live_range(head)
+        now = self._clock()
+
+        def run(reader: Any) -> Episode | None | bool:
+            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
+                return False
+            index = StoreIndex(reader, live)
+            view = _StoreView(self, index, False)
+            for seq in reversed(reader.conversation(conversation_id)):
+                if seq in live and view.indexed(seq) and not view.expired(seq, now):
+                    return view.episode(seq).copy()
+            return None
+
+        try:
+            found: Episode | None | bool = await self._provider.read_index(self._log.prefix, run)
+        except StaleIndexError:
+            return False
+        return found
 
     @classmethod
     async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:
@@ -1009,7 +1053,7 @@ class EpisodicMemory:
             if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
                 return None
             index = StoreIndex(reader, live)
-            view = _StoreView(self, index, head.uses is not None)
+            view = _StoreView(self, index, head.uses is not None, reader.any_run(live))
             found, under = keyword_ranking(
                 view,
                 index,
@@ -1907,19 +1951,20 @@ class _ProcessView:
 class _StoreView:
     """The ranking rules' view of a store's index, for one search (see _index.py)."""
 
-    __slots__ = ("_index", "_memory", "_used", "reinforce")
+    __slots__ = ("_index", "_memory", "_runs", "_used", "reinforce")
 
-    def __init__(self, memory: EpisodicMemory, index: Any, used: bool) -> None:
+    def __init__(self, memory: EpisodicMemory, index: Any, used: bool, runs: bool = True) -> None:
         self._memory = memory
         self._index = index
         self._used = used
+        self._runs = runs
         self.reinforce = memory._reinforce
 
     def any_uses(self) -> bool:
         return self._used
 
     def any_runs(self) -> bool:
-        return True  # not known without a read; the rules are exact either way
+        return self._runs  # a run in view (of one iteration or more: exact either way)
 
     def uses(self, seq: int) -> int:
         found: int = self._index.uses(seq)
@@ -1951,8 +1996,9 @@ class _StoreView:
         return outcome
 
     def tags(self, seq: int) -> frozenset[str]:
-        tags: frozenset[str] = self._index.facts(seq).facts.tags
-        return tags
+        import json
+
+        return frozenset(json.loads(self._index.facts(seq).facts.tags))
 
 
 @dataclass(frozen=True, slots=True)

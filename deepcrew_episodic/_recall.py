@@ -433,6 +433,8 @@ class _Bucket:
             del self.seqs[i]
 
 
+
+
 _NEVER = -math.inf
 # A search switches to counted bounds (see ``search``) after this many visits, or after as
 # many as would cost the same as counting every posting of the query's terms (counting one
@@ -458,6 +460,8 @@ class Postings:
     _entries: Mapping[int, _Entry]
     _postings: Mapping[str, Mapping[int, _Bucket]]
     _df: Mapping[str, int]
+    # How many postings counting costs as much as one visit (see _COUNT_RATIO).
+    _count_ratio: int = _COUNT_RATIO
 
     def _prepare(self, q_terms: frozenset[str] | set[str]) -> None:
         """Make the postings of *q_terms* readable (a store reads their counts here)."""
@@ -590,7 +594,9 @@ class Postings:
         # episodes that all match the same few terms.
         counts: Counter[int] | None = None
         most_matched = len(ordered)
-        count_after = max(_LONG_SCAN, sum(map(self._df.__getitem__, ordered)) // _COUNT_RATIO)
+        count_after = max(
+            _LONG_SCAN, sum(map(self._df.__getitem__, ordered)) // self._count_ratio
+        )
         visited = 0
         theta = 0.0
         for j, term in enumerate(ordered):

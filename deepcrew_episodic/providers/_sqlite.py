@@ -32,6 +32,7 @@ How it stays correct and fast:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -343,7 +344,7 @@ class SQLiteMemoryProvider(MemoryProvider):
             isolation_level=None,  # transactions are explicit (BEGIN IMMEDIATE)
             check_same_thread=False,  # worker threads vary; self._mutex serialises use
         )
-        conn.text_factory = _text
+        conn.text_factory = _TEXT
         try:
             # Reading the header comes first: a file that is not a database, or a database
             # that is not ours, is refused before anything is written to it (even the switch
@@ -432,6 +433,10 @@ _Bound = str | bytes
 def _text(raw: bytes) -> str:
     """SQLite's text as ``str``; bytes that are not UTF-8 become lone surrogates."""
     return raw.decode("utf-8", "surrogateescape")
+
+
+# _text without a Python frame per value (a search reads thousands of them).
+_TEXT = functools.partial(str, encoding="utf-8", errors="surrogateescape")
 
 
 def _bind(text: str) -> _Bound:

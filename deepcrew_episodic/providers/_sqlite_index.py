@@ -34,7 +34,7 @@ import math
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from .._index import Facts, index_row
 
@@ -51,6 +51,7 @@ TABLES = (
     "CREATE INDEX IF NOT EXISTS ix_episode_conversation ON ix_episode (ns, conversation, seq) "
     "WHERE conversation != ''",
     "CREATE INDEX IF NOT EXISTS ix_episode_recorded ON ix_episode (ns, recorded)",
+    "CREATE INDEX IF NOT EXISTS ix_episode_corrupt ON ix_episode (ns, seq) WHERE corrupt = 1",
     "CREATE TABLE IF NOT EXISTS ix_term (ns TEXT NOT NULL, term TEXT NOT NULL, "
     "size INTEGER NOT NULL, recorded REAL NOT NULL, seq INTEGER NOT NULL, "
     "PRIMARY KEY (ns, term, size, recorded, seq)) WITHOUT ROWID",
@@ -202,6 +203,14 @@ class SQLiteIndexReader:
         self._conn = conn
         self._ns = ns
         self._prefix = f"episodic:{ns}:"
+        # The query's terms: facts carry the ones each episode holds, not all of its terms
+        # (what the search intersects them with), so a row costs what the query needs.
+        self._query = "[]"
+        self._facts: dict[int, Facts | None] = {}
+
+    def set_query(self, terms: Collection[str]) -> None:
+        self._query = json.dumps(sorted(terms), ensure_ascii=False)
+        self._facts.clear()
 
     def counts(self, terms: Sequence[str]) -> dict[str, dict[int, int]]:
         found: dict[str, dict[int, int]] = {}
@@ -230,27 +239,47 @@ class SQLiteIndexReader:
                 "AND (recorded, seq) < (?, ?) ORDER BY recorded DESC, seq DESC LIMIT ?",
                 (self._ns, term, size, before[0], before[1], limit),
             )
-        return [(float(w), int(s)) for w, s in cursor]
+        return cursor.fetchall()
 
     def matches(self, terms: Sequence[str]) -> Counter[int]:
+        # Counted here rather than by GROUP BY: fetching the bare seqs is the cheaper half.
         return Counter(
-            dict(
-                self._conn.execute(
-                    "SELECT seq, count(*) FROM ix_term WHERE ns = ? AND term IN "
-                    "(SELECT value FROM json_each(?)) GROUP BY seq",
-                    (self._ns, json.dumps(list(terms), ensure_ascii=False)),
-                ).fetchall()
+            s
+            for (s,) in self._conn.execute(
+                "SELECT seq FROM ix_term WHERE ns = ? AND term IN "
+                "(SELECT value FROM json_each(?))",
+                (self._ns, json.dumps(list(terms), ensure_ascii=False)),
             )
         )
 
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
-        if len(seqs) == 1:
-            rows = self._conn.execute(_FACTS + "seq = ?", (self._ns, seqs[0])).fetchall()
-        else:
+        known = self._facts
+        wanted = [s for s in seqs if s not in known]
+        if len(wanted) == 1:
             rows = self._conn.execute(
-                _FACTS + "seq IN (SELECT value FROM json_each(?))", (self._ns, json.dumps(seqs))
+                _FACTS + "AND seq = ?", (self._query, self._ns, wanted[0])
             ).fetchall()
-        return {int(r[0]): _facts(r) for r in rows}
+        elif wanted:
+            rows = self._conn.execute(
+                _FACTS + "AND seq IN (SELECT value FROM json_each(?))",
+                (self._query, self._ns, json.dumps(wanted)),
+            ).fetchall()
+        else:
+            rows = []
+        for seq in wanted:
+            known[seq] = None
+        for r in rows:
+            known[int(r[0])] = _facts(r)
+        return {s: f for s in seqs if (f := known.get(s)) is not None}
+
+    def any_run(self, live: range) -> bool:
+        """Whether an episode in *live* belongs to a run."""
+        row = self._conn.execute(
+            "SELECT 1 FROM ix_episode INDEXED BY ix_episode_run WHERE ns = ? AND run != '' "
+            "AND seq >= ? AND seq < ? LIMIT 1",
+            (self._ns, live.start, live.stop),
+        ).fetchone()
+        return row is not None
 
     def grades(self, episode_id: str) -> list[str]:
         return [
@@ -332,10 +361,15 @@ class SQLiteIndexReader:
         return None if row is None else str(row[0])
 
 
-_FACTS = (
-    "SELECT seq, episode_id, timestamp, recorded, outcome, source, size, terms, tags, "
-    "forget_at, run, conversation, graded FROM ix_episode WHERE corrupt = 0 AND ns = ? AND "
+# What ranking reads of an episode; of its terms, only those of the query (?1).
+_COLUMNS = (
+    "e.seq, e.episode_id, e.timestamp, e.recorded, e.outcome, e.source, e.size, "
+    "(SELECT group_concat(j.value, ' ') FROM json_each(e.terms) AS j "
+    "WHERE j.value IN (SELECT value FROM json_each(?1))), "
+    "e.tags, e.forget_at, e.run, e.conversation, e.graded"
 )
+_FACTS = f"SELECT {_COLUMNS} FROM ix_episode AS e WHERE e.corrupt = 0 AND e.ns = ?2 "
+
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
 
@@ -349,8 +383,8 @@ def _facts(r: Sequence[object]) -> Facts:
         str(r[4]),
         str(r[5]),
         int(r[6]),  # type: ignore[call-overload]
-        frozenset(json.loads(str(r[7]))),
-        frozenset(json.loads(str(r[8]))),
+        frozenset(str(r[7]).split(" ")) if r[7] else frozenset(),
+        str(r[8]),
         None if forget is None else float(forget),  # type: ignore[arg-type]
         str(r[10]),
         str(r[11]),
