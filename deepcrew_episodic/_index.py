@@ -310,7 +310,7 @@ class StoreIndex(Postings):
 
     # A visit reads an episode's facts (a query, batched); counting reads bare seqs. So a
     # long scan switches to counting sooner than in process (see _recall.py).
-    _count_ratio = 40
+    _count_ratio = 100
 
     def __init__(
         self,

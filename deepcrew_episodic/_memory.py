@@ -582,7 +582,7 @@ class EpisodicMemory:
         await self._sync()
         return episode_id in self._ids
 
-    async def _latest_in_store(self, conversation_id: str) -> Episode | None | bool:
+    async def _latest_in_store(self, conversation_id: str) -> Episode | bool | None:
         """latest() read from the store's index (``False``: read the log in process)."""
         from ._index import StaleIndexError, StoreIndex
 
@@ -592,7 +592,7 @@ class EpisodicMemory:
         live = self._log.live_range(head)
         now = self._clock()
 
-        def run(reader: Any) -> Episode | None | bool:
+        def run(reader: Any) -> Episode | bool | None:
             if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
                 return False
             index = StoreIndex(reader, live)
@@ -603,7 +603,7 @@ class EpisodicMemory:
             return None
 
         try:
-            found: Episode | None | bool = await self._provider.read_index(self._log.prefix, run)
+            found: Episode | bool | None = await self._provider.read_index(self._log.prefix, run)
         except StaleIndexError:
             return False
         return found
@@ -1267,6 +1267,10 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"grades() takes one episode id (a string) or none, not {type(episode_id).__name__}"
             )
+        if episode_id is not None and self._reads_store():
+            found = await self._grades_in_store(episode_id)
+            if found is not None:
+                return found
         await self._sync()
         if episode_id is None:
             return [g for grades in self._grades.values() for g in grades if self._applies(g)]
@@ -1344,6 +1348,29 @@ class EpisodicMemory:
             # The use counts' own counter is bumped in the same write: readers read them again.
             await self._provider.increment_and_write(self._log.uses_key, place)
         return stored
+
+    async def _grades_in_store(self, episode_id: str) -> list[Grade] | None:
+        """grades() of one episode read from the store's index (``None``: read the log)."""
+        head = await self._log.read_head()
+        if head.legacy is not None:
+            return None
+        live = self._log.live_range(head)
+
+        def run(reader: Any) -> tuple[list[str], list[str]]:
+            seqs = [s for s in reader.with_id(episode_id) if s in live]
+            stamps = [f.timestamp for f in reader.facts(seqs).values()]
+            return reader.grades(episode_id), stamps
+
+        records, stamps = await self._provider.read_index(self._log.prefix, run)
+        grades: list[Grade] = []
+        for raw in records:
+            try:
+                grades.append(Grade.from_json(raw))
+            except ValueError as exc:
+                self.counters.corrupt_records += 1
+                log.warning("episodic log %r: skipping a grade: %s", self.namespace, exc)
+        # As _applies: the grades of the episode shown, or every one when none is shown.
+        return [g for g in grades if not stamps or not g.stamp or g.stamp == stamps[-1]]
 
     def _applies(self, grade: Grade) -> bool:
         seq = self._ids.get(grade.episode_id)

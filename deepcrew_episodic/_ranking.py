@@ -203,9 +203,7 @@ def rank(
     return [(seq, _as_run(view, seq, scored, now)) for _, _, seq, scored in chosen]
 
 
-def under_floor(
-    view: View, found: Found, under: list[tuple[int, Scored]], k: int
-) -> list[Scored]:
+def under_floor(view: View, found: Found, under: list[tuple[int, Scored]], k: int) -> list[Scored]:
     """The episodes of *under* (what the last search found under the floor) that would have
     been among the top *k* beside *found*: boosted as :func:`rank` boosts, one per run, a run
     that *found* shows left out."""

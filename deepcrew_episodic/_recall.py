@@ -433,8 +433,6 @@ class _Bucket:
             del self.seqs[i]
 
 
-
-
 _NEVER = -math.inf
 # A search switches to counted bounds (see ``search``) after this many visits, or after as
 # many as would cost the same as counting every posting of the query's terms (counting one
@@ -594,9 +592,7 @@ class Postings:
         # episodes that all match the same few terms.
         counts: Counter[int] | None = None
         most_matched = len(ordered)
-        count_after = max(
-            _LONG_SCAN, sum(map(self._df.__getitem__, ordered)) // self._count_ratio
-        )
+        count_after = max(_LONG_SCAN, sum(map(self._df.__getitem__, ordered)) // self._count_ratio)
         visited = 0
         theta = 0.0
         for j, term in enumerate(ordered):
@@ -718,6 +714,7 @@ class Postings:
             ),
         )
 
+
 class RecallIndex(Postings):
     """An inverted index over the cached episodes, updated incrementally.
 
@@ -815,4 +812,3 @@ class RecallIndex(Postings):
                 self._df[term] = left
             else:
                 del self._df[term]
-

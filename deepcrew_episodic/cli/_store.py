@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -153,6 +154,9 @@ def open_store(settings: Settings, command: str) -> MemoryProvider:
 
     try:
         provider = open_provider(settings.store, create=command in CREATES)
+        sqlite = sys.modules.get("deepcrew_episodic.providers._sqlite")  # loaded for a .db
+        if sqlite is not None and isinstance(provider, sqlite.SQLiteMemoryProvider):
+            provider.progress = UpgradeBar()
         if isinstance(provider, FileMemoryProvider):
             # Nothing is open yet: the provider touches the file on its first call only.
             settings.file = provider.path
@@ -171,6 +175,30 @@ def open_store(settings: Settings, command: str) -> MemoryProvider:
         if isinstance(exc.__cause__, FileNotFoundError):
             raise CliError(f"{exc}; 'record' and 'import' create it") from None
         raise
+
+
+class UpgradeBar:
+    """What the command line shows while a store written by an older version is indexed for
+    recall on its first open: a bar on a terminal, one line at the start and one at the end
+    otherwise (a log keeps them)."""
+
+    def __init__(self) -> None:
+        self._started = False
+
+    def __call__(self, done: int, total: int) -> None:
+        tty = sys.stderr.isatty()
+        if not self._started:
+            self._started = True
+            note(f"indexing {total:,} records of this store for recall (once; it stays usable)")
+        if tty:
+            width = 30
+            filled = width * done // max(1, total)
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}")
+            if done >= total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        elif done >= total:
+            note(f"indexed {total:,} records")
 
 
 async def make_memory(
@@ -238,9 +266,16 @@ async def stored(memory: EpisodicMemory) -> list[Episode]:
     return await memory.load(include_expired=True)
 
 
+# Up to this many episodes, their grades are read one episode at a time.
+_FEW = 20
+
+
 async def grades_of(memory: EpisodicMemory, episodes: Sequence[Episode]) -> list[list[Grade]]:
     """The grades of each of *episodes*, oldest first (``[]`` for an ungraded one): one
     read of every grade, not one per episode."""
+    if len(episodes) <= _FEW:
+        # A recall's few episodes: read from the store's index, not the whole log.
+        return [await memory.grades(episode.id) for episode in episodes]
     by_id: dict[str, list[Grade]] = {}
     for grade in await memory.grades():
         by_id.setdefault(grade.episode_id, []).append(grade)

@@ -84,6 +84,8 @@ _APPEND_ONLY = (
 # SQLite's primary result codes for a file that is not a database, or a damaged one.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
+# How much of the database file reads map (address space, not memory: pages stay shared).
+_MMAP_BYTES = 1 << 30
 
 
 class SQLiteMemoryProvider(MemoryProvider):
@@ -131,7 +133,7 @@ class SQLiteMemoryProvider(MemoryProvider):
         self._path = Path(store_path(path))
         self._timeout = float(timeout)
         self._fsync = fsync
-        self._progress = progress
+        self.progress = progress
         # One connection per provider, used by one worker thread at a time.
         self._mutex = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -353,6 +355,9 @@ class SQLiteMemoryProvider(MemoryProvider):
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._fsync else 'NORMAL'}")
             conn.execute("PRAGMA secure_delete = ON")  # a deleted value is zeroed, not left
+            # Reads map the file instead of copying each page in: a search that touches a few
+            # thousand pages of a large store costs a fraction of the system calls.
+            conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
             self._catch_up(conn)
         except BaseException:
             conn.close()
@@ -371,8 +376,8 @@ class SQLiteMemoryProvider(MemoryProvider):
             with _transaction(conn):
                 index.index_pending(conn, index.BATCH)
                 left = index.pending(conn)
-            if self._progress is not None:
-                self._progress(total - left, total)
+            if self.progress is not None:
+                self.progress(total - left, total)
 
     def _check_schema(self, conn: sqlite3.Connection) -> None:
         """Create our table in an empty database; refuse a database that is not ours."""

