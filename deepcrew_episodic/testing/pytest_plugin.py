@@ -124,16 +124,17 @@ def _lines(every: Iterable[_Test]) -> list[tuple[str, dict[str, bool]]]:
             outcome = test.outcome or "not run"
             per[outcome] = per.get(outcome, 0) + 1
         failed = [name for name, per in counts.items() if per.get("failed")]
-        untested = [
+        # what the provider must pass (required, or declared) and no test showed it passing
+        unshown = [
             name
             for name in names
-            if declared.get(name) in ("required", "declared") and name not in included
+            if declared.get(name) in ("required", "declared") and not counts[name].get("passed")
         ]
         heading = f"{group} ({provider or 'the store did not open'})"
         if failed:
             lines.append((f"{heading}: FAILED {', '.join(failed)}", {"red": True, "bold": True}))
-        elif untested:
-            verdict = f"passed what it ran; not tested: {', '.join(untested)}"
+        elif unshown:
+            verdict = f"passed what ran; not shown to pass: {', '.join(unshown)}"
             lines.append((f"{heading}: {verdict}", {"yellow": True, "bold": True}))
         else:
             verdict = "passed every capability it declares"
@@ -144,6 +145,8 @@ def _lines(every: Iterable[_Test]) -> list[tuple[str, dict[str, bool]]]:
                 shown = ", ".join(
                     f"{per[o]} {o}" for o in ("passed", "failed", "skipped", "not run") if o in per
                 )
+            elif name in included:
+                shown = "no test selected"
             else:
                 shown = "not tested (not a base of the class)"
             lines.append((f"  {name:<{width}}  {state:<12}  {shown}", {"red": name in failed}))
