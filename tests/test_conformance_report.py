@@ -66,9 +66,7 @@ def run(pytester: pytest.Pytester, tests: str, *args: str) -> pytest.RunResult:
 def report(result: pytest.RunResult) -> list[str]:
     lines = result.outlines
     start = next(i for i, line in enumerate(lines) if "provider conformance" in line)
-    end = next(
-        (i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines)
-    )
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
     return lines[start + 1 : end]
 
 
@@ -100,7 +98,12 @@ def test_a_provider_that_fails_one_capability_is_reported_failing_that_one_only(
     heading, *rows = report(result)
     assert heading == "TestRacy (RacyCounters): FAILED atomic counters"
     by_name = {row.split("  ")[1].strip(): row for row in rows}
-    assert list(by_name) == ["key/value contract", "atomic counters", "multi-process", "episode log"]
+    assert list(by_name) == [
+        "key/value contract",
+        "atomic counters",
+        "multi-process",
+        "episode log",
+    ]
     assert counts(by_name["atomic counters"])["failed"] == outcomes["failed"]
     assert counts(by_name["atomic counters"])["passed"] >= 5
     assert "required" in by_name["atomic counters"]
