@@ -237,3 +237,56 @@ def test_under_xdist_the_main_process_prints_the_report_of_its_workers(
     (atomic,) = [row for row in rows if "atomic counters" in row]
     assert counts(atomic)["failed"] == result.parseoutcomes()["failed"] >= 1
     assert counts(atomic)["passed"] == result.parseoutcomes()["passed"]
+
+
+def test_a_capability_class_of_ones_own_gets_its_line_in_the_report(
+    pytester: pytest.Pytester,
+) -> None:
+    """One more capability is one more class: it states its name and what declares it."""
+    pytester.makepyfile(
+        providers=PROVIDERS,
+        test_provider="""
+        import pytest
+        from deepcrew_episodic.providers import InMemoryProvider
+        from deepcrew_episodic.testing import Capability, KeyValueContract, Store
+
+
+        class SortedKeys(InMemoryProvider):
+            keeps_keys_sorted = True
+
+
+        def open_sorted(target):
+            return SortedKeys()
+
+
+        class KeysInOrder(Capability):
+            capability = "keys in order"
+            declared_by = "keeps_keys_sorted"
+
+            async def test_keys_come_back_in_order(self, provider):
+                await provider.write({"b": "2", "a": "1"})
+                assert await provider.keys("") == ["a", "b"]
+
+
+        class TestSorted(KeyValueContract, KeysInOrder):
+            @pytest.fixture
+            def store(self):
+                return Store(open_sorted)
+
+
+        class TestPlain(KeysInOrder):
+            @pytest.fixture
+            def store(self):
+                return Store(lambda target: InMemoryProvider())
+        """,
+    )
+    # in a process of its own: the new class registers itself for the rest of that process
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-k", "order or prefix")
+    lines = report(result)
+    backends = result.parseoutcomes()["skipped"]  # TestPlain's one test, once per backend
+    assert lines[0] == (
+        "TestSorted (SortedKeys): passed what ran; not shown to pass: atomic counters, episode log"
+    )
+    assert lines[5] == f"  keys in order       declared      {backends} passed"
+    assert lines[6].startswith("TestPlain (InMemoryProvider): passed what ran")
+    assert lines[11] == f"  keys in order       not declared  {backends} skipped"

@@ -78,7 +78,7 @@ class Capability:
         kind = type(provider)
         states = [(c.capability, _state(c, kind), isinstance(self, c)) for c in _in_order()]
         pytest_plugin.declare(request.node, kind.__name__, states)
-        if owner.declared_by and not getattr(kind, owner.declared_by):
+        if owner.declared_by and not getattr(kind, owner.declared_by, False):
             pytest.skip(f"{kind.__name__} does not declare {owner.declared_by}")
 
 
