@@ -83,16 +83,12 @@ class Capability:
 
 
 def _owner(cls: type, test: str) -> type[Capability] | None:
-    """The capability that states *test*: the first base that defines it and names itself
-    (a provider's class that overrides a kit test still counts it for the kit's class)."""
+    """The capability that states *test*: the first capability class among *cls*'s bases
+    that defines it (a provider's class that overrides a kit test still counts it there);
+    None for a test of the provider's class's own."""
     for base in cls.__mro__:
         if base in CAPABILITIES and test in base.__dict__:
             return base
-    for base in cls.__mro__:
-        if test in base.__dict__:
-            for later in base.__mro__[1:]:
-                if later in CAPABILITIES and test in later.__dict__:
-                    return later
     return None
 
 
