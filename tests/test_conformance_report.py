@@ -203,7 +203,7 @@ def test_the_report_can_be_turned_off_and_is_absent_without_kit_tests(
             def store(self):
                 return Store(open_dict)
         """
-    result = run(pytester, kit, "-p", "no:deepcrew_episodic", "-k", "prefix")
+    result = run(pytester, kit, "-p", "no:deepcrew_episodic.testing.pytest_plugin", "-k", "prefix")
     assert result.parseoutcomes()["passed"] >= 1
     assert "provider conformance" not in result.stdout.str()
     result = run(pytester, "def test_nothing_of_the_kit():\n    pass\n")
@@ -232,6 +232,7 @@ def test_under_xdist_the_main_process_prints_the_report_of_its_workers(
     result = pytester.runpytest_subprocess(
         "-p", "deepcrew_episodic.testing.pytest_plugin", "-n", "2", "-p", "no:randomly"
     )
+    assert result.stdout.str().count("provider conformance") == 1
     heading, *rows = report(result)
     assert heading == "TestRacy (RacyCounters): FAILED atomic counters"
     (atomic,) = [row for row in rows if "atomic counters" in row]

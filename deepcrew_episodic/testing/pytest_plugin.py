@@ -12,8 +12,8 @@ test class::
 
 Nothing to configure: the kit's tests register this plugin when the first of them runs. Under
 pytest-xdist the report is printed by the main process, which runs no test: there the plugin
-has to be loaded at start-up, by the package's ``pytest11`` entry point or with ``-p
-deepcrew_episodic.testing.pytest_plugin``. ``-p no:deepcrew_episodic`` turns it off.
+has to be loaded at start-up: ``-p deepcrew_episodic.testing.pytest_plugin`` (or a ``pytest11``
+entry point of that name). ``-p no:deepcrew_episodic.testing.pytest_plugin`` turns it off.
 
 This module imports nothing but pytest: pytest may load it in any project's run.
 """
@@ -27,8 +27,9 @@ import pytest
 
 __all__ = ["NAME", "declare", "register", "tag"]
 
-NAME = "deepcrew_episodic"
-"""The plugin's name (``-p no:deepcrew_episodic`` blocks it)."""
+NAME = __name__
+"""The plugin's name: its module's, so that ``-p deepcrew_episodic.testing.pytest_plugin`` and
+an entry point of that name load it once, and ``-p no:`` that name blocks it."""
 
 _CAPABILITY = "deepcrew_episodic.capability"
 _DECLARED = "deepcrew_episodic.declared"
@@ -49,7 +50,7 @@ _REPORT = pytest.StashKey["_Report"]()
 
 def register(config: pytest.Config) -> None:
     """Start the report in *config*'s run, unless it is started already or the plugin is
-    blocked (``-p no:deepcrew_episodic``)."""
+    blocked (``-p no:deepcrew_episodic.testing.pytest_plugin``)."""
     if _REPORT not in config.stash and not config.pluginmanager.is_blocked(NAME):
         report = config.stash[_REPORT] = _Report()
         config.pluginmanager.register(report, f"{NAME}.report")
