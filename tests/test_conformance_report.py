@@ -295,5 +295,34 @@ def test_a_capability_class_of_ones_own_gets_its_line_in_the_report(
     )
     assert lines[1] == f"  key/value contract  required      {backends} skipped"
     assert lines[5] == f"  keys in order       declared      {backends} passed"
-    assert lines[6].startswith("TestPlain (InMemoryProvider): passed what ran")
+    assert lines[6] == "TestPlain (InMemoryProvider): no test passed"
     assert lines[11] == f"  keys in order       not declared  {backends} skipped"
+
+
+def test_a_store_skipped_on_one_backend_is_counted_with_its_provider(
+    pytester: pytest.Pytester,
+) -> None:
+    pytest.importorskip("trio")
+    result = run(
+        pytester,
+        """
+        import pytest
+        from deepcrew_episodic.testing import KeyValueContract, Store
+        from providers import open_dict
+
+
+        class TestAsyncioOnly(KeyValueContract):
+            @pytest.fixture
+            def store(self, anyio_backend):
+                if anyio_backend == "trio":
+                    pytest.skip("this store's client is asyncio-only")
+                return Store(open_dict)
+        """,
+        "-k",
+        "prefix",
+    )
+    assert report(result)[:2] == [
+        "TestAsyncioOnly (InMemoryProvider): passed what ran; not shown to pass: "
+        "atomic counters, episode log",
+        "  key/value contract  required      1 passed, 1 skipped",
+    ]

@@ -109,9 +109,13 @@ class _Report:
 
 def _lines(every: Iterable[_Test]) -> list[tuple[str, dict[str, bool]]]:
     every = list(every)
+    # A test whose store did not open (skipped there: a backend the store cannot run on, say)
+    # names no provider: it belongs with the class's tests that did open one.
+    opened = {test.group: test.provider for test in every if test.provider}
     groups: dict[tuple[str, str], list[_Test]] = {}
     for test in every:
-        groups.setdefault((test.group, test.provider), []).append(test)
+        provider = test.provider or opened.get(test.group, "")
+        groups.setdefault((test.group, provider), []).append(test)
     width = max(len(name) for t in every for name in [t.capability, *(s[0] for s in t.states)])
     lines: list[tuple[str, dict[str, bool]]] = []
     for (group, provider), tests in groups.items():
@@ -134,6 +138,8 @@ def _lines(every: Iterable[_Test]) -> list[tuple[str, dict[str, bool]]]:
         heading = f"{group} ({provider or 'the store did not open'})"
         if failed:
             lines.append((f"{heading}: FAILED {', '.join(failed)}", {"red": True, "bold": True}))
+        elif not any(per.get("passed") for per in counts.values()):
+            lines.append((f"{heading}: no test passed", {"yellow": True, "bold": True}))
         elif unshown:
             verdict = f"passed what ran; not shown to pass: {', '.join(unshown)}"
             lines.append((f"{heading}: {verdict}", {"yellow": True, "bold": True}))
