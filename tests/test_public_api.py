@@ -9,6 +9,7 @@ import pytest
 
 import deepcrew_episodic
 import deepcrew_episodic.providers
+import deepcrew_episodic.testing
 
 PUBLIC = {
     "Agent",
@@ -71,11 +72,24 @@ PROVIDERS = {
     "open_provider",
     "register_provider",
 }
+TESTING = {
+    "AtomicCounters",
+    "Capability",
+    "EpisodeLog",
+    "KeyValueContract",
+    "MultiProcess",
+    "ProviderConformance",
+    "Store",
+}
 
 
 @pytest.mark.parametrize(
     ("module", "expected"),
-    [(deepcrew_episodic, PUBLIC), (deepcrew_episodic.providers, PROVIDERS)],
+    [
+        (deepcrew_episodic, PUBLIC),
+        (deepcrew_episodic.providers, PROVIDERS),
+        (deepcrew_episodic.testing, TESTING),
+    ],
 )
 def test_all_is_exactly_the_public_surface_and_sorted(module: object, expected: set[str]) -> None:
     names = module.__all__  # type: ignore[attr-defined]
@@ -98,6 +112,8 @@ def test_unknown_names_raise_attribute_error() -> None:
         deepcrew_episodic.Nope  # noqa: B018
     with pytest.raises(AttributeError):
         deepcrew_episodic.providers.Nope  # noqa: B018
+    with pytest.raises(AttributeError):
+        deepcrew_episodic.testing.Nope  # noqa: B018
 
 
 def test_exceptions_share_one_root() -> None:
@@ -134,3 +150,17 @@ def test_a_bare_import_loads_neither_litellm_nor_redis_nor_pydantic() -> None:
     assert done.stdout.strip() == ""
     assert "litellm" not in done.stdout
     assert "redis" not in done.stdout
+
+
+def test_the_conformance_report_plugin_loads_nothing_of_the_library() -> None:
+    """pytest may load the report's plugin in any run (an entry point, ``-p``): it must cost
+    nothing there, and must not import the kit (its asserts are rewritten when imported)."""
+    code = (
+        "import sys, deepcrew_episodic.testing.pytest_plugin\n"
+        "loaded = [m for m in sys.modules if m.startswith(('deepcrew_episodic.', 'anyio'))]\n"
+        "print(','.join(sorted(loaded)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [
+        "deepcrew_episodic.testing,deepcrew_episodic.testing.pytest_plugin"
+    ]

@@ -155,3 +155,24 @@ async def test_hybrid_recall_keeps_a_runs_item_whatever_the_log_holds() -> None:
             )
             shown = [i[0] for i in found if i[1] == "run-0"]
             assert shown == (["run0-it1"] if top_k > filler else []), (filler, top_k)
+
+
+async def test_recall_shows_one_item_per_run() -> None:
+    memory = EpisodicMemory(InMemoryProvider(), namespace="runs")
+    for i, outcome in enumerate(["failure", "failure", "success"]):
+        await memory.record(
+            Episode(
+                query="migrate the billing schema",
+                run_id="loop-7",
+                outcome=outcome,
+                reflection=f"lesson {i}",
+            )
+        )
+    await memory.record(Episode(query="migrate the billing schema by hand", outcome="partial"))
+    found = await memory.explain("migrate the billing schema", 3)
+    assert sorted(s.episode.run_id for s in found) == ["", "loop-7"]  # not three of one run
+    (run,) = [s for s in found if s.episode.run_id]
+    assert run.iterations == 3
+    assert run.episode.outcome == "success"  # the run's latest iteration
+    assert run.episode.reflection == "lesson 2 Earlier attempts: lesson 0; lesson 1"
+    assert len(await memory.load()) == 4  # the raw iterations stay
