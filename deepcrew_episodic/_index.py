@@ -293,6 +293,10 @@ class _Entries(Mapping[int, _StoreEntry]):
     def __contains__(self, seq: object) -> bool:
         return isinstance(seq, int) and self._fetch(seq) is not None
 
+    def get(self, seq: int, default: Any = None) -> Any:
+        found = self._fetch(seq)
+        return default if found is None else found
+
     def __iter__(self) -> Iterator[int]:
         return iter([s for s, e in self._got.items() if e is not None])
 

@@ -647,7 +647,9 @@ class Postings:
                     if seq in seen:
                         continue
                     seen.add(seq)
-                    entry = entries[seq]
+                    entry = entries.get(seq)
+                    if entry is None:
+                        continue  # kept by a store, outside this memory's view of the ring
                     hit = q_terms & entry.terms
                     m = len(hit)
                     rel = m / (q + max(m, size) - m)

@@ -76,6 +76,7 @@ TESTING = {
     "AtomicCounters",
     "Capability",
     "EpisodeLog",
+    "InStoreIndex",
     "KeyValueContract",
     "MultiProcess",
     "ProviderConformance",

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._capability import Capability
     from ._counters import AtomicCounters
     from ._episode_log import EpisodeLog
+    from ._in_store_index import InStoreIndex
     from ._key_value import KeyValueContract
     from ._processes import MultiProcess
     from ._store import Store
@@ -53,6 +54,7 @@ __all__ = [
     "AtomicCounters",
     "Capability",
     "EpisodeLog",
+    "InStoreIndex",
     "KeyValueContract",
     "MultiProcess",
     "ProviderConformance",
@@ -64,6 +66,7 @@ _KIT = {
     "AtomicCounters": "_counters",
     "Capability": "_capability",
     "EpisodeLog": "_episode_log",
+    "InStoreIndex": "_in_store_index",
     "KeyValueContract": "_key_value",
     "MultiProcess": "_processes",
     "ProviderConformance": "_suite",

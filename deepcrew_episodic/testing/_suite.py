@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._counters import AtomicCounters
 from ._episode_log import EpisodeLog
+from ._in_store_index import InStoreIndex
 from ._key_value import KeyValueContract
 from ._processes import MultiProcess
 
@@ -18,7 +19,7 @@ __all__ = ["ProviderConformance"]
 # One more capability is one more module and one more base here: its tests then run for every
 # ProviderConformance subclass, and the report lists it (a Capability subclass registers
 # itself). Bases are listed in the report's order.
-class ProviderConformance(KeyValueContract, AtomicCounters, MultiProcess, EpisodeLog):
+class ProviderConformance(KeyValueContract, AtomicCounters, MultiProcess, EpisodeLog, InStoreIndex):
     """Every capability of the kit. Subclass it in a test module (as ``Test<YourProvider>``)
     and define the ``store`` fixture; see :mod:`deepcrew_episodic.testing`.
 
