@@ -155,4 +155,5 @@ class InStoreIndex(Capability):
         stored = await _memory(provider).record(ep("quarterly report export broke"))
         found = await reader.recall("quarterly report export")
         assert [e.id for e in found] == [stored.id]
-        assert isinstance(found[0], Episode) and not reader._log.synced
+        assert isinstance(found[0], Episode)
+        assert not reader._log.synced
