@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ._grade import Grade
     from ._history import History
     from ._hook import EpisodicHook, Recalled, Recorded
+    from ._listing import Page
     from ._log import Counters
     from ._memory import EpisodicMemory, MemoryStats
     from ._recall import Ranking, Scored
@@ -90,6 +91,7 @@ _EXPORTS: dict[str, str] = {
     "MaxTurnsError": "._exceptions",
     "MemoryStats": "._memory",
     "MissingDependencyError": "._exceptions",
+    "Page": "._listing",
     "Outcome": "._episode",
     "outcome_for_score": "._episode",
     "parse_time": "._time",
@@ -143,6 +145,7 @@ __all__ = [
     "MemoryStats",
     "MissingDependencyError",
     "Outcome",
+    "Page",
     "Ranking",
     "Recalled",
     "Recorded",

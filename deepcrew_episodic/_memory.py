@@ -51,6 +51,7 @@ from ._exceptions import (
 )
 from ._grade import NOTE_CHARS, Grade, checked_grade, graded
 from ._history import History
+from ._listing import Page
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._ranking import keyword_ranking
 from ._recall import (
@@ -829,6 +830,53 @@ class EpisodicMemory:
             for seq, ep in self._log.cached()
             if include_expired or not self._expired(seq, now)
         ]
+
+    async def page(self, limit: int = 50, offset: int = 0) -> Page:
+        """The newest *limit* episodes this memory shows after skipping the *offset* newest,
+        newest first, as :meth:`load` gives them (unexpired, graded; copies), and how many it
+        shows in all (:class:`~deepcrew_episodic.Page`). On a store that keeps the recall index
+        it reads only those episodes, so a listing's first page costs what a page costs.
+
+        Example::
+
+            first = await memory.page(20)
+            second = await memory.page(20, offset=20)
+        """
+        limit = integer("limit", limit, minimum=0)
+        offset = integer("offset", offset, minimum=0)
+        if self._reads_store():
+            found = await self._page_in_store(limit, offset)
+            if found is not None:
+                return found
+        await self._sync()
+        now = self._clock()
+        # Only the page is copied (a copy costs about 11 µs, a check 0.3 µs).
+        shown = [(seq, ep) for seq, ep in self._log.cached() if not self._expired(seq, now)]
+        chosen = shown[::-1][offset : offset + limit]
+        return Page([self._view(ep).copy() for _, ep in chosen], len(shown), offset)
+
+    async def _page_in_store(self, limit: int, offset: int) -> Page | None:
+        from ._index import StaleIndexError, StoreIndex
+
+        head = await self._log.read_head()
+        if head.legacy is not None:
+            return None
+        live = self._log.live_range(head)
+        now = self._clock()
+        oldest = -math.inf if self._max_age is None else now - self._max_age.total_seconds()
+
+        def run(reader: Any) -> Page | None:
+            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
+                return None
+            seqs, total = reader.newest(live, now, oldest, limit, offset)
+            index = StoreIndex(reader, live)
+            return Page([index.episode(s).copy() for s in seqs], total, offset)
+
+        try:
+            found: Page | None = await self._provider.read_index(self._log.prefix, run)
+        except StaleIndexError:
+            return None
+        return found
 
     async def recall(
         self,

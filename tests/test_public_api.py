@@ -41,6 +41,7 @@ PUBLIC = {
     "MemoryStats",
     "MissingDependencyError",
     "Outcome",
+    "Page",
     "Ranking",
     "Recalled",
     "Recorded",

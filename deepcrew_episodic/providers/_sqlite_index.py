@@ -355,6 +355,24 @@ class SQLiteIndexReader:
             )
         ]
 
+    def newest(
+        self, live: range, now: float, oldest: float, limit: int, offset: int
+    ) -> tuple[list[int], int]:
+        """The seqs of the newest *limit* unexpired episodes in *live* after skipping
+        *offset*, newest first, and how many unexpired episodes *live* holds. Unexpired: no
+        ``forget_after`` at or before *now*, and recorded at or after *oldest* (``-inf``: no
+        ``max_age``)."""
+        where = (
+            "FROM ix_episode WHERE ns = ? AND corrupt = 0 AND seq >= ? AND seq < ? "
+            "AND (forget_at IS NULL OR forget_at > ?) AND recorded >= ?"
+        )
+        args = (self._ns, live.start, live.stop, now, oldest)
+        (total,) = self._conn.execute(f"SELECT count(*) {where}", args).fetchone()
+        rows = self._conn.execute(
+            f"SELECT seq {where} ORDER BY seq DESC LIMIT ? OFFSET ?", (*args, limit, offset)
+        ).fetchall()
+        return [int(r[0]) for r in rows], int(total)
+
     def value(self, key: str) -> str | None:
         row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])

@@ -266,33 +266,39 @@ class _Viewer:
             )
         except BadRequest as exc:
             return await self.error(400, "Bad request", str(exc))
-        snapshot = await self.source.snapshot()
-        rows = await chosen.apply(self.source, snapshot)
         start = (page - 1) * per
-        if page > 1 and start >= len(rows):
-            last_page = max(1, -(-len(rows) // per))
+        if chosen.active:
+            snapshot = await self.source.snapshot()
+            rows = await chosen.apply(self.source, snapshot)
+            shown, total, stored = rows[start : start + per], len(rows), len(snapshot.episodes)
+            age = _age(snapshot)
+        else:
+            # No filter: the page alone is read (from the store's index where it keeps one),
+            # so the first page of a large log costs what a page costs.
+            listed = await self.memory.page(per, start)
+            shown, total, stored = listed.episodes, listed.total, listed.total
+            age = _age(Snapshot([], time.time(), 0.0))
+        if page > 1 and start >= total:
+            last_page = max(1, -(-total // per))
             return await self.error(
                 400,
                 "Bad request",
-                f"page: {page} is past the last page ({last_page}) of {len(rows)} episodes",
+                f"page: {page} is past the last page ({last_page}) of {total} episodes",
             )
-        shown = rows[start : start + per]
         keep = chosen.params() + ([("per", str(per))] if per != DEFAULT_PER_PAGE else [])
         return await self.page(
             "timeline.html",
             rows=[self._row(ep) for ep in shown],
-            total=len(rows),
-            stored=len(snapshot.episodes),
+            total=total,
+            stored=stored,
             first=start + 1 if shown else 0,
             last=start + len(shown),
             prev_url=_link("/", [*keep, ("page", str(page - 1))]) if page > 1 else None,
-            next_url=_link("/", [*keep, ("page", str(page + 1))])
-            if start + per < len(rows)
-            else None,
-            forget_url=_link("/forget", chosen.params()) if chosen.active and rows else None,
+            next_url=_link("/", [*keep, ("page", str(page + 1))]) if start + per < total else None,
+            forget_url=_link("/forget", chosen.params()) if chosen.active and total else None,
             filter=chosen,
             outcomes=OUTCOMES,
-            age=_age(snapshot),
+            age=age,
             notice=_deleted_notice(request.query_params.get("deleted")),
         )
 
