@@ -84,8 +84,6 @@ _APPEND_ONLY = (
 # SQLite's primary result codes for a file that is not a database, or a damaged one.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
-# How much of the database file reads map (address space, not memory: pages stay shared).
-_MMAP_BYTES = 1 << 30
 
 
 class SQLiteMemoryProvider(MemoryProvider):
@@ -355,9 +353,6 @@ class SQLiteMemoryProvider(MemoryProvider):
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._fsync else 'NORMAL'}")
             conn.execute("PRAGMA secure_delete = ON")  # a deleted value is zeroed, not left
-            # Reads map the file instead of copying each page in: a search that touches a few
-            # thousand pages of a large store costs a fraction of the system calls.
-            conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
             self._catch_up(conn)
         except BaseException:
             conn.close()

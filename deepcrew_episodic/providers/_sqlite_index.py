@@ -39,13 +39,15 @@ from collections.abc import Callable, Collection, Sequence
 from .._index import Facts, index_row
 
 TABLES = (
-    "CREATE TABLE IF NOT EXISTS ix_episode (key TEXT PRIMARY KEY NOT NULL, ns TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS ix_episode (key TEXT NOT NULL UNIQUE, ns TEXT NOT NULL, "
     "seq INTEGER NOT NULL, episode_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
     "recorded REAL NOT NULL, outcome TEXT NOT NULL, source TEXT NOT NULL, "
     "size INTEGER NOT NULL, terms TEXT NOT NULL, tags TEXT NOT NULL, forget_at REAL, "
     "run TEXT NOT NULL, conversation TEXT NOT NULL, graded INTEGER NOT NULL DEFAULT 0, "
-    "corrupt INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID",
-    "CREATE UNIQUE INDEX IF NOT EXISTS ix_episode_seq ON ix_episode (ns, seq)",
+    "corrupt INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (ns, seq)) WITHOUT ROWID",
+    # What a listing counts (shown: decodable and unexpired), read without the rows.
+    "CREATE INDEX IF NOT EXISTS ix_episode_shown ON ix_episode "
+    "(ns, seq, corrupt, forget_at, recorded)",
     "CREATE INDEX IF NOT EXISTS ix_episode_id ON ix_episode (ns, episode_id)",
     "CREATE INDEX IF NOT EXISTS ix_episode_run ON ix_episode (ns, run, seq) WHERE run != ''",
     "CREATE INDEX IF NOT EXISTS ix_episode_conversation ON ix_episode (ns, conversation, seq) "
