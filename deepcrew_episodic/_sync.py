@@ -21,6 +21,7 @@ from ._episode import Episode, Outcome
 from ._exceptions import ConfigurationError
 from ._grade import Grade
 from ._history import History
+from ._listing import Page
 from ._log import Counters
 from ._memory import EpisodicMemory, MemoryStats
 from ._recall import Ranking, Scored
@@ -257,6 +258,10 @@ class SyncEpisodicMemory:
     def latest(self, conversation_id: str) -> Episode | None:
         """See :meth:`EpisodicMemory.latest`."""
         return self._call(self.memory.latest, conversation_id)
+
+    def page(self, limit: int = 50, offset: int = 0) -> Page:
+        """See :meth:`EpisodicMemory.page`."""
+        return self._call(self.memory.page, limit, offset)
 
     def searched_text(self, episode: Episode) -> str:
         """See :meth:`EpisodicMemory.searched_text` (no I/O: runs here)."""
