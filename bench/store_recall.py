@@ -105,7 +105,7 @@ TARGETS: dict[tuple[str, str, int], float] = {
 # --- the episodes and the embedder (used by the children too) ------------------------------
 
 
-def episodes(n: int, seed: int = 7) -> Iterator[Any]:
+def episodes(n: int, seed: int = 7, now: float | None = None) -> Iterator[Any]:
     """*n* episodes, oldest first: ``recall_scale.corpus`` made lazy (a million episodes are
     never all in memory). The probe episodes with other numbers, names and dates, and two words
     each from a Pareto-distributed long tail, so that common terms match tens of thousands of
@@ -114,9 +114,9 @@ def episodes(n: int, seed: int = 7) -> Iterator[Any]:
     from recall_scale import NAMES, long_tail
 
     rng = random.Random(seed)
-    base = [e for _, e in load_episodes(time.time())]
+    now = time.time() if now is None else now
+    base = [e for _, e in load_episodes(now)]
     tail = long_tail(rng)
-    now = time.time()
     digits = re.compile(r"\d+")
 
     def vary(text: str) -> str:
@@ -390,7 +390,7 @@ async def child_build(spec: dict[str, Any]) -> dict[str, Any]:
         await provider.write(items)
         items.clear()
 
-    for seq, episode in enumerate(episodes(n), 1):
+    for seq, episode in enumerate(episodes(n, now=spec.get("now")), 1):
         stored = memory.check(episode)
         stored.id = episode_id(seq)
         items[log.entry_key(seq, None)] = stored.to_json()
@@ -425,7 +425,7 @@ async def child_record_build(spec: dict[str, Any]) -> dict[str, Any]:
     memory = EpisodicMemory(
         provider, namespace=NAMESPACE, max_episodes=spec["n"], embedder=embedder
     )
-    for episode in episodes(spec["n"]):
+    for episode in episodes(spec["n"], now=spec.get("now")):
         await memory.record(episode)
     await provider.aclose()
     return {"ms": 0.0}
@@ -460,7 +460,7 @@ async def child_answers(spec: dict[str, Any]) -> dict[str, Any]:
         out[label] = []
         for query in spec["queries"]:
             found = await memory.explain(query)
-            out[label].append([[s.episode.query, round(s.score, 9)] for s in found])
+            out[label].append([[s.episode.query, s.score] for s in found])
     await provider.aclose()
     return {"ms": 0.0, "answers": out}
 
@@ -803,7 +803,7 @@ class Bench:
         bulk, recorded = self.tmp / "bulk.db", self.tmp / "recorded.db"
         for path in (bulk, recorded):
             remove_sqlite(path)
-        spec = {"provider": "sqlite", "n": n, "vectors": True}
+        spec = {"provider": "sqlite", "n": n, "vectors": True, "now": time.time()}
         self.child(self.build_tree, {**spec, "op": "build", "path": str(bulk)})
         self.child(self.build_tree, {**spec, "op": "record_build", "path": str(recorded)})
         a = self.child(self.build_tree, {**spec, "op": "dump", "path": str(bulk)})["items"]
@@ -828,7 +828,14 @@ class Bench:
                     )["answers"]
                 )
                 remove_sqlite(work)
-            same = answers[0] == answers[1]
+            same = answers_match(answers[0], answers[1])
+            if not same and os.environ.get("BENCH_DEBUG"):
+                for mode in answers[0]:
+                    for q, x, y in zip(
+                        self.queries, answers[0][mode], answers[1][mode], strict=True
+                    ):
+                        if x != y:
+                            note(f"{mode} {q!r}: {x[:3]} != {y[:3]}")
             lines.append(
                 f"- {tree.label} tree ({tree.path}): {len(self.queries)} queries, keywords and "
                 f"hybrid, `explain()` on both logs: {'the same episodes and scores' if same else 'DIFFERENT answers'}"
@@ -853,11 +860,29 @@ def compare_items(a: dict[str, str | None], b: dict[str, str | None]) -> list[st
         elif re.search(r":e:[0-9]+$", key):
             dx, dy = json.loads(x or "{}"), json.loads(y or "{}")
             ok = bool(dx.pop("id", "")) and bool(dy.pop("id", "")) and dx == dy
+            if not ok:
+                fields = sorted(f for f in set(dx) | set(dy) if dx.get(f) != dy.get(f))
+                problems.append(f"{key}: fields {fields} differ")
+                continue
         else:
             ok = x == y
         if not ok:
             problems.append(f"{key}: {str(x)[:80]!r} != {str(y)[:80]!r}")
     return problems
+
+
+def answers_match(a: dict[str, list[Any]], b: dict[str, list[Any]]) -> bool:
+    """The same episodes in the same order with the same scores, to 1e-6 (recency moves a
+    score by about 1e-9 between two calls)."""
+    if a.keys() != b.keys():
+        return False
+    for mode in a:
+        for x, y in zip(a[mode], b[mode], strict=True):
+            if [q for q, _ in x] != [q for q, _ in y]:
+                return False
+            if any(abs(s - t) > 1e-6 for (_, s), (_, t) in zip(x, y, strict=True)):
+                return False
+    return True
 
 
 def same_answers(results: dict[str, list[dict[str, Any]]]) -> str:
