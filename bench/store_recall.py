@@ -637,6 +637,8 @@ class Bench:
             return
         work = self.tmp / f"scratch-{Path(spec['path']).name}"
         copy_sqlite(Path(spec["path"]), work)
+        # On disk before the child starts: its writes must not wait behind the copy's.
+        os.sync()
         try:
             yield {**spec, "path": str(work)}
         finally:
@@ -672,7 +674,7 @@ class Bench:
             f"First recall in a fresh process, {what}: open the store and recall once (ms)", measure
         )
         held = Table(
-            f"Memory held after that first recall ({what}): RSS after it minus RSS after the "
+            f"Memory held after the first recall, {what}: RSS after it minus RSS after the "
             f"imports (MB)",
             "held",
             unit="MB",
@@ -693,7 +695,7 @@ class Bench:
             held.add(
                 kind,
                 n,
-                {k: [{"ms": r.get("held", 0) / 1e6, **r} for r in v] for k, v in results.items()},
+                {k: [{**r, "ms": r.get("held", 0) / 1e6} for r in v] for k, v in results.items()},
             )
             progress(table)
         return table, held
@@ -743,7 +745,8 @@ class Bench:
                     with self.scratch(spec) as own:
                         return self.child(tree, own)
 
-                table.add(kind, n, self.rounds(make, max(1, self.args.rounds // 3)))
+                # Each process gives a p50 of many calls: fewer processes are needed.
+                table.add(kind, n, self.rounds(make, max(2, self.args.rounds // 2)))
             progress(table)
         return table
 
