@@ -589,6 +589,7 @@ class Bench:
                 save_redis(url, path)
         if "skipped" in result:
             raise SystemExit(f"building {path.name} took {result['skipped']}")
+        path.chmod(0o444)  # measures open copies, never the store as built
         note(f"built {path.name} in {time.perf_counter() - began:.0f} s")
         return path
 
@@ -1053,6 +1054,7 @@ def main() -> None:
         if m not in MEASURES:
             parser.error(f"unknown measure {m!r}; pick from {MEASURES}")
     bench = Bench(args)
+    failed = False
     began = time.perf_counter()
     out: list[str] = []
 
@@ -1074,7 +1076,9 @@ def main() -> None:
             else:
                 emit(bench.cli().render())
         if args.verify:
-            emit(bench.verify(args.verify))
+            report = bench.verify(args.verify)
+            emit(report)
+            failed = report.endswith("FAILED")
     finally:
         shutil.rmtree(bench.tmp, ignore_errors=True)
     command = "python bench/store_recall.py " + shlex.join(sys.argv[1:])
@@ -1086,6 +1090,8 @@ def main() -> None:
     emit(f"Command: `{command}`\n\n{stamp}")
     if args.out:
         args.out.write_text("\n".join(out) + "\n", "utf-8")
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
