@@ -241,18 +241,21 @@ async def child_first(spec: dict[str, Any]) -> dict[str, Any]:
     embedder = HashEmbedder() if spec.get("vectors") else None
     gc.collect()
     base = rss_bytes()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     provider = open_provider(spec)
     memory = EpisodicMemory(
         provider, namespace=NAMESPACE, max_episodes=spec["n"], embedder=embedder
     )
     found = await memory.recall(spec["query"])
-    took = time.perf_counter() - began - (embedder.spent if embedder else 0.0)
+    spent = embedder.spent if embedder else 0.0
+    took = time.perf_counter() - began - spent
+    cpu = time.process_time() - cpu - spent
     gc.collect()
     held = rss_bytes() - base
     await provider.aclose()
     return {
         "ms": took * 1000,
+        "cpu": cpu * 1000,
         "held": held,
         "peak": peak_bytes(),
         "answer": [e.query for e in found],
@@ -333,7 +336,7 @@ async def child_viewer(spec: dict[str, Any]) -> dict[str, Any]:
     from deepcrew_episodic import EpisodicMemory
     from deepcrew_episodic.viewer import create_app
 
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     provider = open_provider(spec)
     memory = await EpisodicMemory.open(provider, namespace=NAMESPACE)
     token = secrets.token_urlsafe(32)
@@ -348,11 +351,12 @@ async def child_viewer(spec: dict[str, Any]) -> dict[str, Any]:
     while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
         await asyncio.sleep(0.01)
     first_byte, whole = await http_get(host, port, "/", token)
+    cpu = time.process_time() - cpu  # the server's and this client's: one process
     _, warm = await http_get(host, port, "/", token)
     server.should_exit = True
     await serving
     await provider.aclose()
-    return {"ms": whole, "first_byte": first_byte, "open": opened, "warm": warm}
+    return {"ms": whole, "cpu": cpu * 1000, "first_byte": first_byte, "open": opened, "warm": warm}
 
 
 async def child_build(spec: dict[str, Any]) -> dict[str, Any]:
@@ -526,7 +530,11 @@ class Bench:
         env["PYTHONPYCACHEPREFIX"] = str(self.pycache)  # compiled once, outside the trees
         return env
 
-    def child(self, tree: Tree, spec: dict[str, Any]) -> dict[str, Any]:
+    def child(
+        self, tree: Tree, spec: dict[str, Any], timeout: float | None = -1.0
+    ) -> dict[str, Any]:
+        """Run *spec* in a fresh process on *tree*'s code; its result. A child past the
+        timeout (``--timeout`` unless given; ``None``: none) is killed and reported."""
         command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
         try:
             done = subprocess.run(
@@ -534,7 +542,7 @@ class Bench:
                 env=self.env(tree),
                 capture_output=True,
                 text=True,
-                timeout=self.args.timeout,
+                timeout=self.args.timeout if timeout == -1.0 else timeout,
             )
         except subprocess.TimeoutExpired:
             return {"skipped": f"over {self.args.timeout:.0f} s"}
@@ -579,13 +587,13 @@ class Bench:
         if kind == "sqlite":
             work = path.with_name(path.name + ".part")
             remove_sqlite(work)
-            result = self.child(self.build_tree, {**spec, "path": str(work)})
+            result = self.child(self.build_tree, {**spec, "path": str(work)}, timeout=None)
             for suffix in ("", "-wal", "-shm"):
                 if Path(f"{work}{suffix}").exists():
                     Path(f"{work}{suffix}").rename(f"{path}{suffix}")
         else:
             with redis_server() as url:
-                result = self.child(self.build_tree, {**spec, "url": url})
+                result = self.child(self.build_tree, {**spec, "url": url}, timeout=None)
                 save_redis(url, path)
         if "skipped" in result:
             raise SystemExit(f"building {path.name} took {result['skipped']}")
@@ -668,17 +676,26 @@ class Bench:
 
     def first(self, vectors: bool = False) -> tuple[Table, Table]:
         measure = "hybrid" if vectors else "first"
-        what = (
-            "with vectors (hash embedder, query embedding not counted)" if vectors else "keywords"
+        what = "hybrid (vectors)" if vectors else "keywords"
+        fresh = f"Medians of {self.args.rounds} fresh processes per tree."
+        how = (
+            " The embedder is the bench's in-process hash embedder; the time spent in it (the "
+            "query's embedding) is taken out."
+            if vectors
+            else ""
         )
         table = Table(
-            f"First recall in a fresh process, {what}: open the store and recall once (ms)", measure
+            f"First recall in a fresh process, {what} (ms)",
+            measure,
+            note=f"Open the store and recall once, after the imports. {fresh} CPU: user + "
+            f"system time of the process over the same span.{how}",
         )
         held = Table(
-            f"Memory held after the first recall, {what}: RSS after it minus RSS after the "
-            f"imports (MB)",
+            f"Memory held after the first recall, {what} (MB)",
             "held",
             unit="MB",
+            note=f"RSS after the recall minus RSS after importing the library and the provider"
+            f"{' and numpy' if vectors else ''}, in the same process. {fresh}",
         )
         for kind, n in self.rows(measure):
             with self.stores(kind, n, vectors) as specs:
@@ -703,9 +720,11 @@ class Bench:
 
     def upgrade(self) -> Table:
         table = Table(
-            "First open of a store written by the old code, on a fresh copy of it: open and "
-            "recall once, an upgrade in place included (ms)",
+            "Upgrade in place: the first open of a store as the old code wrote it (ms)",
             "upgrade",
+            note="A fresh copy of the store for every process (a server of its own on Redis); "
+            "open it and recall once, whatever the code does to the store on its first open "
+            f"included. Medians of {self.args.rounds} processes per tree.",
         )
         for kind, n in self.rows("upgrade"):
             source = self.original(kind, n)
@@ -730,13 +749,16 @@ class Bench:
         return table
 
     def repeated(self, measure: str) -> Table:
-        titles = {
-            "longlived": f"Long-lived recall: p50 of {self.args.recalls} recalls in one process "
-            f"that has recalled once (ms)",
-            "record": f"Record: p50 of {self.args.recalls} records on a full ring, index upkeep "
-            f"included (ms)",
+        processes = max(2, self.args.rounds // 2)
+        notes = {
+            "longlived": f"p50 of {self.args.recalls} recalls (the probe queries in turn) in a "
+            f"process that has recalled once; the median of {processes} processes per tree.",
+            "record": f"p50 of {self.args.recalls} records (now-stamped episodes) on a full "
+            f"ring: every record evicts the oldest. Index upkeep included. The median of "
+            f"{processes} processes per tree, each on its own fresh copy of the store.",
         }
-        table = Table(titles[measure], measure)
+        titles = {"longlived": "Long-lived recall (ms)", "record": "Record (ms)"}
+        table = Table(titles[measure], measure, note=notes[measure])
         for kind, n in self.rows(measure):
             with self.stores(kind, n) as specs:
 
@@ -747,14 +769,17 @@ class Bench:
                         return self.child(tree, own)
 
                 # Each process gives a p50 of many calls: fewer processes are needed.
-                table.add(kind, n, self.rounds(make, max(2, self.args.rounds // 2)))
+                table.add(kind, n, self.rounds(make, processes))
             progress(table)
         return table
 
     def viewer(self) -> Table:
         table = Table(
-            "Viewer: the first GET of the main page in a fresh server process, whole answer (ms)",
+            "Viewer: the first page in a fresh server process (ms)",
             "viewer",
+            note="The viewer served by uvicorn on a loopback port; the time from sending the "
+            "first GET of `/` to the end of its answer. Medians of "
+            f"{self.args.rounds} server processes per tree.",
         )
         for kind, n in self.rows("viewer"):
             with self.stores(kind, n) as specs:
@@ -768,8 +793,11 @@ class Bench:
 
     def cli(self) -> Table:
         table = Table(
-            "`deepcrew-episodic recall QUERY --store FILE`: the whole process, wall time (ms)",
+            "`deepcrew-episodic recall`: the whole process (ms)",
             "cli",
+            note="`deepcrew-episodic recall QUERY --store FILE` run as a subprocess, from start "
+            f"to exit (bytecode compiled, page cache warm). Medians of {self.args.rounds} runs "
+            "per tree.",
         )
         script = Path(sys.executable).with_name("deepcrew-episodic")
         for kind, n in self.rows("cli"):
@@ -778,6 +806,7 @@ class Bench:
                 def make(tree: Tree, i: int) -> dict[str, Any]:
                     query = self.queries[i % len(self.queries)]
                     command = [str(script), "recall", query, "--store", specs[tree.label]["path"]]
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     began = time.perf_counter()
                     done = subprocess.run(
                         command,
@@ -787,11 +816,13 @@ class Bench:
                         timeout=self.args.timeout,
                     )
                     took = (time.perf_counter() - began) * 1000
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
                     if done.returncode != 0:
                         raise RuntimeError(
                             f"the CLI on the {tree.label} tree: {done.stderr[-2000:]}"
                         )
-                    return {"ms": took}
+                    return {"ms": took, "cpu": cpu * 1000}
 
                 for tree in self.trees:  # bytecode written, page cache warm
                     make(tree, 0)
@@ -899,8 +930,8 @@ def same_answers(results: dict[str, list[dict[str, Any]]]) -> str:
 
 
 class Table:
-    def __init__(self, title: str, measure: str, unit: str = "ms") -> None:
-        self.title, self.measure, self.unit = title, measure, unit
+    def __init__(self, title: str, measure: str, unit: str = "ms", note: str = "") -> None:
+        self.title, self.measure, self.unit, self.note = title, measure, unit, note
         self.lines: list[str] = []
 
     def add(
@@ -917,7 +948,11 @@ class Table:
                 continue
             m = statistics.median(values)
             medians.append(m)
-            cells.append(show(m, self.unit) + (f" (n={len(values)})" if len(values) > 1 else ""))
+            cell = show(m, self.unit)
+            cpus = [r["cpu"] for r in runs if "cpu" in r]
+            if cpus and self.unit == "ms":
+                cell += f" (CPU {show(statistics.median(cpus), 'ms')})"
+            cells.append(cell)
         old, new = medians
         ratio = f"x{old / new:,.1f}" if old and new else "—"
         target = TARGETS.get((self.measure, kind, n))
@@ -941,6 +976,7 @@ class Table:
             [
                 f"### {self.title}",
                 "",
+                *([self.note, ""] if self.note else []),
                 "| " + " | ".join(head) + " |",
                 "|" + "---|" * len(head),
                 *self.lines,
