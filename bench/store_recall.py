@@ -540,7 +540,9 @@ class Bench:
             done = subprocess.run(
                 command,
                 env=self.env(tree),
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                # A build's progress goes straight to the terminal.
+                stderr=None if spec["op"] == "build" else subprocess.PIPE,
                 text=True,
                 timeout=self.args.timeout if timeout == -1.0 else timeout,
             )
@@ -548,7 +550,7 @@ class Bench:
             return {"skipped": f"over {self.args.timeout:.0f} s"}
         if done.returncode != 0:
             raise RuntimeError(
-                f"{spec['op']} on the {tree.label} tree failed:\n{done.stderr[-3000:]}"
+                f"{spec['op']} on the {tree.label} tree failed:\n{(done.stderr or '')[-3000:]}"
             )
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         if not result["module"].startswith(str(tree.path.resolve()) + os.sep):
