@@ -501,6 +501,7 @@ def pct(samples: list[float], q: float) -> float:
 class Tree:
     label: str  # "old" or "new"
     path: Path
+    shown: str = ""  # as given on the command line
 
     @property
     def digest(self) -> str:
@@ -516,7 +517,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.cache: Path = args.cache
-        self.trees = [Tree("old", args.old), Tree("new", args.new)]
+        self.trees = [Tree("old", args.old, args.old_given), Tree("new", args.new, args.new_given)]
         self.build_tree = self.trees[0]
         self.pycache = self.cache / "pycache"
         self.tmp = Path(tempfile.mkdtemp(prefix="store-recall-"))
@@ -855,8 +856,13 @@ class Bench:
             )
         )
         for tree in self.trees:
+            # The bulk log, the old code's recorded log and this code's own recorded log (one
+            # it wrote itself: an upgraded store must answer as a native one does).
+            own = self.tmp / f"recorded-{tree.label}.db"
+            remove_sqlite(own)
+            self.child(tree, {**spec, "op": "record_build", "path": str(own)})
             answers = []
-            for path in (bulk, recorded):
+            for path in (bulk, recorded, own):
                 work = self.tmp / f"answers-{path.name}"
                 copy_sqlite(path, work)
                 answers.append(
@@ -865,19 +871,22 @@ class Bench:
                     )["answers"]
                 )
                 remove_sqlite(work)
-            same = answers_match(answers[0], answers[1])
-            if not same and os.environ.get("BENCH_DEBUG"):
+            remove_sqlite(own)
+            same = [answers_match(answers[0], other) for other in answers[1:]]
+            if not all(same) and os.environ.get("BENCH_DEBUG"):
                 for mode in answers[0]:
                     for q, x, y in zip(
                         self.queries, answers[0][mode], answers[1][mode], strict=True
                     ):
                         if x != y:
                             note(f"{mode} {q!r}: {x[:3]} != {y[:3]}")
+            said = ["the same episodes and scores" if ok else "DIFFERENT answers" for ok in same]
             lines.append(
-                f"- {tree.label} tree ({tree.path}): {len(self.queries)} queries, keywords and "
-                f"hybrid, `explain()` on both logs: {'the same episodes and scores' if same else 'DIFFERENT answers'}"
+                f"- {tree.label} code ({tree.shown}): {len(self.queries)} queries, keywords and "
+                f"hybrid, `explain()` on the bulk log against the old code's recorded log: "
+                f"{said[0]}; against its own recorded log: {said[1]}"
             )
-            if not same:
+            if not all(same):
                 problems.append(f"{tree.label} answers differ")
         return "\n".join(lines) + ("\n\nverify: OK" if not problems else "\n\nverify: FAILED")
 
@@ -1048,7 +1057,7 @@ def main() -> None:
     )
     parser.add_argument("--old", type=Path, help="a checkout of the code to compare against")
     parser.add_argument(
-        "--new", type=Path, default=HERE.parent, help="the code to measure (default: this checkout)"
+        "--new", type=Path, default=None, help="the code to measure (default: this checkout)"
     )
     parser.add_argument("--measures", default=",".join(MEASURES), help=f"of {','.join(MEASURES)}")
     parser.add_argument(
@@ -1081,6 +1090,8 @@ def main() -> None:
         return
     if args.old is None:
         parser.error("--old DIR is required (e.g. git worktree add --detach ../old main)")
+    args.old_given, args.new_given = str(args.old), str(args.new or "this checkout")
+    args.new = args.new or HERE.parent
     args.old, args.new = args.old.resolve(), args.new.resolve()
     for tree in (args.old, args.new):
         if not (tree / "deepcrew_episodic" / "__init__.py").exists():
@@ -1123,7 +1134,7 @@ def main() -> None:
     stamp = (
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, Python "
         f"{sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}, "
-        f"{time.perf_counter() - began:.0f} s; old = {args.old}, new = {args.new}"
+        f"{time.perf_counter() - began:.0f} s; old = {args.old_given}, new = {args.new_given}"
     )
     emit(f"Command: `{command}`\n\n{stamp}")
     if args.out:
