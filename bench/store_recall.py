@@ -548,7 +548,7 @@ class Bench:
                 timeout=self.args.timeout if timeout == -1.0 else timeout,
             )
         except subprocess.TimeoutExpired:
-            return {"skipped": f"over {self.args.timeout:.0f} s"}
+            return {"skipped": f"over {self.args.timeout:g} s"}
         if done.returncode != 0:
             raise RuntimeError(
                 f"{spec['op']} on the {tree.label} tree failed:\n{(done.stderr or '')[-3000:]}"
@@ -610,12 +610,14 @@ class Bench:
         source = self.original(kind, n, vectors)
         folder = self.cache / f"v{BUILD_FORMAT}" / f"{tree.label}-{tree.digest}"
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / source.name
+        # Named for the build it copies too: a store built again is prepared again.
+        path = folder / f"{source.stem}-{source.stat().st_mtime_ns}{source.suffix}"
         if not path.exists():
             work = self.tmp / f"prepare-{tree.label}-{source.name}"
             copy_sqlite(source, work)
             spec = {"op": "first", "provider": kind, "path": str(work), "n": n}
-            self.child(tree, {**spec, "vectors": vectors, "query": self.queries[0]})
+            # No timeout: an upgrade in place may take long, and is needed whatever it takes.
+            self.child(tree, {**spec, "vectors": vectors, "query": self.queries[0]}, timeout=None)
             for suffix in ("", "-wal", "-shm"):
                 if Path(f"{work}{suffix}").exists():
                     shutil.move(f"{work}{suffix}", f"{path}{suffix}")
@@ -635,7 +637,9 @@ class Bench:
                 elif kind == "redis":
                     url = stack.enter_context(redis_server(data=self.original(kind, n, vectors)))
                     spec["url"] = url
-                    self.child(tree, {**spec, "op": "first", "query": self.queries[0]})
+                    self.child(
+                        tree, {**spec, "op": "first", "query": self.queries[0]}, timeout=None
+                    )
                 else:
                     spec["items"] = str(self.original(kind, n, vectors))
                 specs[tree.label] = spec
@@ -680,7 +684,7 @@ class Bench:
     def first(self, vectors: bool = False) -> tuple[Table, Table]:
         measure = "hybrid" if vectors else "first"
         what = "hybrid (vectors)" if vectors else "keywords"
-        fresh = f"Medians of {self.args.rounds} fresh processes per tree."
+        fresh = f"Medians of {self.args.rounds} fresh processes per checkout."
         how = (
             " The embedder is the bench's in-process hash embedder; the time spent in it (the "
             "query's embedding) is taken out."
@@ -727,7 +731,7 @@ class Bench:
             "upgrade",
             note="A fresh copy of the store for every process (a server of its own on Redis); "
             "open it and recall once, whatever the code does to the store on its first open "
-            f"included. Medians of {self.args.rounds} processes per tree.",
+            f"included. Medians of {self.args.rounds} processes per checkout.",
         )
         for kind, n in self.rows("upgrade"):
             source = self.original(kind, n)
@@ -755,10 +759,10 @@ class Bench:
         processes = max(2, self.args.rounds // 2)
         notes = {
             "longlived": f"p50 of {self.args.recalls} recalls (the probe queries in turn) in a "
-            f"process that has recalled once; the median of {processes} processes per tree.",
+            f"process that has recalled once; the median of {processes} processes per checkout.",
             "record": f"p50 of {self.args.recalls} records (now-stamped episodes) on a full "
             f"ring: every record evicts the oldest. Index upkeep included. The median of "
-            f"{processes} processes per tree, each on its own fresh copy of the store.",
+            f"{processes} processes per checkout, each on its own fresh copy of the store.",
         }
         titles = {"longlived": "Long-lived recall (ms)", "record": "Record (ms)"}
         table = Table(titles[measure], measure, note=notes[measure])
@@ -782,7 +786,7 @@ class Bench:
             "viewer",
             note="The viewer served by uvicorn on a loopback port; the time from sending the "
             "first GET of `/` to the end of its answer. Medians of "
-            f"{self.args.rounds} server processes per tree.",
+            f"{self.args.rounds} server processes per checkout.",
         )
         for kind, n in self.rows("viewer"):
             with self.stores(kind, n) as specs:
@@ -799,8 +803,7 @@ class Bench:
             "`deepcrew-episodic recall`: the whole process (ms)",
             "cli",
             note="`deepcrew-episodic recall QUERY --store FILE` run as a subprocess, from start "
-            f"to exit (bytecode compiled, page cache warm). Medians of {self.args.rounds} runs "
-            "per tree.",
+            f"to exit (bytecode compiled, page cache warm). Medians of {self.args.rounds} runs per checkout.",
         )
         script = Path(sys.executable).with_name("deepcrew-episodic")
         for kind, n in self.rows("cli"):
@@ -811,13 +814,16 @@ class Bench:
                     command = [str(script), "recall", query, "--store", specs[tree.label]["path"]]
                     before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     began = time.perf_counter()
-                    done = subprocess.run(
-                        command,
-                        env=self.env(tree),
-                        capture_output=True,
-                        text=True,
-                        timeout=self.args.timeout,
-                    )
+                    try:
+                        done = subprocess.run(
+                            command,
+                            env=self.env(tree),
+                            capture_output=True,
+                            text=True,
+                            timeout=self.args.timeout,
+                        )
+                    except subprocess.TimeoutExpired:
+                        return {"skipped": f"over {self.args.timeout:g} s"}
                     took = (time.perf_counter() - began) * 1000
                     after = resource.getrusage(resource.RUSAGE_CHILDREN)
                     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -1066,7 +1072,9 @@ def main() -> None:
     parser.add_argument(
         "--sizes", default="", help="episodes, e.g. 10000,100000 (default: per measure)"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="fresh processes per tree and row")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="fresh processes per checkout and row"
+    )
     parser.add_argument("--recalls", type=int, default=200, help="recalls or records per process")
     parser.add_argument("--million", action="store_true", help="add 1,000,000 on SQLite")
     parser.add_argument(
