@@ -32,7 +32,8 @@ Measures (``--measures``; medians over ``--rounds`` fresh processes unless said 
 minutes and is cached; the old tree's first recall at that size takes minutes and gigabytes).
 
     python bench/store_recall.py --old ../old                        # every measure
-    python bench/store_recall.py --old ../old --million              # and 1,000,000 on SQLite
+    python bench/store_recall.py --old ../old --million --measures first,record \
+        --providers sqlite --sizes 1000000 --rounds 2                # 1,000,000 on SQLite
     python bench/store_recall.py --old ../old --measures first --providers sqlite \\
         --sizes 10000 --rounds 3                                     # one row in a minute
     python bench/store_recall.py --old ../old --verify               # the bulk build is exact
