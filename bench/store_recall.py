@@ -373,7 +373,8 @@ async def child_build(spec: dict[str, Any]) -> dict[str, Any]:
         fingerprint,
     )
 
-    n, batch_size = spec["n"], 20_000 if spec["provider"] == "sqlite" else 5_000
+    n = spec["n"]
+    batch_size = spec.get("batch") or (20_000 if spec["provider"] == "sqlite" else 5_000)
     embedder = HashEmbedder() if spec.get("vectors") else None
     provider = open_provider(spec)
     memory = EpisodicMemory(provider, namespace=NAMESPACE, max_episodes=n, embedder=embedder)
@@ -848,18 +849,36 @@ class Bench:
         bulk, recorded = self.tmp / "bulk.db", self.tmp / "recorded.db"
         for path in (bulk, recorded):
             remove_sqlite(path)
-        spec = {"provider": "sqlite", "n": n, "vectors": True, "now": time.time()}
+        # Small batches: the bulk build's batching is checked too.
+        spec = {"provider": "sqlite", "n": n, "vectors": True, "now": time.time(), "batch": 97}
         self.child(self.build_tree, {**spec, "op": "build", "path": str(bulk)})
         self.child(self.build_tree, {**spec, "op": "record_build", "path": str(recorded)})
         a = self.child(self.build_tree, {**spec, "op": "dump", "path": str(bulk)})["items"]
         b = self.child(self.build_tree, {**spec, "op": "dump", "path": str(recorded)})["items"]
         problems = compare_items(a, b)
         lines.append(
-            f"- keys: {len(a)} written in bulk, {len(b)} by `record`; "
+            f"- SQLite keys: {len(a)} written in bulk, {len(b)} by `record`; "
             + (
                 "same keys and values (ids and the change token aside)"
                 if not problems
                 else "DIFFER: " + "; ".join(problems[:5])
+            )
+        )
+        # The same on Redis (its bulk writes go in batches of their own).
+        with redis_server() as bulk_url, redis_server() as recorded_url:
+            redis = {**spec, "provider": "redis"}
+            self.child(self.build_tree, {**redis, "op": "build", "url": bulk_url})
+            self.child(self.build_tree, {**redis, "op": "record_build", "url": recorded_url})
+            ra = self.child(self.build_tree, {**redis, "op": "dump", "url": bulk_url})["items"]
+            rb = self.child(self.build_tree, {**redis, "op": "dump", "url": recorded_url})["items"]
+        found = compare_items(ra, rb)
+        problems += found
+        lines.append(
+            f"- Redis keys: {len(ra)} written in bulk, {len(rb)} by `record`; "
+            + (
+                "same keys and values (ids and the change token aside)"
+                if not found
+                else "DIFFER: " + "; ".join(found[:5])
             )
         )
         for tree in self.trees:
