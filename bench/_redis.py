@@ -9,11 +9,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 @contextmanager
-def redis_server(url: str | None = None) -> Iterator[str]:
-    """Yield *url* when given; otherwise start redis-server on 127.0.0.1 and yield its URL."""
+def redis_server(url: str | None = None, *, data: Path | None = None) -> Iterator[str]:
+    """Yield *url* when given; otherwise start redis-server on 127.0.0.1 and yield its URL.
+    *data*: an RDB file the server starts from (a copy is loaded; the file is never changed)."""
     if url:
         yield url
         return
@@ -25,10 +27,12 @@ def redis_server(url: str | None = None) -> Iterator[str]:
         port = s.getsockname()[1]
     workdir = tempfile.mkdtemp(prefix="bench-redis-")
     command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    command += ["--appendonly", "no", "--dir", workdir]
+    command += ["--appendonly", "no", "--dir", workdir, "--dbfilename", "dump.rdb"]
+    if data is not None:
+        shutil.copyfile(data, Path(workdir) / "dump.rdb")
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a large RDB file takes a while to load
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
