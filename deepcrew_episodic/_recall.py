@@ -261,9 +261,17 @@ _NON_LATIN = (
 
 @functools.cache
 def _stemmer(language: str) -> Callable[[str], str]:
-    import snowballstemmer
+    try:
+        # The C build, when installed, straight: snowballstemmer would use it too, but its
+        # package imports every language's pure-Python stemmer first (a first recall's
+        # largest cost in a fresh process).
+        import Stemmer  # type: ignore[import-not-found,unused-ignore]
 
-    word: Callable[[str], str] = snowballstemmer.stemmer(language).stemWord
+        word: Callable[[str], str] = Stemmer.Stemmer(language).stemWord
+    except ImportError:
+        import snowballstemmer
+
+        word = snowballstemmer.stemmer(language).stemWord
     return word
 
 

@@ -97,6 +97,10 @@ class SQLiteMemoryProvider(MemoryProvider):
     timeout:
         Seconds a write waits for another process's write to finish before it fails with
         :class:`StorageError`.
+    cache_bytes:
+        The most this provider keeps of the database's pages in memory between calls (SQLite's
+        page cache, 8 MiB by default): what a recall from the store's index reads again is
+        read from there. A process holds no other copy of the log.
     progress:
         Called as ``progress(done, total)`` while a store written by an older version is
         indexed for recall on first open (the command line draws a bar with it); the store is
@@ -125,9 +129,13 @@ class SQLiteMemoryProvider(MemoryProvider):
         timeout: float = 30.0,
         fsync: bool = False,
         progress: Callable[[int, int], None] | None = None,
+        cache_bytes: int = 8 << 20,
     ) -> None:
         if timeout <= 0:
             raise ConfigurationError(f"timeout must be > 0 seconds, not {timeout!r}")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise ConfigurationError(f"cache_bytes must be an int >= 0, not {cache_bytes!r}")
+        self._cache_kib = cache_bytes // 1024
         self._path = Path(store_path(path))
         self._timeout = float(timeout)
         self._fsync = fsync
@@ -353,6 +361,7 @@ class SQLiteMemoryProvider(MemoryProvider):
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._fsync else 'NORMAL'}")
             conn.execute("PRAGMA secure_delete = ON")  # a deleted value is zeroed, not left
+            conn.execute(f"PRAGMA cache_size = -{self._cache_kib}")  # KiB when negative
             self._catch_up(conn)
         except BaseException:
             conn.close()

@@ -352,7 +352,8 @@ class SQLiteIndexReader:
         return [
             int(r[0])
             for r in self._conn.execute(
-                "SELECT seq FROM ix_episode WHERE ns = ? AND corrupt = 1 AND seq >= ? AND seq < ?",
+                "SELECT seq FROM ix_episode INDEXED BY ix_episode_corrupt "
+                "WHERE ns = ? AND corrupt = 1 AND seq >= ? AND seq < ?",
                 (self._ns, live.start, live.stop),
             )
         ]
