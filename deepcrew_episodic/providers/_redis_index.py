@@ -196,6 +196,9 @@ return 1
 """
 )
 
+# A catch-up batch: the index ops alone (KEYS[1] routes it to the namespace's slot).
+CATCH_UP = _UPKEEP + "\nreturn upkeep(ARGV, 1) or 1\n"
+
 # --- reads (KEYS[1]: the namespace's watermark key, which routes the call to its slot) ------
 
 _FACTS_OF = r"""
@@ -391,7 +394,7 @@ _FACTS = SyncScript(FACTS)
 _COUNTS = SyncScript(COUNTS)
 _MATCHES = SyncScript(MATCHES)
 _NEWEST_AFTER = SyncScript(NEWEST_AFTER)
-_WRITE = SyncScript(WRITE_IF)
+_CATCH_UP = SyncScript(CATCH_UP)
 
 
 class RedisIndexReader:
@@ -446,7 +449,7 @@ class RedisIndexReader:
                 if raw is not None and raw != "":
                     ops += episode_op(self._base, seq, raw, keep=True)
             ops += ["W", self._base, "e", str(done_e + 1 if start == low else start), str(stop)]
-            _WRITE(c, [self._route], [0, 0, *ops])
+            _CATCH_UP(c, [self._route], ops)
             done += len(seqs)
             if progress is not None:
                 progress(done, todo)
@@ -459,7 +462,7 @@ class RedisIndexReader:
                 if raw is not None and raw != "":
                     ops += grade_op(self._base, number, raw, keep=True)
             ops += ["W", self._base, "g", str(start), str(stop)]
-            _WRITE(c, [self._route], [0, 0, *ops])
+            _CATCH_UP(c, [self._route], ops)
             done += len(numbers)
             if progress is not None:
                 progress(done, todo)
