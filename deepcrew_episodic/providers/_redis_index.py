@@ -9,7 +9,8 @@ never lists these keys (they are not under the log's key layout), so ``forget``,
 base (``<m>`` is a sequence number as a sorted-set member: its digit count as a letter, then
 its digits, so that members of equal score sort by number)::
 
-    f:<seq>             hash: the facts of one episode record (``x`` = 1: it cannot be decoded)
+    f:<seq>             the facts of one episode record: the time it ranks by, its id, then a
+                        JSON array of the rest (see ``episode_op``)
     t:<size>:<term>     sorted set: the postings of a term's length class, scored by the time
                         the episode ranks by (-inf: undated with no dated episode before it)
     s                   sorted set: every indexed episode, scored by seq
@@ -53,11 +54,14 @@ log = logging.getLogger("deepcrew_episodic")
 RECORD = re.compile(r"episodic:(.+):([eg]):([0-9]{1,18})", re.DOTALL)
 # Records indexed per script while a reader catches up.
 BATCH = 2000
+# The facts read along with a chunk of postings, or ahead of the one a search asks for.
+AHEAD = 64
 
 # The index upkeep, run inside the write script after its compare-and-set passed (the
 # caller's ``i`` is the position of the first op in ARGV). Ops:
-#   E / EC  base seq member when id timestamp outcome source size terms tags forget run conv
-#           corrupt: index an episode record (E replaces an entry, EC keeps one found)
+#   E / EC  base seq member when id facts size terms run conv corrupt: index an episode
+#           record (E replaces an entry, EC keeps one found; facts: the JSON array of
+#           _facts_json, terms space-separated)
 #   G / GC  base n episode_id: index a grade record
 #   DE / DG base number: drop the entries of an episode / grade record
 #   W       base field low high: every record from low to high is indexed (a catch-up batch)
@@ -77,22 +81,24 @@ local function advance(b, field, from)
 end
 local function drop_episode(b, seq)
   local f = b .. 'f:' .. seq
-  local h = redis.call('HMGET', f, 'm', 'sz', 'terms', 'run', 'conv', 'id')
-  local m = h[1]
-  if not m then return end
-  for t in string.gmatch(h[3] or '', '%S+') do
-    redis.call('ZREM', b .. 't:' .. h[2] .. ':' .. t, m)
+  local v = redis.call('GET', f)
+  if not v then return end
+  local id, body = string.match(v, '^[^\31]*\31([^\31]*)\31(.*)$')
+  local d = cjson.decode(body)
+  local m, size, terms, run, conv = d[1], d[5], d[6], d[9], d[10]
+  for t in string.gmatch(terms, '%S+') do
+    redis.call('ZREM', b .. 't:' .. size .. ':' .. t, m)
   end
   redis.call('ZREM', b .. 's', m)
   redis.call('ZREM', b .. 'd', m)
   redis.call('ZREM', b .. 'x', m)
-  if h[4] and h[4] ~= '' then redis.call('ZREM', b .. 'r:' .. h[4], m) end
-  if h[5] and h[5] ~= '' then redis.call('ZREM', b .. 'c:' .. h[5], m) end
-  if h[6] and h[6] ~= '' then redis.call('ZREM', b .. 'i:' .. h[6], m) end
+  if run ~= '' then redis.call('ZREM', b .. 'r:' .. run, m) end
+  if conv ~= '' then redis.call('ZREM', b .. 'c:' .. conv, m) end
+  if id ~= '' then redis.call('ZREM', b .. 'i:' .. id, m) end
   redis.call('DEL', f)
 end
 local function add_episode(a, i, keep)
-  local b, seq, m, when = a[i], a[i + 1], a[i + 2], a[i + 3]
+  local b, seq, m, when, id = a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4]
   local f = b .. 'f:' .. seq
   if keep then
     if redis.call('EXISTS', f) == 1 then return end
@@ -101,12 +107,15 @@ local function add_episode(a, i, keep)
   end
   if when == '' then
     local below = redis.call('ZREVRANGEBYSCORE', b .. 's', '(' .. seq, '-inf', 'LIMIT', 0, 1)
-    when = below[1] and redis.call('HGET', b .. 'f:' .. member_seq(below[1]), 'w') or '-inf'
+    when = '-inf'
+    if below[1] then
+      local v = redis.call('GET', b .. 'f:' .. member_seq(below[1]))
+      if v then when = string.match(v, '^([^\31]*)') end
+    end
   end
-  local size, terms, corrupt = a[i + 8], a[i + 9], a[i + 14]
-  redis.call('HSET', f, 'm', m, 'w', when, 'id', a[i + 4], 'ts', a[i + 5], 'o', a[i + 6],
-    'src', a[i + 7], 'sz', size, 'terms', terms, 'tags', a[i + 10], 'fa', a[i + 11],
-    'run', a[i + 12], 'conv', a[i + 13], 'x', corrupt)
+  local size, terms, run, conv, corrupt = a[i + 6], a[i + 7], a[i + 8], a[i + 9], a[i + 10]
+  -- The facts: the time it ranks by and its id (read without decoding), then the rest.
+  redis.call('SET', f, when .. '\31' .. id .. '\31' .. a[i + 5])
   redis.call('ZADD', b .. 's', seq, m)
   if corrupt == '1' then
     redis.call('ZADD', b .. 'x', seq, m)
@@ -115,9 +124,9 @@ local function add_episode(a, i, keep)
     for t in string.gmatch(terms, '%S+') do
       redis.call('ZADD', b .. 't:' .. size .. ':' .. t, when, m)
     end
-    if a[i + 12] ~= '' then redis.call('ZADD', b .. 'r:' .. a[i + 12], seq, m) end
-    if a[i + 13] ~= '' then redis.call('ZADD', b .. 'c:' .. a[i + 13], seq, m) end
-    if a[i + 4] ~= '' then redis.call('ZADD', b .. 'i:' .. a[i + 4], seq, m) end
+    if run ~= '' then redis.call('ZADD', b .. 'r:' .. run, seq, m) end
+    if conv ~= '' then redis.call('ZADD', b .. 'c:' .. conv, seq, m) end
+    if id ~= '' then redis.call('ZADD', b .. 'i:' .. id, seq, m) end
   end
   advance(b, 'e', tonumber(seq))
 end
@@ -142,7 +151,7 @@ local function upkeep(a, i)
     local op = a[i]
     if op == 'E' or op == 'EC' then
       add_episode(a, i + 1, op == 'EC')
-      i = i + 16
+      i = i + 12
     elseif op == 'G' or op == 'GC' then
       add_grade(a[i + 1], a[i + 2], a[i + 3], op == 'GC')
       i = i + 4
@@ -204,13 +213,12 @@ CATCH_UP = _UPKEEP + "\nreturn upkeep(ARGV, 1) or 1\n"
 _FACTS_OF = r"""
 local function facts_of(b, lp, m)
   local seq = string.sub(m, 2)
-  local h = redis.call('HMGET', b .. 'f:' .. seq, 'w', 'id', 'ts', 'o', 'src', 'sz', 'terms',
-    'tags', 'fa', 'run', 'conv', 'x')
-  if not h[1] then return {seq} end
-  local out = {seq, h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12]}
-  out[14] = redis.call('GET', lp .. 'u:' .. seq) or ''
-  if h[2] ~= '' then
-    for _, n in ipairs(redis.call('ZRANGE', b .. 'gi:' .. h[2], 0, -1)) do
+  local v = redis.call('GET', b .. 'f:' .. seq)
+  if not v then return {seq} end
+  local out = {seq, v, redis.call('GET', lp .. 'u:' .. seq) or ''}
+  local id = string.match(v, '^[^\31]*\31([^\31]*)\31')
+  if id ~= '' and redis.call('EXISTS', b .. 'gi:' .. id) == 1 then
+    for _, n in ipairs(redis.call('ZRANGE', b .. 'gi:' .. id, 0, -1)) do
       out[#out + 1] = redis.call('GET', lp .. 'g:' .. n) or ''
     end
   end
@@ -218,8 +226,9 @@ local function facts_of(b, lp, m)
 end
 """
 # ARGV: base, log prefix, offset, limit, the member expected just before offset ('' none),
-# the member to read after when the offset is not known ('' none). Returns {rows, facts}
-# (rows: member, score, ...) or {} when the expected member is not where it was.
+# the member to read after when the offset is not known ('' none), how many of the rows to
+# read the facts of. Returns {rows, facts} (rows: member, score, ...) or {} when the expected
+# member is not where it was.
 POSTINGS = (
     _FACTS_OF
     + r"""
@@ -236,7 +245,7 @@ elseif expect ~= '' then
 end
 local rows = redis.call('ZRANGE', key, offset, offset + limit - 1, 'REV', 'WITHSCORES')
 local facts = {}
-for j = 1, #rows, 2 do facts[#facts + 1] = facts_of(b, lp, rows[j]) end
+for j = 1, math.min(#rows, 2 * tonumber(ARGV[7])), 2 do facts[#facts + 1] = facts_of(b, lp, rows[j]) end
 return {rows, facts}
 """
 )
@@ -294,8 +303,6 @@ while true do
 end
 """
 
-_FIELDS = ("w", "id", "ts", "o", "src", "sz", "terms", "tags", "fa", "run", "conv", "x")
-
 
 def member(seq: int) -> str:
     """*seq* as a sorted-set member: members of equal score sort by their bytes, so the
@@ -307,23 +314,40 @@ def member(seq: int) -> str:
 def episode_op(base: str, seq: int, raw: str, *, keep: bool = False) -> list[str]:
     """The upkeep op that indexes the episode record *raw* at *seq*."""
     op = "EC" if keep else "E"
+    m = member(seq)
     row = index_row(raw)
     if row is None:
-        return [op, base, str(seq), member(seq), "", "", "", "", "", "0", "", "[]", "", "", "", "1"]
+        facts = json.dumps([m, "", "", "", 0, "", [], None, "", "", 1])
+        return [op, base, str(seq), m, "", "", facts, "0", "", "", "", "1"]
+    terms = " ".join(row.terms)
+    facts = json.dumps(
+        [
+            m,
+            row.timestamp,
+            row.outcome,
+            row.source,
+            row.size,
+            terms,
+            row.tags,
+            row.forget_at,
+            row.run,
+            row.conversation,
+            0,
+        ],
+        ensure_ascii=False,
+    )
+    when = "" if row.when is None else repr(row.when)
+    size = str(row.size)
     return [
         op,
         base,
         str(seq),
-        member(seq),
-        "" if row.when is None else repr(row.when),
+        m,
+        when,
         row.episode_id,
-        row.timestamp,
-        row.outcome,
-        row.source,
-        str(row.size),
-        " ".join(row.terms),
-        row.tags_json(),
-        "" if row.forget_at is None else repr(row.forget_at),
+        facts,
+        size,
+        terms,
         row.run,
         row.conversation,
         "0",
@@ -414,6 +438,7 @@ class RedisIndexReader:
         self._grades: dict[str, list[str]] = {}
         self._uses: dict[int, int] = {}
         self._handed: dict[tuple[str, int], tuple[int, tuple[float, int]]] = {}
+        self._order: dict[int, tuple[list[int], int]] = {}  # seq -> its postings chunk, where
 
     # --- catching up with records the index does not hold ---------------------------------
 
@@ -491,7 +516,9 @@ class RedisIndexReader:
             else:
                 after = member(before[1])
         reply = _POSTINGS(
-            self._client, [self._route, key], [self._base, self._log, offset, limit, expect, after]
+            self._client,
+            [self._route, key],
+            [self._base, self._log, offset, limit, expect, after, AHEAD],
         )
         if not reply:
             raise StaleIndexError(f"the postings of {term!r} changed during the search")
@@ -499,6 +526,9 @@ class RedisIndexReader:
         rows = [(float(rows_raw[i + 1]), int(rows_raw[i][1:])) for i in range(0, len(rows_raw), 2)]
         for raw in facts_raw:
             self._keep(raw)
+        order = [seq for _, seq in rows]
+        for at, seq in enumerate(order):
+            self._order.setdefault(seq, (order, at))
         if rows:
             start = offset if not after else -1
             count = start + len(rows) if start >= 0 else -1
@@ -514,6 +544,10 @@ class RedisIndexReader:
 
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         missing = [s for s in seqs if s not in self._facts]
+        if len(missing) == 1 and missing[0] in self._order:
+            # The search reads postings in order: the facts of the next ones come along.
+            order, at = self._order[missing[0]]
+            missing = [s for s in order[at : at + AHEAD * 2] if s not in self._facts][:AHEAD]
         if missing:
             reply = _FACTS(
                 self._client, [self._route], [self._base, self._log, *map(member, missing)]
@@ -578,27 +612,33 @@ class RedisIndexReader:
 
     def _keep(self, raw: Sequence[Any]) -> None:
         seq = int(raw[0])
-        if len(raw) < 2 or raw[12] == "1":
+        if len(raw) < 2:
             self._facts[seq] = None
             return
-        w, episode_id, ts, outcome, source, size, terms, tags, forget = raw[1:10]
-        grades = [g for g in raw[14:] if g]
-        self._uses[seq] = _number(raw[13])
+        when, episode_id, body = raw[1].split("\x1f", 2)
+        _, ts, outcome, source, size, terms, tags, forget, run, conversation, corrupt = json.loads(
+            body
+        )
+        if corrupt:
+            self._facts[seq] = None
+            return
+        grades = [g for g in raw[3:] if g]
+        self._uses[seq] = _number(raw[2])
         if episode_id:
             self._grades[episode_id] = grades
         self._facts[seq] = Facts(
             seq,
             episode_id,
             ts,
-            float(w),
+            float(when),
             outcome,
             source,
-            int(size),
+            size,
             frozenset(terms.split()),
-            frozenset(json.loads(tags)),
-            float(forget) if forget else None,
-            raw[10],
-            raw[11],
+            frozenset(tags),
+            forget,
+            run,
+            conversation,
             len(grades) if episode_id else 0,
         )
 
