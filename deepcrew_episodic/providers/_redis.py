@@ -232,6 +232,9 @@ class RedisMemoryProvider(MemoryProvider):
         """In a forked child: a client of its own. The parent's connections are its own
         (two processes on one socket would read each other's replies) and its locks belong
         to the parent's event loop. A client given by the caller is the caller's to renew."""
+        # The index reader's client is this provider's own, made again on first use.
+        self._sync_lock = threading.Lock()
+        self._sync_client = None
         if not self._owns_client:
             return
         for connection in _connections(self._client):
