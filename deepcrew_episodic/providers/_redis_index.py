@@ -210,6 +210,13 @@ CATCH_UP = _UPKEEP + "\nreturn upkeep(ARGV, 1) or 1\n"
 
 # --- reads (KEYS[1]: the namespace's watermark key, which routes the call to its slot) ------
 
+# ARGV: the log prefix. The counters a catch-up compares with the watermarks, in one read.
+HEAD = r"""
+local lp = ARGV[1]
+local function get(k) return redis.call('GET', lp .. k) or '' end
+local marks = redis.call('HMGET', KEYS[1], 'e', 'g')
+return {get('__seq__'), get('__grades__'), get('__max__'), marks[1] or '', marks[2] or ''}
+"""
 _FACTS_OF = r"""
 local function facts_of(b, lp, m)
   local seq = string.sub(m, 2)
@@ -419,6 +426,7 @@ _COUNTS = SyncScript(COUNTS)
 _MATCHES = SyncScript(MATCHES)
 _NEWEST_AFTER = SyncScript(NEWEST_AFTER)
 _CATCH_UP = SyncScript(CATCH_UP)
+_HEAD = SyncScript(HEAD)
 
 
 class RedisIndexReader:
@@ -439,6 +447,9 @@ class RedisIndexReader:
         self._uses: dict[int, int] = {}
         self._handed: dict[tuple[str, int], tuple[int, tuple[float, int]]] = {}
         self._order: dict[int, tuple[list[int], int]] = {}  # seq -> its postings chunk, where
+        self._visited: list[int] = []  # the episodes the search asked about, in that order
+        self._seen: set[int] = set()
+        self._records: dict[int, str | None] = {}
 
     # --- catching up with records the index does not hold ---------------------------------
 
@@ -446,12 +457,9 @@ class RedisIndexReader:
         """Index the records above the watermarks (written by an older version, or outside
         the library); return how many records were read."""
         c = self._client
-        seq_raw, grades_raw, ring_raw = c.mget(
-            [self._log + "__seq__", self._log + "__grades__", self._log + "__max__"]
-        )
-        marks = c.hmget(self._route, ["e", "g"])
+        seq_raw, grades_raw, ring_raw, mark_e, mark_g = _HEAD(c, [self._route], [self._log])
         last, grades, ring = _number(seq_raw), _number(grades_raw), _number(ring_raw)
-        done_e, done_g = _number(marks[0]), _number(marks[1])
+        done_e, done_g = _number(mark_e), _number(mark_g)
         low = done_e + 1
         if ring:
             low = max(low, last - ring + 1)
@@ -543,6 +551,9 @@ class RedisIndexReader:
         return Counter({int(reply[i]): int(reply[i + 1]) for i in range(0, len(reply), 2)})
 
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
+        if len(seqs) == 1 and seqs[0] not in self._seen:
+            self._seen.add(seqs[0])
+            self._visited.append(seqs[0])
         missing = [s for s in seqs if s not in self._facts]
         if len(missing) == 1 and missing[0] in self._order:
             # The search reads postings in order: the facts of the next ones come along.
@@ -570,10 +581,21 @@ class RedisIndexReader:
         return list(found)
 
     def records(self, seqs: Sequence[int]) -> dict[int, str]:
-        if not seqs:
-            return {}
-        values = self._client.mget([f"{self._log}e:{s}" for s in seqs])
-        return {s: v for s, v in zip(seqs, values, strict=True) if v}
+        wanted = [s for s in seqs if s not in self._records]
+        if len(wanted) == 1:
+            # The search asks for the records of what it returns one by one, and those are
+            # among the episodes it scored: theirs come along (a bounded read-ahead).
+            ahead = [s for s in self._visited if s not in self._records and s != wanted[0]]
+            wanted += ahead[: AHEAD - 1]
+        if wanted:
+            values = self._client.mget([f"{self._log}e:{s}" for s in wanted])
+            self._records.update(zip(wanted, values, strict=True))
+        found: dict[int, str] = {}
+        for seq in seqs:
+            value = self._records.get(seq)
+            if value:
+                found[seq] = value
+        return found
 
     def uses(self, seqs: Sequence[int]) -> dict[int, int]:
         missing = [s for s in seqs if s not in self._uses]
