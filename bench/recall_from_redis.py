@@ -71,7 +71,7 @@ FRESH = textwrap.dedent(
 
 async def build(provider: RedisMemoryProvider, ns: str, n: int) -> None:
     episodes = corpus(n)
-    batch = 1000
+    batch = 250  # one script each: a long one would hold the server up
     for start in range(0, n, batch):
         items = {
             f"episodic:{ns}:e:{start + i + 1}": e.__class__(

@@ -53,7 +53,7 @@ log = logging.getLogger("deepcrew_episodic")
 # An episode or grade record of a namespace (a namespace may hold ':'; the number cannot).
 RECORD = re.compile(r"episodic:(.+):([eg]):([0-9]{1,18})", re.DOTALL)
 # Records indexed per script while a reader catches up.
-BATCH = 2000
+BATCH = 250
 # The facts read along with a chunk of postings, or ahead of the one a search asks for.
 AHEAD = 64
 
