@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _redis import redis_server
 from recall_scale import corpus
 
-from deepcrew_episodic import EpisodicMemory
+from deepcrew_episodic import EpisodicMemory, StorageError
 from deepcrew_episodic.providers import RedisMemoryProvider
 from deepcrew_episodic.providers import _redis_index as index
 
@@ -71,7 +71,7 @@ FRESH = textwrap.dedent(
 
 async def build(provider: RedisMemoryProvider, ns: str, n: int) -> None:
     episodes = corpus(n)
-    batch = 250  # one script each: a long one would hold the server up
+    batch = 100  # one script each: a long one would hold the server up
     for start in range(0, n, batch):
         items = {
             f"episodic:{ns}:e:{start + i + 1}": e.__class__(
@@ -79,7 +79,13 @@ async def build(provider: RedisMemoryProvider, ns: str, n: int) -> None:
             ).to_json()
             for i, e in enumerate(episodes[start : start + batch])
         }
-        await provider.write(items)
+        for attempt in range(3):  # a loaded machine can outlast the client's read timeout
+            try:
+                await provider.write(items)  # the same records again: the index is replaced
+                break
+            except StorageError:
+                if attempt == 2:
+                    raise
     await provider.write({f"episodic:{ns}:__seq__": str(n), f"episodic:{ns}:__max__": str(n)})
 
 
