@@ -286,20 +286,20 @@ async def test_redis_a_store_written_without_the_index_is_indexed_by_its_first_r
     clock: Clock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    await varied_log(backend, clock, "old", 4, n=60, ring=40)
+    await varied_log(backend, clock, "old", 4, n=300, ring=280)  # two catch-up batches
     client = await raw_client(redis_store)
     built = index_keys(client)
     assert built
     for key in built:  # a store written before the index existed
         client.delete(key)
     with caplog.at_level(logging.INFO, logger="deepcrew_episodic"):
-        fresh = await same_answers(backend, clock, "old", max_episodes=40)
+        fresh = await same_answers(backend, clock, "old", max_episodes=280)
     assert reads_from_the_store(fresh)
     assert any("indexing up to" in r.getMessage() for r in caplog.records)
     assert index_keys(client) == built  # the same index as the writes kept
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="deepcrew_episodic"):
-        await same_answers(backend, clock, "old", max_episodes=40)
+        await same_answers(backend, clock, "old", max_episodes=280)
     assert not any("indexing up to" in r.getMessage() for r in caplog.records)
     client.close()
 
