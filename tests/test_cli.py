@@ -280,8 +280,16 @@ def test_redis_store(clean_redis: str) -> None:
     import redis
 
     client = redis.Redis.from_url(clean_redis)
+
+    def texts() -> list[bytes]:
+        # Every stored string, and every key name (the recall index's hash and sorted sets
+        # hold the terms of an episode in their names).
+        keys = client.keys("*")
+        return keys + [client.get(k) or b"" for k in keys if client.type(k) == b"string"]
+
     try:
-        assert any(b"Escalate" in (client.get(k) or b"") for k in client.keys("*"))
+        assert any(b"Escalate" in text for text in texts())
+        assert any(b"escal" in key for key in client.keys("*"))  # its term, in the index
         episode_id = recorded.stdout.split()[1]
         assert (
             cli(
@@ -289,7 +297,7 @@ def test_redis_store(clean_redis: str) -> None:
             ).returncode
             == 0
         )
-        assert not any(b"Escalate" in (client.get(k) or b"") for k in client.keys("*"))
+        assert not any(b"Escalate" in text or b"escal" in text for text in texts())
     finally:
         client.close()
 

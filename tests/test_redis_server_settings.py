@@ -264,7 +264,9 @@ async def test_no_recall_path_scans_a_database_full_of_other_keys() -> None:
                         costs.append(spent(before, await commands(raw)))
             for cost in costs:
                 assert "scan" not in cost, cost
-                assert sum(cost.values()) <= 8, cost
+                # A round that read the store's recall index (scripts: the commands they run
+                # inside count too) reads what the query touches, never the other keys.
+                assert sum(cost.values()) <= (8 if "evalsha" not in cost else 400), cost
             assert [c for _, c in (await other.stats()).most_used] == [1, 1, 1]
 
 

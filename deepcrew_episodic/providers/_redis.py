@@ -27,12 +27,24 @@ import hashlib
 import logging
 import os
 import re
+import threading
 import weakref
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from typing import Any
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
+from typing import Any, TypeVar
+
+import anyio.to_thread
 
 from .._exceptions import ConfigurationError, CorruptDataError, MissingDependencyError, StorageError
+from . import _redis_index as index
 from ._base import Fresh, MemoryProvider, Then
 
 try:
@@ -45,6 +57,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = ["RedisMemoryProvider"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("deepcrew_episodic")
 
@@ -68,28 +82,8 @@ for i = 2, #KEYS do
 end
 return reply
 """
-# A compare-and-set over several keys. KEYS: the expected keys, the keys to store, the keys to
-# delete. ARGV: how many expected keys and keys to store; per expected key "0" (absent or "")
-# or "1" followed by the value; the values to store. Returns 1 when it wrote, 0 when not.
-_WRITE_IF = """
-local expected, stored = tonumber(ARGV[1]), tonumber(ARGV[2])
-for i = 1, expected do
-  local want = ARGV[2 + i]
-  local have = redis.call('GET', KEYS[i])
-  if string.sub(want, 1, 1) == '0' then
-    if have and have ~= '' then return 0 end
-  elseif have ~= string.sub(want, 2) then
-    return 0
-  end
-end
-for i = 1, stored do
-  redis.call('SET', KEYS[expected + i], ARGV[2 + expected + i])
-end
-for i = expected + stored + 1, #KEYS do
-  redis.call('UNLINK', KEYS[i])
-end
-return 1
-"""
+# The compare-and-set over several keys, which keeps the recall index: see _redis_index.py.
+_WRITE_IF = index.WRITE_IF
 _SCAN_BATCH = 1000
 # redis-py 7+ reads its own version from the package metadata (the disk) for every connection it
 # opens, on the event loop's thread, unless it is given its driver info: built once, here.
@@ -133,6 +127,7 @@ class RedisMemoryProvider(MemoryProvider):
     """
 
     shared_across_processes = True
+    recall_index = True
     # A script that increments and reads, then a compare-and-set: two steps (see
     # increment_and_write), so a stalled writer's episode can land below the ring.
     atomic_increment_and_write = False
@@ -165,6 +160,16 @@ class RedisMemoryProvider(MemoryProvider):
         else:
             self._client = self._connect()
             self._owns_client = True
+        # The recall index is read in a worker thread through a synchronous client made from
+        # the same settings; for a client passed in whose settings cannot be carried over,
+        # this provider keeps no index reader (recall reads the log in process).
+        self._sync_settings = self._sync_factory()
+        if self._sync_settings is None:
+            # Declared per instance: the class declares it, this client cannot honour it.
+            setattr(self, "recall_index", False)  # noqa: B010 - a ClassVar, shadowed here
+        self._sync_lock = threading.Lock()
+        self._sync_client: Any = None
+        self._sync_pid = 0
         self._fresh_state()
         # Clients inherited from the parent in a forked child: kept, never used or closed
         # (their sockets are the parent's, and closing one from here would break its stream).
@@ -227,6 +232,9 @@ class RedisMemoryProvider(MemoryProvider):
         """In a forked child: a client of its own. The parent's connections are its own
         (two processes on one socket would read each other's replies) and its locks belong
         to the parent's event loop. A client given by the caller is the caller's to renew."""
+        # The index reader's client is this provider's own, made again on first use.
+        self._sync_lock = threading.Lock()
+        self._sync_client = None
         if not self._owns_client:
             return
         for connection in _connections(self._client):
@@ -304,31 +312,36 @@ class RedisMemoryProvider(MemoryProvider):
         return [_text(v) for v in values]
 
     async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
-        doomed = [self._key(k) for k in delete if k not in items]
-        if not items and not doomed:
+        doomed_keys = [k for k in delete if k not in items]
+        if not items and not doomed_keys:
             return
         first = next(iter(items), None) or next(iter(delete))
-        stored = {self._key(k): v for k, v in items.items()}
         if not self._cluster:
-            await self._transaction(first, stored, doomed)
+            ops = index.upkeep(self._index_base, items, doomed_keys)
+            stored = {self._key(k): v for k, v in items.items()}
+            await self._transaction(first, stored, [self._key(k) for k in doomed_keys], ops)
             return
         # A cluster transaction is confined to one slot: one per slot touched (a single one
         # for the keys of one namespace, which share their hash tag).
         by_slot: dict[int, tuple[dict[str, str], list[str]]] = {}
-        for key, value in stored.items():
-            by_slot.setdefault(self._client.keyslot(key), ({}, []))[0][key] = value
-        for key in doomed:
-            by_slot.setdefault(self._client.keyslot(key), ({}, []))[1].append(key)
+        for key, value in items.items():
+            by_slot.setdefault(self._client.keyslot(self._key(key)), ({}, []))[0][key] = value
+        for key in doomed_keys:
+            by_slot.setdefault(self._client.keyslot(self._key(key)), ({}, []))[1].append(key)
         for slot_items, slot_doomed in by_slot.values():
-            await self._transaction(first, slot_items, slot_doomed)
+            ops = index.upkeep(self._index_base, slot_items, slot_doomed)
+            stored = {self._key(k): v for k, v in slot_items.items()}
+            await self._transaction(first, stored, [self._key(k) for k in slot_doomed], ops)
 
-    async def _transaction(self, first: str, stored: dict[str, str], doomed: list[str]) -> None:
-        if self._cluster:
-            # One script per slot (its keys share it): as atomic as MULTI/EXEC, and it keeps
-            # off redis-py's cluster transactions, which join a thread per command on the
-            # event loop's thread.
+    async def _transaction(
+        self, first: str, stored: dict[str, str], doomed: list[str], ops: list[str]
+    ) -> None:
+        if self._cluster or ops:
+            # One script (its keys share a slot on a cluster): as atomic as MULTI/EXEC, it
+            # keeps the recall index in the same step, and it keeps off redis-py's cluster
+            # transactions, which join a thread per command on the event loop's thread.
             keys = [*stored, *doomed]
-            args: list[str | int] = [0, len(stored), *stored.values()]
+            args: list[str | int] = [0, len(stored), *stored.values(), *ops]
             async with self._call("EVALSHA write", first):
                 await self._write_if(keys=keys, args=args)
             return
@@ -343,7 +356,18 @@ class RedisMemoryProvider(MemoryProvider):
             await pipe.execute()
 
     async def delete(self, keys: Iterable[str]) -> None:
-        full = [self._key(k) for k in keys]
+        wanted = list(keys)
+        if index.has_records(wanted):
+            # Episode and grade records leave the recall index in the step that deletes them.
+            groups: dict[int, list[str]] = {}
+            for key in wanted:
+                slot = self._client.keyslot(self._key(key)) if self._cluster else 0
+                groups.setdefault(slot, []).append(key)
+            for group in groups.values():
+                for start in range(0, len(group), _SCAN_BATCH):
+                    await self.write({}, group[start : start + _SCAN_BATCH])
+            return
+        full = [self._key(k) for k in wanted]
         for start in range(0, len(full), _SCAN_BATCH):
             batch = full[start : start + _SCAN_BATCH]
             async with self._call("UNLINK", batch[0]):
@@ -356,7 +380,7 @@ class RedisMemoryProvider(MemoryProvider):
             # On a cluster, scan_iter walks every master in turn.
             async for full in self._client.scan_iter(match=pattern, count=_SCAN_BATCH):
                 key = self._unkey(_text(full))  # type: ignore[arg-type]
-                if key is not None and key.startswith(prefix):
+                if key is not None and key.startswith(prefix) and not self._indexes(key):
                     found.append(key)
         found.sort()
         return found
@@ -391,6 +415,7 @@ class RedisMemoryProvider(MemoryProvider):
         args: list[str | int] = [len(expect), len(items)]
         args += ["0" if v is None else "1" + v for v in expect.values()]
         args += list(items.values())
+        args += index.upkeep(self._index_base, items, doomed)
         async with self._call("EVALSHA write_if", next(iter(expect))):
             return bool(await self._write_if(keys=full, args=args))
 
@@ -439,7 +464,116 @@ class RedisMemoryProvider(MemoryProvider):
             ]
         return list(self._settings)
 
+    async def clear(self) -> None:
+        """Remove every entry of this provider (all namespaces), their recall indexes too."""
+        await super().clear()
+        pattern = index.index_keys_pattern(self._pattern_prefix)
+        async with self._call("SCAN", "ix:"):
+            found = [
+                _text(k) async for k in self._client.scan_iter(match=pattern, count=_SCAN_BATCH)
+            ]
+        for key in found:  # one by one: on a cluster they lie in the slots of many namespaces
+            async with self._call("UNLINK", "ix:"):
+                await self._client.unlink(key)
+
+    # --- the recall index ---------------------------------------------------------------
+
+    def _index_base(self, namespace: str) -> str:
+        """Where the recall index of *namespace* lives: in its log's hash slot, under a key
+        form ``keys()`` never lists (see _redis_index.py)."""
+        tag, rest = _split_tag(f"episodic:{namespace}")
+        return f"{self._prefix}ix:{len(namespace)}{{{tag}}}{rest}:"
+
+    def _indexes(self, key: str) -> bool:
+        """Whether *key* (as ``keys()`` would return it) is an index key (a single server
+        lists every key under the prefix; a cluster's index keys never look like ours)."""
+        return not self._cluster and index.is_index_key(key)
+
+    async def read_index(self, prefix: str, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(reader)`` in a worker thread with an
+        :class:`~deepcrew_episodic._index.IndexReader` on a synchronous client, for the
+        namespace whose keys start with *prefix* (``episodic:<ns>:``). Records above the
+        index's watermarks (written by an older version, or outside the library) are indexed
+        first. Each read is one script, atomic on its own; a search that finds the index
+        changed under it between two reads raises ``StaleIndexError``."""
+        if not self.recall_index:
+            return await super().read_index(prefix, fn)
+        namespace = prefix[len("episodic:") : -1]
+        base, log_prefix = self._index_base(namespace), self._key(prefix)
+
+        def run() -> T:
+            with _sync_translated("recall", prefix):
+                reader = index.RedisIndexReader(self._sync(), base, log_prefix)
+                reader.catch_up(namespace)
+                return fn(reader)
+
+        return await anyio.to_thread.run_sync(run)
+
+    def _sync_factory(self) -> Callable[[], Any] | None:
+        """How to make the synchronous client the index reader uses (``None``: it cannot be
+        made from the client passed in; said in the log)."""
+        import redis as redis_sync
+        from redis.cluster import ClusterNode
+        from redis.cluster import RedisCluster as SyncCluster
+
+        common: dict[str, Any] = {
+            "decode_responses": True,
+            "encoding_errors": "surrogateescape",
+            **_DRIVER,
+        }
+        if self._owns_client:
+            url = self._url
+            if self._cluster:
+                return lambda: SyncCluster.from_url(url, **common)
+            return lambda: redis_sync.Redis.from_url(url, **common)
+        client = self._client
+        try:
+            if isinstance(client, RedisCluster):
+                found = _carried(client.connection_kwargs)
+                nodes = [
+                    ClusterNode(n.host, n.port)  # type: ignore[no-untyped-call]
+                    for n in client.startup_nodes
+                ]
+                if found is None or not nodes:
+                    raise ValueError("it authenticates through a credential provider")
+                cluster_settings = found
+                return lambda: SyncCluster(startup_nodes=nodes, **cluster_settings, **common)
+            pool = client.connection_pool
+            found = _carried(pool.connection_kwargs)
+            kind = _SYNC_CONNECTIONS.get(pool.connection_class.__name__)
+            if found is None:
+                raise ValueError("it authenticates through a credential provider")
+            if kind is None:
+                raise ValueError(f"its connections are {pool.connection_class.__name__}")
+            settings = found
+            connection_class = getattr(redis_sync, kind)
+            connection_class(**settings, **common)  # checks the settings; opens nothing
+            return lambda: redis_sync.Redis(
+                connection_pool=redis_sync.ConnectionPool(
+                    connection_class=connection_class, **settings, **common
+                )
+            )
+        except (AttributeError, TypeError, ValueError) as exc:
+            log.warning(
+                "redis: no recall index reader for the client passed in (%s); recall reads "
+                "the log in this process (pass a URL instead to recall from the store)",
+                exc,
+            )
+            return None
+
+    def _sync(self) -> Any:
+        """The synchronous client of this process (made on first use, again after a fork)."""
+        with self._sync_lock:
+            if self._sync_client is None or self._sync_pid != os.getpid():
+                assert self._sync_settings is not None
+                self._sync_client = self._sync_settings()
+                self._sync_pid = os.getpid()
+            return self._sync_client
+
     async def aclose(self) -> None:
+        sync, self._sync_client = self._sync_client, None
+        if sync is not None and self._sync_pid == os.getpid():
+            await anyio.to_thread.run_sync(sync.close)
         if self._owns_client:
             async with _translated("CLOSE", ""):
                 await self._client.aclose()
@@ -536,6 +670,56 @@ async def _guarded(
 ) -> AsyncIterator[None]:
     async with gate, _translated(op, key):
         yield
+
+
+# The settings a synchronous client takes from an asyncio one, and its connection classes.
+_CARRIED = frozenset(
+    {
+        "host",
+        "port",
+        "db",
+        "path",
+        "username",
+        "password",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "client_name",
+        "protocol",
+        "ssl_keyfile",
+        "ssl_certfile",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_data",
+        "ssl_check_hostname",
+        "ssl_min_version",
+        "ssl_ciphers",
+    }
+)
+_SYNC_CONNECTIONS = {
+    "Connection": "Connection",
+    "SSLConnection": "SSLConnection",
+    "UnixDomainSocketConnection": "UnixDomainSocketConnection",
+}
+
+
+def _carried(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The connection settings of an asyncio client a synchronous one can take (``None``:
+    it authenticates through a credential provider, which is asyncio-only)."""
+    if settings.get("credential_provider") is not None:
+        return None
+    return {k: v for k, v in settings.items() if k in _CARRIED and v is not None}
+
+
+@contextmanager
+def _sync_translated(op: str, key: str) -> Iterator[None]:
+    """:func:`_translated` for the synchronous client of the index reader."""
+    try:
+        yield
+    except (redis_exceptions.RedisError, redis_exceptions.RedisClusterException) as exc:
+        raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
+    except OSError as exc:
+        raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
 
 
 @asynccontextmanager
