@@ -868,7 +868,10 @@ class EpisodicMemory:
         def run(reader: Any) -> Page | None:
             if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
                 return None
-            seqs, total = reader.newest(live, now, oldest, limit, offset)
+            found = reader.newest(live, now, oldest, limit, offset)
+            if found is None:
+                return None  # this store lists from the log
+            seqs, total = found
             index = StoreIndex(reader, live)
             return Page([index.episode(s).copy() for s in seqs], total, offset)
 

@@ -193,11 +193,6 @@ async def test_redis_a_fresh_memory_ranks_as_the_log_read_in_process(
     assert reads_from_the_store(later)
 
 
-@pytest.mark.xfail(
-    raises=KeyError,
-    strict=True,
-    reason="StoreIndex.search reads the entry of a posting outside the memory's view",
-)
 async def test_redis_a_smaller_view_of_a_larger_ring_ranks_as_the_log(
     backend: MemoryProvider, clock: Clock
 ) -> None:
@@ -489,12 +484,6 @@ async def test_redis_a_long_scan_counts_matches_in_the_store_and_ranks_as_the_lo
     assert reads_from_the_store(fresh)
 
 
-@pytest.mark.xfail(
-    raises=(KeyError, ExceptionGroup),
-    strict=True,
-    reason="StoreIndex.search reads the entry of a posting outside the memory's view "
-    "(an episode recorded after the memory read the log's head)",
-)
 async def test_redis_recall_while_another_memory_writes_answers_or_falls_back(
     backend: MemoryProvider, clock: Clock
 ) -> None:

@@ -42,7 +42,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._index import Facts, StaleIndexError, index_row
@@ -451,6 +451,19 @@ class RedisIndexReader:
         self._seen: set[int] = set()
         self._records: dict[int, str | None] = {}
 
+    def set_query(self, terms: Collection[str]) -> None:
+        """Nothing to do: the facts read carry every term of their episode."""
+
+    def any_run(self, live: range) -> bool:
+        return True  # not known without a read; the ranking rules are exact either way
+
+    def newest(
+        self, live: range, now: float, oldest: float, limit: int, offset: int
+    ) -> tuple[list[int], int] | None:
+        """``None``: a listing is read from the log (counting what is unexpired would read
+        every episode's facts here)."""
+        return None
+
     # --- catching up with records the index does not hold ---------------------------------
 
     def catch_up(self, namespace: str, progress: Callable[[int, int], None] | None = None) -> int:
@@ -657,7 +670,7 @@ class RedisIndexReader:
             source,
             size,
             frozenset(terms.split()),
-            frozenset(tags),
+            json.dumps(tags, ensure_ascii=False),
             forget,
             run,
             conversation,
