@@ -29,10 +29,13 @@ a kill between two leaves the rest queued, never a half-built index in use.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
 import sqlite3
+import struct
+from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
@@ -90,7 +93,7 @@ TABLES = (
 )
 QUEUE_EVERY_RECORD = (
     "INSERT OR IGNORE INTO ix_pending (key) SELECT key FROM kv "
-    "WHERE key GLOB 'episodic:*:[eg]:[0-9]*'"
+    "WHERE key GLOB 'episodic:*:[egv]:[0-9]*'"  # v: vectors (VECTOR_TABLES)
 )
 
 _RECORD = re.compile(r"episodic:([^:]+):([eg]):([0-9]{1,18})")
@@ -113,6 +116,7 @@ def index_pending(conn: sqlite3.Connection, limit: int | None = None) -> int:
     rows = conn.execute(sql).fetchall()
     if not rows:
         return 0
+    index_vectors(conn, rows)
     episodes: list[tuple[str, int, str, str]] = []
     grades: list[tuple[str, str, int, str]] = []
     for key, value in rows:
@@ -360,6 +364,10 @@ class SQLiteIndexReader:
         row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
+    def vectors(self) -> SQLiteVectorReader | None:
+        """The vector reads of this namespace (see VECTOR_TABLES; ``None``: none kept)."""
+        return vector_reader(self._conn, self._ns)
+
 
 # What ranking reads of an episode; of its terms, only those of the query (?1).
 _COLUMNS = (
@@ -393,3 +401,124 @@ def _facts(r: Sequence[object]) -> Facts:
 
 
 Progress = Callable[[int, int], None]
+
+
+# --- vectors (recall by meaning) --------------------------------------------------------------
+#
+#     ix_vector(ns, mark, dim, seq, key, head, data)
+#         one row per stored vector (``episodic:<ns>:v:<seq>``) that decodes: its embedder
+#         fingerprint and dimension, ``head`` = (seq int64, scale float64) little-endian and
+#         ``data`` its components as int8 (``component / norm ~= scale * int8``, so a
+#         component is off by at most scale / 2). Clustered by (ns, mark, dim, seq): the rows of
+#         one namespace and embedder are read in one pass, joined into one buffer by SQLite
+#         (:meth:`SQLiteVectorReader.approximate`), never as one Python object per episode.
+#
+# The approximate vectors only pick the candidates (see _vectors.py): the exact similarity of
+# each is computed from its stored record, decoded as every other path decodes it. A vector
+# is rewritten in place (reembed), so an update queues it again like an insert.
+
+VECTOR_TABLES = (
+    "CREATE TABLE IF NOT EXISTS ix_vector (ns TEXT NOT NULL, mark TEXT NOT NULL, "
+    "dim INTEGER NOT NULL, seq INTEGER NOT NULL, key TEXT NOT NULL, head BLOB NOT NULL, "
+    "data BLOB NOT NULL, PRIMARY KEY (ns, mark, dim, seq)) WITHOUT ROWID",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ix_vector_key ON ix_vector (key)",
+    "CREATE TRIGGER IF NOT EXISTS ix_vector_added AFTER INSERT ON kv "
+    "WHEN new.key GLOB 'episodic:*:v:[0-9]*' "
+    "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
+    "CREATE TRIGGER IF NOT EXISTS ix_vector_changed AFTER UPDATE OF value ON kv "
+    "WHEN new.key GLOB 'episodic:*:v:[0-9]*' BEGIN "
+    "DELETE FROM ix_vector WHERE key = old.key; "
+    "INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
+    "CREATE TRIGGER IF NOT EXISTS ix_vector_deleted AFTER DELETE ON kv "
+    "WHEN old.key GLOB 'episodic:*:v:[0-9]*' BEGIN "
+    "DELETE FROM ix_vector WHERE key = old.key; "
+    "DELETE FROM ix_pending WHERE key = old.key; END",
+)
+TABLES += VECTOR_TABLES
+
+_VECTOR_KEY = re.compile(r"episodic:([^:]+):v:([0-9]{1,18})")
+_VECTOR_HEAD = struct.Struct("<qd")
+
+
+def index_vectors(conn: sqlite3.Connection, rows: Sequence[tuple[object, object]]) -> None:
+    """Index the vector records among the pending *rows* (``(key, value)``), inside the
+    caller's transaction (the caller takes them off the queue)."""
+    for key, value in rows:
+        match = _VECTOR_KEY.fullmatch(key) if isinstance(key, str) else None
+        if match is None:
+            continue
+        conn.execute("DELETE FROM ix_vector WHERE key = ?", (key,))
+        found = quantized(value) if isinstance(value, str) else None
+        if found is None:
+            continue  # not a vector every reader could use (decode_vector refuses it too)
+        mark, dim, scale, data = found
+        seq = int(match.group(2))
+        conn.execute(
+            "INSERT OR REPLACE INTO ix_vector (ns, mark, dim, seq, key, head, data) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (match.group(1), mark, dim, seq, key, _VECTOR_HEAD.pack(seq, scale), data),
+        )
+
+
+def quantized(raw: str) -> tuple[str, int, float, bytes] | None:
+    """``(fingerprint, dimension, scale, int8 components)`` of a stored vector (the format of
+    ``_embed.encode_vector``); ``None`` when it does not decode to a usable one. Pure Python:
+    a store without numpy indexes its vectors too."""
+    parts = raw.split("|")
+    if len(parts) != 4 or parts[0] != "v1":
+        return None
+    try:
+        data = base64.b64decode(parts[3], validate=True)
+    except ValueError:
+        return None
+    if not data or len(data) % 2:
+        return None
+    values = struct.unpack(f"<{len(data) // 2}e", data)
+    if not all(math.isfinite(v) for v in values):
+        return None
+    top = max(abs(v) for v in values)
+    if top == 0.0:
+        return None
+    norm = math.sqrt(math.fsum(v * v for v in values))
+    step = top / 127.0
+    codes = array("b", [round(v / step) for v in values])
+    return parts[1], len(values), step / norm, codes.tobytes()
+
+
+class SQLiteVectorReader:
+    """:class:`~deepcrew_episodic._vectors.VectorReader` over one connection and namespace."""
+
+    def __init__(self, conn: sqlite3.Connection, ns: str) -> None:
+        self._conn = conn
+        self._ns = ns
+        self._prefix = f"episodic:{ns}:v:"
+
+    def approximate(self, mark: str, dim: int, live: range) -> tuple[bytes, bytes]:
+        """The heads and the int8 components of the namespace's vectors of embedder *mark*
+        and *dim* dimensions in *live*, in seq order, each joined into one buffer."""
+        row = self._conn.execute(
+            "SELECT CAST(group_concat(head, '') AS BLOB), CAST(group_concat(data, '') AS BLOB) "
+            "FROM (SELECT head, data FROM ix_vector WHERE ns = ? AND mark = ? AND dim = ? "
+            "AND seq >= ? AND seq < ? ORDER BY seq)",
+            (self._ns, mark, dim, live.start, live.stop),
+        ).fetchone()
+        return (row[0] or b"", row[1] or b"") if row is not None else (b"", b"")
+
+    def stored(self, seqs: Sequence[int]) -> dict[int, str]:
+        """The stored vector records (``v:<seq>``) of *seqs*."""
+        found: dict[int, str] = {}
+        for seq in seqs:
+            row = self._conn.execute(
+                "SELECT value FROM kv WHERE key = ?", (f"{self._prefix}{seq}",)
+            ).fetchone()
+            if row is not None and row[0]:
+                found[seq] = str(row[0])
+        return found
+
+
+def vector_reader(conn: sqlite3.Connection, ns: str) -> SQLiteVectorReader | None:
+    """The vector reads of *ns* (``None``: this store's schema has no vector table yet)."""
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ix_vector'"
+    ).fetchone()
+    return None if row is None else SQLiteVectorReader(conn, ns)
