@@ -53,13 +53,18 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ._embed import SIMILARITY_FLOOR
-from ._recall import WEIGHTS, Postings, Scored, terms
+from ._recall import WEIGHTS, RecallIndex, Scored, terms
+
+if TYPE_CHECKING:
+    from ._index import StoreIndex
+
+    Index = RecallIndex | StoreIndex  # the episodes' postings, in process or in a store
 
 __all__ = [
     "BACKGROUND",
@@ -381,7 +386,7 @@ def hub_levels(rows: Matrix, background: Matrix) -> Matrix:
 
 
 def hybrid_scorer(
-    index: Postings,
+    index: Index,
     vectors: Vectors,
     query: str,
     query_vector: Matrix,
@@ -469,7 +474,7 @@ def hybrid_scorer(
 
 
 def hybrid_search(
-    index: Postings,
+    index: Index,
     vectors: Vectors,
     query: str,
     query_vector: Matrix,
@@ -559,7 +564,7 @@ def hybrid_search(
 
 
 def hybrid_rules(
-    index: Postings,
+    index: Index,
     vectors: Vectors,
     query: str,
     query_vector: Matrix,

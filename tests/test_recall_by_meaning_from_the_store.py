@@ -128,10 +128,18 @@ def _summary(ranking: Any) -> tuple[Any, ...]:
 async def _both(path: Path, embedder: Any, **options: Any) -> tuple[EpisodicMemory, EpisodicMemory]:
     """A memory that ranks from the store's index, and one that read the log first."""
     fresh = EpisodicMemory(
-        SQLiteMemoryProvider(path), max_episodes=1000, clock=lambda: NOW, embedder=embedder, **options
+        SQLiteMemoryProvider(path),
+        max_episodes=1000,
+        clock=lambda: NOW,
+        embedder=embedder,
+        **options,
     )
     loaded = EpisodicMemory(
-        SQLiteMemoryProvider(path), max_episodes=1000, clock=lambda: NOW, embedder=embedder, **options
+        SQLiteMemoryProvider(path),
+        max_episodes=1000,
+        clock=lambda: NOW,
+        embedder=embedder,
+        **options,
     )
     await loaded.load()
     return fresh, loaded
@@ -225,20 +233,25 @@ async def test_a_failing_query_embedding_falls_back_to_keywords_from_the_store(
     got = await fresh.explain("customer billed twice", 5)
     want = await loaded.explain("customer billed twice", 5)
     assert got.by == "keywords-fallback"
-    assert got.embedder_error and "unavailable" in got.embedder_error
+    assert got.embedder_error is not None
+    assert "unavailable" in got.embedder_error
     assert _summary(got) == _summary(want)
     assert fresh.counters.embedding_failures == 1
 
 
 async def test_an_unusable_stored_vector_leaves_its_episode_to_keywords(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
-    writer = EpisodicMemory(SQLiteMemoryProvider(path), embedder=_embedder("dense"), clock=lambda: NOW)
+    writer = EpisodicMemory(
+        SQLiteMemoryProvider(path), embedder=_embedder("dense"), clock=lambda: NOW
+    )
     for query in ["customer billed double", "refund the invoice", "gateway timeout"]:
         await writer.record(Episode(query=query, timestamp=now_iso(NOW), outcome="success"))
     # A hand edit: one vector no longer decodes, another is another text's.
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE kv SET value = 'v1|garbage' WHERE key = 'episodic:default:v:1'")
-        (other,) = conn.execute("SELECT value FROM kv WHERE key = 'episodic:default:v:3'").fetchone()
+        (other,) = conn.execute(
+            "SELECT value FROM kv WHERE key = 'episodic:default:v:3'"
+        ).fetchone()
         conn.execute("UPDATE kv SET value = ? WHERE key = 'episodic:default:v:2'", (other,))
     fresh, loaded = await _both(path, _embedder("dense"))
     for query in ["billed double", "customer", "refund invoice", "gateway timeout"]:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from .._index import Facts, index_row
 
-TABLES = (
+TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS ix_episode (key TEXT PRIMARY KEY NOT NULL, ns TEXT NOT NULL, "
     "seq INTEGER NOT NULL, episode_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
     "recorded REAL NOT NULL, outcome TEXT NOT NULL, source TEXT NOT NULL, "
@@ -507,12 +507,19 @@ class SQLiteVectorReader:
     def stored(self, seqs: Sequence[int]) -> dict[int, str]:
         """The stored vector records (``v:<seq>``) of *seqs*."""
         found: dict[int, str] = {}
-        for seq in seqs:
-            row = self._conn.execute(
-                "SELECT value FROM kv WHERE key = ?", (f"{self._prefix}{seq}",)
-            ).fetchone()
+        keys = {f"{self._prefix}{seq}": seq for seq in seqs}
+        if len(keys) == 1:
+            ((key, seq),) = keys.items()
+            row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
             if row is not None and row[0]:
                 found[seq] = str(row[0])
+            return found
+        for key, value in self._conn.execute(
+            "SELECT key, value FROM kv WHERE key IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(keys), ensure_ascii=False),),
+        ):
+            if value:
+                found[keys[key]] = str(value)
         return found
 
 
