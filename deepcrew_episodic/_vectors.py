@@ -288,22 +288,19 @@ class Vectors(Protocol):
 class VectorReader(Protocol):
     """The reads a store answers for the vectors of one namespace (in its worker thread)."""
 
-    def approximate(self, mark: str, dim: int, live: range) -> tuple[bytes, bytes]:
+    def blocks(self, mark: str, dim: int, live: range) -> Iterator[tuple[int, bytes, bytes]]:
         """The compact copies of the vectors of embedder fingerprint *mark* and *dim*
-        dimensions in *live*, in seq order: one buffer of ``(seq <i8, scale <f8)`` heads and
-        one of int8 components, ``component / norm ~= scale * int8`` (off by at most
-        ``scale / 2``)."""
+        dimensions, by blocks of consecutive seqs covering *live*, in seq order: ``(first
+        seq, scales, components)``, a float64 scale per slot (0: no copy) and int8
+        components, ``component / norm ~= scale * int8`` (off by at most ``scale / 2``)."""
 
     def stored(self, seqs: Sequence[int]) -> dict[int, str]:
         """The stored vector records of *seqs*."""
 
 
-# Rows turned to float32 at a time for the approximate similarities (bounded scratch memory).
-_CHUNK = 8192
 # Above the quantization bound: float32 rounding of the exact and the approximate dot
 # products (each under 1e-4 for unit vectors of up to MAX_DIMENSION components).
 _ROUNDING = 1e-3
-_HEAD = np.dtype([("seq", "<i8"), ("scale", "<f8")])
 
 
 class StoreVectors:
@@ -333,30 +330,28 @@ class StoreVectors:
     def similarities(
         self, query: Matrix, at_least: float | None = None
     ) -> tuple[npt.NDArray[np.int64], Matrix]:
-        heads, data = self._reader.approximate(self._mark, self.dimension, self._live)
         dim = self.dimension
-        n = len(heads) // _HEAD.itemsize
-        if n == 0 or len(data) != n * dim:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        head = np.frombuffer(heads, dtype=_HEAD, count=n)
-        seqs = head["seq"]
-        if at_least is None:
-            picked = seqs
-        else:
-            codes = np.frombuffer(data, dtype=np.int8).reshape(n, dim)
-            # |exact - scale * (codes @ query)| <= scale / 2 * |query|_1 (each component is
-            # off by at most scale / 2), plus rounding.
-            spread = 0.5 * float(np.abs(query).astype(np.float64).sum())
-            keep: list[npt.NDArray[np.int64]] = []
-            for start in range(0, n, _CHUNK):
-                block = codes[start : start + _CHUNK].astype(np.float32) @ query
-                scale = head["scale"][start : start + _CHUNK]
-                reach = scale * block + scale * spread + _ROUNDING
-                keep.append(seqs[start : start + _CHUNK][reach >= at_least])
-            picked = np.concatenate(keep)
+        live = self._live
+        # |exact - scale * (codes @ query)| <= scale / 2 * |query|_1 (each component is off
+        # by at most scale / 2), plus rounding.
+        spread = 0.5 * float(np.abs(query).astype(np.float64).sum())
+        keep: list[npt.NDArray[np.int64]] = []
+        for first, heads, data in self._reader.blocks(self._mark, dim, live):
+            scales = np.frombuffer(heads, dtype="<f8")
+            n = len(scales)
+            if len(data) != n * dim:
+                continue  # not a block this reader can read (cannot happen: one dimension)
+            seqs = np.arange(first, first + n, dtype=np.int64)
+            present = (scales > 0) & (seqs >= live.start) & (seqs < live.stop)
+            if at_least is not None:
+                codes = np.frombuffer(data, dtype=np.int8).reshape(n, dim)
+                reach = scales * (codes.astype(np.float32) @ query) + scales * spread
+                present &= reach + _ROUNDING >= at_least
+            keep.append(seqs[present])
+        picked = [int(s) for s in chain.from_iterable(keep)]
         self.candidates = len(picked)
-        self._load([int(s) for s in picked])
-        found = [(s, v) for s in picked.tolist() if (v := self._vectors.get(s)) is not None]
+        self._load(picked)
+        found = [(s, v) for s in picked if (v := self._vectors.get(s)) is not None]
         if not found:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         rows = np.stack([v for _, v in found])

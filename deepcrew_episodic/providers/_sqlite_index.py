@@ -37,7 +37,7 @@ import sqlite3
 import struct
 from array import array
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from .._index import Facts, index_row
 
@@ -405,39 +405,49 @@ Progress = Callable[[int, int], None]
 
 # --- vectors (recall by meaning) --------------------------------------------------------------
 #
-#     ix_vector(ns, mark, dim, seq, key, head, data)
-#         one row per stored vector (``episodic:<ns>:v:<seq>``) that decodes: its embedder
-#         fingerprint and dimension, ``head`` = (seq int64, scale float64) little-endian and
-#         ``data`` its components as int8 (``component / norm ~= scale * int8``, so a
-#         component is off by at most scale / 2). Clustered by (ns, mark, dim, seq): the rows of
-#         one namespace and embedder are read in one pass, joined into one buffer by SQLite
-#         (:meth:`SQLiteVectorReader.approximate`), never as one Python object per episode.
+#     ix_vblock(id, ns, mark, dim, block, n, heads, data)
+#         the compact copies of the vectors of seqs block * SLOTS .. block * SLOTS + SLOTS - 1
+#         of one namespace and embedder (fingerprint ``mark``, ``dim`` dimensions): slot
+#         ``seq % SLOTS`` of ``heads`` is the copy's scale (float64, 0: no copy) and of ``data``
+#         its components as int8, ``component / norm ~= scale * int8`` (off by at most
+#         scale / 2). ``n`` counts the slots filled; an emptied block goes.
+#     ix_vslot(key, ns, mark, dim, block)
+#         where the copy of each stored vector (``episodic:<ns>:v:<seq>``) is.
 #
-# The approximate vectors only pick the candidates (see _vectors.py): the exact similarity of
-# each is computed from its stored record, decoded as every other path decodes it. A vector
-# is rewritten in place (reembed), so an update queues it again like an insert.
+# A search reads a namespace's blocks (about a hundred rows at 100,000 episodes), never one row
+# per episode. A slot is written in place (``blobopen``): a record costs the size of its vector.
+# The copies only pick candidates (see _vectors.py): each candidate's exact similarity comes
+# from its stored record, decoded as every other path decodes it, so a copy left behind by a
+# deleted vector is never used for more than a candidate that is then dropped.
 
+SLOTS = 1024
 VECTOR_TABLES = (
-    "CREATE TABLE IF NOT EXISTS ix_vector (ns TEXT NOT NULL, mark TEXT NOT NULL, "
-    "dim INTEGER NOT NULL, seq INTEGER NOT NULL, key TEXT NOT NULL, head BLOB NOT NULL, "
-    "data BLOB NOT NULL, PRIMARY KEY (ns, mark, dim, seq)) WITHOUT ROWID",
-    "CREATE UNIQUE INDEX IF NOT EXISTS ix_vector_key ON ix_vector (key)",
+    "CREATE TABLE IF NOT EXISTS ix_vblock (id INTEGER PRIMARY KEY, ns TEXT NOT NULL, "
+    "mark TEXT NOT NULL, dim INTEGER NOT NULL, block INTEGER NOT NULL, n INTEGER NOT NULL, "
+    "heads BLOB NOT NULL, data BLOB NOT NULL, UNIQUE (ns, mark, dim, block))",
+    "CREATE TABLE IF NOT EXISTS ix_vslot (key TEXT PRIMARY KEY NOT NULL, ns TEXT NOT NULL, "
+    "mark TEXT NOT NULL, dim INTEGER NOT NULL, block INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TRIGGER IF NOT EXISTS ix_vslot_deleted AFTER DELETE ON ix_vslot BEGIN "
+    "UPDATE ix_vblock SET n = n - 1 WHERE ns = old.ns AND mark = old.mark AND dim = old.dim "
+    "AND block = old.block; "
+    "DELETE FROM ix_vblock WHERE ns = old.ns AND mark = old.mark AND dim = old.dim "
+    "AND block = old.block AND n <= 0; END",
     "CREATE TRIGGER IF NOT EXISTS ix_vector_added AFTER INSERT ON kv "
     "WHEN new.key GLOB 'episodic:*:v:[0-9]*' "
     "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
+    # A vector is rewritten in place (reembed): queued again like a new one.
     "CREATE TRIGGER IF NOT EXISTS ix_vector_changed AFTER UPDATE OF value ON kv "
-    "WHEN new.key GLOB 'episodic:*:v:[0-9]*' BEGIN "
-    "DELETE FROM ix_vector WHERE key = old.key; "
-    "INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
+    "WHEN new.key GLOB 'episodic:*:v:[0-9]*' "
+    "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
     "CREATE TRIGGER IF NOT EXISTS ix_vector_deleted AFTER DELETE ON kv "
     "WHEN old.key GLOB 'episodic:*:v:[0-9]*' BEGIN "
-    "DELETE FROM ix_vector WHERE key = old.key; "
+    "DELETE FROM ix_vslot WHERE key = old.key; "
     "DELETE FROM ix_pending WHERE key = old.key; END",
 )
 TABLES += VECTOR_TABLES
 
 _VECTOR_KEY = re.compile(r"episodic:([^:]+):v:([0-9]{1,18})")
-_VECTOR_HEAD = struct.Struct("<qd")
+_SCALE = struct.Struct("<d")
 
 
 def index_vectors(conn: sqlite3.Connection, rows: Sequence[tuple[object, object]]) -> None:
@@ -447,17 +457,33 @@ def index_vectors(conn: sqlite3.Connection, rows: Sequence[tuple[object, object]
         match = _VECTOR_KEY.fullmatch(key) if isinstance(key, str) else None
         if match is None:
             continue
-        conn.execute("DELETE FROM ix_vector WHERE key = ?", (key,))
+        conn.execute("DELETE FROM ix_vslot WHERE key = ?", (key,))
         found = quantized(value) if isinstance(value, str) else None
         if found is None:
-            continue  # not a vector every reader could use (decode_vector refuses it too)
+            continue  # not a vector any reader could use (decode_vector refuses it too)
         mark, dim, scale, data = found
-        seq = int(match.group(2))
+        ns, seq = match.group(1), int(match.group(2))
+        block, slot = divmod(seq, SLOTS)
         conn.execute(
-            "INSERT OR REPLACE INTO ix_vector (ns, mark, dim, seq, key, head, data) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (match.group(1), mark, dim, seq, key, _VECTOR_HEAD.pack(seq, scale), data),
+            "INSERT OR IGNORE INTO ix_vblock (ns, mark, dim, block, n, heads, data) "
+            "VALUES (?, ?, ?, ?, 0, zeroblob(?), zeroblob(?))",
+            (ns, mark, dim, block, SLOTS * _SCALE.size, SLOTS * dim),
         )
+        (row,) = conn.execute(
+            "SELECT id FROM ix_vblock WHERE ns = ? AND mark = ? AND dim = ? AND block = ?",
+            (ns, mark, dim, block),
+        ).fetchone()
+        with conn.blobopen("ix_vblock", "heads", row) as heads:
+            heads.seek(slot * _SCALE.size)
+            heads.write(_SCALE.pack(scale))
+        with conn.blobopen("ix_vblock", "data", row) as blob:
+            blob.seek(slot * dim)
+            blob.write(data)
+        conn.execute(
+            "INSERT INTO ix_vslot (key, ns, mark, dim, block) VALUES (?, ?, ?, ?, ?)",
+            (key, ns, mark, dim, block),
+        )
+        conn.execute("UPDATE ix_vblock SET n = n + 1 WHERE id = ?", (row,))
 
 
 def quantized(raw: str) -> tuple[str, int, float, bytes] | None:
@@ -493,16 +519,18 @@ class SQLiteVectorReader:
         self._ns = ns
         self._prefix = f"episodic:{ns}:v:"
 
-    def approximate(self, mark: str, dim: int, live: range) -> tuple[bytes, bytes]:
-        """The heads and the int8 components of the namespace's vectors of embedder *mark*
-        and *dim* dimensions in *live*, in seq order, each joined into one buffer."""
-        row = self._conn.execute(
-            "SELECT CAST(group_concat(head, '') AS BLOB), CAST(group_concat(data, '') AS BLOB) "
-            "FROM (SELECT head, data FROM ix_vector WHERE ns = ? AND mark = ? AND dim = ? "
-            "AND seq >= ? AND seq < ? ORDER BY seq)",
-            (self._ns, mark, dim, live.start, live.stop),
-        ).fetchone()
-        return (row[0] or b"", row[1] or b"") if row is not None else (b"", b"")
+    def blocks(self, mark: str, dim: int, live: range) -> Iterator[tuple[int, bytes, bytes]]:
+        """``(first seq, scales, int8 components)`` of each block of the namespace's copies
+        of embedder *mark* and *dim* dimensions that holds a seq in *live*, in seq order."""
+        if not live:
+            return
+        cursor = self._conn.execute(
+            "SELECT block, heads, data FROM ix_vblock WHERE ns = ? AND mark = ? AND dim = ? "
+            "AND block >= ? AND block <= ? ORDER BY block",
+            (self._ns, mark, dim, live.start // SLOTS, (live.stop - 1) // SLOTS),
+        )
+        for block, heads, data in cursor:
+            yield int(block) * SLOTS, heads, data
 
     def stored(self, seqs: Sequence[int]) -> dict[int, str]:
         """The stored vector records (``v:<seq>``) of *seqs*."""
@@ -526,6 +554,6 @@ class SQLiteVectorReader:
 def vector_reader(conn: sqlite3.Connection, ns: str) -> SQLiteVectorReader | None:
     """The vector reads of *ns* (``None``: this store's schema has no vector table yet)."""
     row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ix_vector'"
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ix_vblock'"
     ).fetchone()
     return None if row is None else SQLiteVectorReader(conn, ns)
