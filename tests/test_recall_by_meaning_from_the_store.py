@@ -263,3 +263,36 @@ async def test_an_unusable_stored_vector_leaves_its_episode_to_keywords(tmp_path
     assert [s.episode.query for s in await fresh.explain("billed double", 3)] == [
         "customer billed double"
     ]
+
+
+async def test_a_forgotten_episode_leaves_no_copy_of_its_vector(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    memory = EpisodicMemory(
+        SQLiteMemoryProvider(path), max_episodes=3, embedder=_embedder("dense"), clock=lambda: NOW
+    )
+    for query in ["customer billed double", "refund the invoice", "gateway timeout", "redis"]:
+        await memory.record(Episode(query=query, timestamp=now_iso(NOW), outcome="success"))
+    stored = await memory.load()
+    await memory.forget(stored[0].id)
+
+    def copies() -> list[bytes]:
+        with sqlite3.connect(path) as conn:
+            (data,) = conn.execute("SELECT data FROM ix_vblock").fetchone()
+            (slots,) = conn.execute("SELECT count(*) FROM ix_vslot").fetchone()
+        dim = DenseEmbedder().dimension
+        assert slots == len(
+            [c for c in (data[i * dim : (i + 1) * dim] for i in range(8)) if any(c)]
+        )
+        return [data[i * dim : (i + 1) * dim] for i in range(8)]
+
+    kept = [bool(any(c)) for c in copies()]
+    # Seq 1 was evicted by the ring, the first kept one forgotten: only two copies remain.
+    assert kept[:5] == [False, False, False, True, True]
+    fresh = EpisodicMemory(SQLiteMemoryProvider(path), max_episodes=3, embedder=_embedder("dense"))
+    assert [s.episode.query for s in await fresh.explain("gateway timeout", 3)] == [
+        "gateway timeout"
+    ]
+    await memory.clear()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM ix_vblock").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM ix_vslot").fetchone() == (0,)

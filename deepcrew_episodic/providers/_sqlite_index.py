@@ -439,10 +439,11 @@ VECTOR_TABLES = (
     "CREATE TRIGGER IF NOT EXISTS ix_vector_changed AFTER UPDATE OF value ON kv "
     "WHEN new.key GLOB 'episodic:*:v:[0-9]*' "
     "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
+    # A deleted one is queued too: its copy is zeroed in place (index_vectors), in the same
+    # transaction (every write indexes what is pending before it commits).
     "CREATE TRIGGER IF NOT EXISTS ix_vector_deleted AFTER DELETE ON kv "
-    "WHEN old.key GLOB 'episodic:*:v:[0-9]*' BEGIN "
-    "DELETE FROM ix_vslot WHERE key = old.key; "
-    "DELETE FROM ix_pending WHERE key = old.key; END",
+    "WHEN old.key GLOB 'episodic:*:v:[0-9]*' "
+    "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (old.key); END",
 )
 TABLES += VECTOR_TABLES
 
@@ -457,7 +458,7 @@ def index_vectors(conn: sqlite3.Connection, rows: Sequence[tuple[object, object]
         match = _VECTOR_KEY.fullmatch(key) if isinstance(key, str) else None
         if match is None:
             continue
-        conn.execute("DELETE FROM ix_vslot WHERE key = ?", (key,))
+        _clear_slot(conn, key, int(match.group(2)))
         found = quantized(value) if isinstance(value, str) else None
         if found is None:
             continue  # not a vector any reader could use (decode_vector refuses it too)
@@ -484,6 +485,26 @@ def index_vectors(conn: sqlite3.Connection, rows: Sequence[tuple[object, object]
             (key, ns, mark, dim, block),
         )
         conn.execute("UPDATE ix_vblock SET n = n + 1 WHERE id = ?", (row,))
+
+
+def _clear_slot(conn: sqlite3.Connection, key: str, seq: int) -> None:
+    """Zero the copy of *key*'s vector where it is (a forgotten episode's vector leaves
+    nothing behind) and forget where it was."""
+    found = conn.execute(
+        "SELECT b.id, b.dim FROM ix_vslot AS s JOIN ix_vblock AS b ON b.ns = s.ns "
+        "AND b.mark = s.mark AND b.dim = s.dim AND b.block = s.block WHERE s.key = ?",
+        (key,),
+    ).fetchone()
+    if found is not None:
+        row, dim = int(found[0]), int(found[1])
+        slot = seq % SLOTS
+        with conn.blobopen("ix_vblock", "heads", row) as heads:
+            heads.seek(slot * _SCALE.size)
+            heads.write(bytes(_SCALE.size))
+        with conn.blobopen("ix_vblock", "data", row) as blob:
+            blob.seek(slot * dim)
+            blob.write(bytes(dim))
+    conn.execute("DELETE FROM ix_vslot WHERE key = ?", (key,))
 
 
 def quantized(raw: str) -> tuple[str, int, float, bytes] | None:
