@@ -296,3 +296,27 @@ async def test_a_forgotten_episode_leaves_no_copy_of_its_vector(tmp_path: Path) 
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM ix_vblock").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM ix_vslot").fetchone() == (0,)
+
+
+async def test_a_store_written_before_the_vector_copies_gains_them_on_open(
+    tmp_path: Path,
+) -> None:
+    rng = random.Random(11)
+    path = tmp_path / "store.db"
+    await _varied_log(path, rng, _embedder("dense"))
+    # As a store of schema 2 was: the log alone, no index tables.
+    with sqlite3.connect(path) as conn:
+        for kind, name in conn.execute(
+            "SELECT type, name FROM sqlite_master WHERE name LIKE 'ix_%' AND type IN "
+            "('table', 'trigger')"
+        ).fetchall():
+            conn.execute(f"DROP {kind} IF EXISTS {name}")
+        conn.execute("PRAGMA user_version = 2")
+    fresh, loaded = await _both(path, _embedder("dense"))
+    await _same_rankings(fresh, loaded, rng, 10)
+    with sqlite3.connect(path) as conn:
+        (slots,) = conn.execute("SELECT count(*) FROM ix_vslot").fetchone()
+        (vectors,) = conn.execute(
+            "SELECT count(*) FROM kv WHERE key GLOB 'episodic:default:v:*'"
+        ).fetchone()
+    assert slots == vectors > 0
