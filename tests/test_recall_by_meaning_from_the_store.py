@@ -320,3 +320,17 @@ async def test_a_store_written_before_the_vector_copies_gains_them_on_open(
             "SELECT count(*) FROM kv WHERE key GLOB 'episodic:default:v:*'"
         ).fetchone()
     assert slots == vectors > 0
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"min_similarity": 0.3}, {"similarity_floor": -0.2}, {"reinforce": False}],
+)
+async def test_the_meaning_settings_apply_from_the_store_as_in_process(
+    tmp_path: Path, settings: dict[str, Any]
+) -> None:
+    rng = random.Random(5)
+    path = tmp_path / "store.db"
+    await _varied_log(path, rng, _embedder("dense"))
+    fresh, loaded = await _both(path, _embedder("dense"), **settings)
+    await _same_rankings(fresh, loaded, rng, 12)
