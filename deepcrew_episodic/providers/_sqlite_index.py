@@ -458,6 +458,7 @@ def index_vectors(conn: sqlite3.Connection, rows: Sequence[tuple[object, object]
         match = _VECTOR_KEY.fullmatch(key) if isinstance(key, str) else None
         if match is None:
             continue
+        key = match.group(0)
         _clear_slot(conn, key, int(match.group(2)))
         found = quantized(value) if isinstance(value, str) else None
         if found is None:
