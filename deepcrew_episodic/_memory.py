@@ -981,71 +981,40 @@ class EpisodicMemory:
             query_vector, error = await self._query_vector(query)
         now = self._clock()
         index = self._index
-        hybrid: dict[str, Any] = {}
+        search: Any = None
+        score: Any = None
         if query_vector is not None:
-            from ._vectors import hybrid_scorer, hybrid_search
+            from ._vectors import hybrid_rules
 
-            hybrid = {
-                "now": now,
-                "intent": intent,
-                "half_life_days": self._half_life,
-                "similarity_floor": self._similarity_floor,
-                "min_similarity": self._min_similarity,
-            }
-            scorer = hybrid_scorer(index, self._vectors, query, query_vector, **hybrid)
-
-            def search(
-                n: int, accept: Callable[[int], bool], under: list[tuple[int, Scored]]
-            ) -> list[tuple[int, Scored]]:
-                return hybrid_search(
-                    index,
-                    self._vectors,
-                    query,
-                    query_vector,
-                    n,
-                    **hybrid,
-                    since=after,
-                    accept=accept,
-                    scorer=scorer,
-                    min_relevance=floor,
-                    under=under,
-                )
-
-            def score(seq: int) -> Scored | None:
-                item = scorer[0](seq)
-                return None if item is None else item[3]
-
-            found, under = keyword_ranking(
-                self._process_view,
+            search, score = hybrid_rules(
                 index,
+                self._vectors,
                 query,
-                k,
+                query_vector,
                 now=now,
                 intent=intent,
                 half_life_days=self._half_life,
-                outcomes=outcomes,
-                tags=wanted_tags,
+                similarity_floor=self._similarity_floor,
+                min_similarity=self._min_similarity,
                 since=after,
-                until=cutoff,
-                floor=floor,
-                search=search,
-                score=score,
-            )
-        else:
-            found, under = keyword_ranking(
-                self._process_view,
-                index,
-                query,
-                k,
-                now=now,
-                intent=intent,
-                half_life_days=self._half_life,
-                outcomes=outcomes,
-                tags=wanted_tags,
-                since=after,
-                until=cutoff,
                 floor=floor,
             )
+        found, under = keyword_ranking(
+            self._process_view,
+            index,
+            query,
+            k,
+            now=now,
+            intent=intent,
+            half_life_days=self._half_life,
+            outcomes=outcomes,
+            tags=wanted_tags,
+            since=after,
+            until=cutoff,
+            floor=floor,
+            search=search,
+            score=score,
+        )
         ranking = _ranking([scored for _, scored in found], floor, under)
         if self._embedder is not None:
             ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
@@ -1072,7 +1041,6 @@ class EpisodicMemory:
         return (
             self._provider.recall_index
             and not self._log.synced
-            and self._embedder is None
             and self._index.fields == DEFAULT_FIELDS
         )
 
@@ -1098,6 +1066,12 @@ class EpisodicMemory:
         if head.legacy is not None:
             return None
         live = self._log.live_range(head)
+        query_vector: Any = None
+        error: str | None = None
+        if self._embedder is not None:
+            self._log.embedder = head.embedder  # what a sync would have read
+            self._check_embedder()
+            query_vector, error = await self._query_vector(query)
         now = self._clock()
 
         def run(reader: Any) -> tuple[Any, Any, list[int]] | None:
@@ -1105,6 +1079,27 @@ class EpisodicMemory:
                 return None
             index = StoreIndex(reader, live)
             view = _StoreView(self, index, head.uses is not None, reader.any_run(live))
+            search: Any = None
+            score: Any = None
+            if query_vector is not None:
+                vectors = self._store_vectors(reader, index, live, len(query_vector))
+                if vectors is None:
+                    return None  # this store keeps no vectors: they are read in process
+                from ._vectors import hybrid_rules
+
+                search, score = hybrid_rules(
+                    index,
+                    vectors,
+                    query,
+                    query_vector,
+                    now=now,
+                    intent=intent,
+                    half_life_days=self._half_life,
+                    similarity_floor=self._similarity_floor,
+                    min_similarity=self._min_similarity,
+                    since=since,
+                    floor=floor,
+                )
             found, under = keyword_ranking(
                 view,
                 index,
@@ -1118,6 +1113,8 @@ class EpisodicMemory:
                 since=since,
                 until=until,
                 floor=floor,
+                search=search,
+                score=score,
             )
             return found, under, reader.corrupt(live)
 
@@ -1136,7 +1133,35 @@ class EpisodicMemory:
             return None
         found, under, corrupt = result
         self._log.note_corrupt(corrupt)
-        return _ranking([scored for _, scored in found], floor, under)
+        ranking = _ranking([scored for _, scored in found], floor, under)
+        if self._embedder is not None:
+            ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
+            ranking.embedder_error = error
+        return ranking
+
+    def _store_vectors(self, reader: Any, index: Any, live: range, dimension: int) -> Any:
+        """The vectors of the store's index this memory may use, for one search (``None``:
+        the store keeps none). Only the log's embedder's, and only those it made from an
+        episode's current text, as in process (see _add_vectors)."""
+        from ._vectors import StoreVectors
+
+        vectors = reader.vectors() if hasattr(reader, "vectors") else None
+        if vectors is None:
+            return None
+        assert self._embedder is not None
+        identity = decode_identity(self._log.embedder)
+        if identity is None or identity[0] != self._embedder.name:
+            dimension = 0  # none of the stored vectors can be ours
+        elif identity[1] != dimension:
+            dimension = 0  # (the query then failed already: see _dimension_problem)
+
+        def usable(seq: int, raw: str) -> Any:
+            if seq not in index:
+                return None
+            return self._usable_vector(raw, index.episode(seq), identity)
+
+        mark = fingerprint(self._embedder.name, dimension)
+        return StoreVectors(vectors, mark, dimension, live, self._background, usable)
 
     @property
     def _process_view(self) -> _ProcessView:

@@ -35,6 +35,15 @@ Score (see docs/recall.md)
     The top k is exact: an episode that is not among the keyword top k (with the same filters)
     and whose meaning part is zero scores its keyword part alone, which is below every keyword
     top-k episode's hybrid score.
+
+Where the vectors are
+    In process (:class:`VectorIndex`) every vector of the cached episodes is a row of one
+    matrix. A store that keeps the index (:class:`StoreVectors`) keeps beside each vector a
+    compact copy (int8 components and a scale, read for a namespace in one pass): the
+    similarity each implies is within a proven bound of the exact one, so the episodes that
+    could have a meaning part are found from it, and only those are decoded and measured
+    exactly. Similarities are computed row by row (``einsum``, whose result for a row does not
+    depend on the rows beside it, unlike a BLAS matrix product), so both give the same bits.
 """
 
 from __future__ import annotations
@@ -42,8 +51,9 @@ from __future__ import annotations
 import heapq
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -51,7 +61,22 @@ import numpy.typing as npt
 from ._embed import SIMILARITY_FLOOR
 from ._recall import WEIGHTS, RecallIndex, Scored, terms
 
-__all__ = ["BACKGROUND", "VectorIndex", "hub_levels", "hybrid_scorer", "hybrid_search"]
+if TYPE_CHECKING:
+    from ._index import StoreIndex
+
+    Index = RecallIndex | StoreIndex  # the episodes' postings, in process or in a store
+
+__all__ = [
+    "BACKGROUND",
+    "StoreVectors",
+    "VectorIndex",
+    "VectorReader",
+    "Vectors",
+    "hub_levels",
+    "hybrid_rules",
+    "hybrid_scorer",
+    "hybrid_search",
+]
 
 Matrix = npt.NDArray[np.float32]
 
@@ -199,12 +224,15 @@ class VectorIndex:
         row = self._row_of.get(seq)
         return None if row is None else self._rows[row]
 
-    def similarities(self, query: Matrix) -> tuple[npt.NDArray[np.int64], Matrix]:
-        """The sequence numbers of the live rows and their cosine similarity to *query*."""
+    def similarities(
+        self, query: Matrix, at_least: float | None = None
+    ) -> tuple[npt.NDArray[np.int64], Matrix]:
+        """The sequence numbers of the live rows and their cosine similarity to *query*
+        (all of them: *at_least* is what a caller needs, and every row is at hand)."""
         used = self._used
         if not self._row_of:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        sims = self._rows[:used] @ query
+        sims = similarities(self._rows[:used], query)
         seqs = self._seqs[:used]
         if len(self._row_of) == used:
             return seqs, sims
@@ -232,6 +260,118 @@ class VectorIndex:
         self._rows, self._seqs = rows, seqs
 
 
+def similarities(rows: Matrix, query: Matrix) -> Matrix:
+    """Each row's dot product with *query*, each the same whatever rows are beside it (a BLAS
+    product is not: its blocking changes the order of the sums), so that a store that measures
+    a few candidates gets the bits the in-process matrix gets."""
+    sims: Matrix = np.einsum("ij,j->i", rows, query)
+    return sims
+
+
+class Vectors(Protocol):
+    """What the hybrid ranking reads of the episodes' vectors (:class:`VectorIndex`,
+    :class:`StoreVectors`)."""
+
+    @property
+    def background(self) -> Matrix | None: ...
+
+    def similarities(
+        self, query: Matrix, at_least: float | None = None
+    ) -> tuple[npt.NDArray[np.int64], Matrix]:
+        """Sequence numbers and exact similarities to *query*: at least every episode whose
+        similarity is *at_least* or more (``None``: every episode with a vector)."""
+
+    def vector(self, seq: int) -> Matrix | None:
+        """The usable vector of *seq* (``None``: it has none)."""
+
+
+class VectorReader(Protocol):
+    """The reads a store answers for the vectors of one namespace (in its worker thread)."""
+
+    def blocks(self, mark: str, dim: int, live: range) -> Iterator[tuple[int, bytes, bytes]]:
+        """The compact copies of the vectors of embedder fingerprint *mark* and *dim*
+        dimensions, by blocks of consecutive seqs covering *live*, in seq order: ``(first
+        seq, scales, components)``, a float64 scale per slot (0: no copy) and int8
+        components, ``component / norm ~= scale * int8`` (off by at most ``scale / 2``)."""
+
+    def stored(self, seqs: Sequence[int]) -> dict[int, str]:
+        """The stored vector records of *seqs*."""
+
+
+# Above the quantization bound: float32 rounding of the exact and the approximate dot
+# products (each under 1e-4 for unit vectors of up to MAX_DIMENSION components).
+_ROUNDING = 1e-3
+
+
+class StoreVectors:
+    """The vectors of a store's index for one search (see the module doc).
+
+    *usable* decodes one episode's stored vector record as the memory does in process
+    (``None``: it is not this embedder's, or not made from the episode's current text)."""
+
+    def __init__(
+        self,
+        reader: VectorReader,
+        mark: str,
+        dimension: int,
+        live: range,
+        background: Matrix,
+        usable: Callable[[int, str], Matrix | None],
+    ) -> None:
+        self._reader = reader
+        self._mark = mark
+        self.dimension = dimension
+        self._live = live
+        self.background = background
+        self._usable = usable
+        self._vectors: dict[int, Matrix | None] = {}
+        self.candidates = 0  # how many episodes the last similarities() measured exactly
+
+    def similarities(
+        self, query: Matrix, at_least: float | None = None
+    ) -> tuple[npt.NDArray[np.int64], Matrix]:
+        dim = self.dimension
+        live = self._live
+        # |exact - scale * (codes @ query)| <= scale / 2 * |query|_1 (each component is off
+        # by at most scale / 2), plus rounding.
+        spread = 0.5 * float(np.abs(query).astype(np.float64).sum())
+        keep: list[npt.NDArray[np.int64]] = []
+        for first, heads, data in self._reader.blocks(self._mark, dim, live):
+            scales = np.frombuffer(heads, dtype="<f8")
+            n = len(scales)
+            if len(data) != n * dim:
+                continue  # not a block this reader can read (cannot happen: one dimension)
+            seqs = np.arange(first, first + n, dtype=np.int64)
+            present = (scales > 0) & (seqs >= live.start) & (seqs < live.stop)
+            if at_least is not None:
+                codes = np.frombuffer(data, dtype=np.int8).reshape(n, dim)
+                reach = scales * (codes.astype(np.float32) @ query) + scales * spread
+                present &= reach + _ROUNDING >= at_least
+            keep.append(seqs[present])
+        picked = [int(s) for s in chain.from_iterable(keep)]
+        self.candidates = len(picked)
+        self._load(picked)
+        found = [(s, v) for s in picked if (v := self._vectors.get(s)) is not None]
+        if not found:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        rows = np.stack([v for _, v in found])
+        return np.array([s for s, _ in found], dtype=np.int64), similarities(rows, query)
+
+    def vector(self, seq: int) -> Matrix | None:
+        if seq not in self._vectors:
+            self._load([seq])
+        return self._vectors.get(seq)
+
+    def _load(self, seqs: list[int]) -> None:
+        wanted = [s for s in seqs if s not in self._vectors]
+        if not wanted:
+            return
+        stored = self._reader.stored(wanted)
+        for seq in wanted:
+            raw = stored.get(seq)
+            self._vectors[seq] = None if raw is None else self._usable(seq, raw)
+
+
 def hub_levels(rows: Matrix, background: Matrix) -> Matrix:
     """Each row's mean similarity to its :data:`HUB_TOP` closest background sentences."""
     sims = rows @ background.T
@@ -241,8 +381,8 @@ def hub_levels(rows: Matrix, background: Matrix) -> Matrix:
 
 
 def hybrid_scorer(
-    index: RecallIndex,
-    vectors: VectorIndex,
+    index: Index,
+    vectors: Vectors,
     query: str,
     query_vector: Matrix,
     *,
@@ -257,8 +397,16 @@ def hybrid_scorer(
     (:meth:`VectorIndex.set_background`)."""
     if vectors.background is None:
         raise ValueError("the vector index has no background yet")
-    seqs, sims = vectors.similarities(query_vector)
+    q_terms = terms(query)
+    # A store's index reads what each episode holds of the query's terms: set them before
+    # any episode is read (those found by meaning alone included).
+    index._prepare(q_terms)
     query_hub = float(hub_levels(query_vector[None, :], vectors.background)[0])
+    # What a meaning part needs (the exact test follows): a store measures only those.
+    at_least = query_hub + similarity_floor
+    if min_similarity is not None:
+        at_least = max(at_least, min_similarity)
+    seqs, sims = vectors.similarities(query_vector, at_least)
     excess = sims - query_hub
     above = excess > similarity_floor
     if min_similarity is not None:
@@ -272,10 +420,9 @@ def hybrid_scorer(
         vector = vectors.vector(seq)
         if vector is None:
             return None
-        sim = float(vector @ query_vector)
+        sim = float(similarities(vector[None, :], query_vector)[0])
         return sim, sim - query_hub
 
-    q_terms = terms(query)
     weights = WEIGHTS[intent]
     span = MEANING_SPAN
 
@@ -322,8 +469,8 @@ def hybrid_scorer(
 
 
 def hybrid_search(
-    index: RecallIndex,
-    vectors: VectorIndex,
+    index: Index,
+    vectors: Vectors,
     query: str,
     query_vector: Matrix,
     k: int,
@@ -409,3 +556,55 @@ def hybrid_search(
             (seq, scored) for _, _, seq, scored in everything if scored.relevance < min_relevance
         )
     return [(seq, scored) for _, _, seq, scored in best]
+
+
+def hybrid_rules(
+    index: Index,
+    vectors: Vectors,
+    query: str,
+    query_vector: Matrix,
+    *,
+    now: float,
+    intent: str,
+    half_life_days: float,
+    similarity_floor: float,
+    min_similarity: float | None,
+    since: float | None,
+    floor: float,
+) -> tuple[
+    Callable[[int, Callable[[int], bool], list[tuple[int, Scored]]], list[tuple[int, Scored]]],
+    Callable[[int], Scored | None],
+]:
+    """The *search* and *score* that the ranking rules (``_ranking.keyword_ranking``) take
+    for a hybrid ranking over *index* and *vectors*, wherever they are kept."""
+    hybrid = {
+        "now": now,
+        "intent": intent,
+        "half_life_days": half_life_days,
+        "similarity_floor": similarity_floor,
+        "min_similarity": min_similarity,
+    }
+    scorer = hybrid_scorer(index, vectors, query, query_vector, **hybrid)  # type: ignore[arg-type]
+
+    def search(
+        n: int, accept: Callable[[int], bool], under: list[tuple[int, Scored]]
+    ) -> list[tuple[int, Scored]]:
+        return hybrid_search(
+            index,
+            vectors,
+            query,
+            query_vector,
+            n,
+            **hybrid,  # type: ignore[arg-type]
+            since=since,
+            accept=accept,
+            scorer=scorer,
+            min_relevance=floor,
+            under=under,
+        )
+
+    def score(seq: int) -> Scored | None:
+        item = scorer[0](seq)
+        return None if item is None else item[3]
+
+    return search, score

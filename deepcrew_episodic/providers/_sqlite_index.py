@@ -29,12 +29,15 @@ a kill between two leaves the rest queued, never a half-built index in use.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
 import sqlite3
+import struct
+from array import array
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from .._index import Facts, index_row
 
@@ -92,7 +95,7 @@ TABLES = (
 )
 QUEUE_EVERY_RECORD = (
     "INSERT OR IGNORE INTO ix_pending (key) SELECT key FROM kv "
-    "WHERE key GLOB 'episodic:*:[eg]:[0-9]*'"
+    "WHERE key GLOB 'episodic:*:[egv]:[0-9]*'"  # v: vectors (VECTOR_TABLES)
 )
 
 _RECORD = re.compile(r"episodic:([^:]+):([eg]):([0-9]{1,18})")
@@ -115,6 +118,7 @@ def index_pending(conn: sqlite3.Connection, limit: int | None = None) -> int:
     rows = conn.execute(sql).fetchall()
     if not rows:
         return 0
+    index_vectors(conn, rows)
     episodes: list[tuple[str, int, str, str]] = []
     grades: list[tuple[str, str, int, str]] = []
     for key, value in rows:
@@ -380,6 +384,10 @@ class SQLiteIndexReader:
         row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
+    def vectors(self) -> SQLiteVectorReader | None:
+        """The vector reads of this namespace (see VECTOR_TABLES; ``None``: none kept)."""
+        return vector_reader(self._conn, self._ns)
+
 
 # What ranking reads of an episode; of its terms, only those of the query (?1).
 _COLUMNS = (
@@ -413,3 +421,181 @@ def _facts(r: Sequence[object]) -> Facts:
 
 
 Progress = Callable[[int, int], None]
+
+
+# --- vectors (recall by meaning) --------------------------------------------------------------
+#
+#     ix_vblock(id, ns, mark, dim, block, n, heads, data)
+#         the compact copies of the vectors of seqs block * SLOTS .. block * SLOTS + SLOTS - 1
+#         of one namespace and embedder (fingerprint ``mark``, ``dim`` dimensions): slot
+#         ``seq % SLOTS`` of ``heads`` is the copy's scale (float64, 0: no copy) and of ``data``
+#         its components as int8, ``component / norm ~= scale * int8`` (off by at most
+#         scale / 2). ``n`` counts the slots filled; an emptied block goes.
+#     ix_vslot(key, ns, mark, dim, block)
+#         where the copy of each stored vector (``episodic:<ns>:v:<seq>``) is.
+#
+# A search reads a namespace's blocks (about a hundred rows at 100,000 episodes), never one row
+# per episode. A slot is written in place (``blobopen``): a record costs the size of its vector.
+# The copies only pick candidates (see _vectors.py): each candidate's exact similarity comes
+# from its stored record, decoded as every other path decodes it, so a copy left behind by a
+# deleted vector is never used for more than a candidate that is then dropped.
+
+SLOTS = 1024
+VECTOR_TABLES = (
+    "CREATE TABLE IF NOT EXISTS ix_vblock (id INTEGER PRIMARY KEY, ns TEXT NOT NULL, "
+    "mark TEXT NOT NULL, dim INTEGER NOT NULL, block INTEGER NOT NULL, n INTEGER NOT NULL, "
+    "heads BLOB NOT NULL, data BLOB NOT NULL, UNIQUE (ns, mark, dim, block))",
+    "CREATE TABLE IF NOT EXISTS ix_vslot (key TEXT PRIMARY KEY NOT NULL, ns TEXT NOT NULL, "
+    "mark TEXT NOT NULL, dim INTEGER NOT NULL, block INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TRIGGER IF NOT EXISTS ix_vslot_deleted AFTER DELETE ON ix_vslot BEGIN "
+    "UPDATE ix_vblock SET n = n - 1 WHERE ns = old.ns AND mark = old.mark AND dim = old.dim "
+    "AND block = old.block; "
+    "DELETE FROM ix_vblock WHERE ns = old.ns AND mark = old.mark AND dim = old.dim "
+    "AND block = old.block AND n <= 0; END",
+    "CREATE TRIGGER IF NOT EXISTS ix_vector_added AFTER INSERT ON kv "
+    "WHEN new.key GLOB 'episodic:*:v:[0-9]*' "
+    "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
+    # A vector is rewritten in place (reembed): queued again like a new one.
+    "CREATE TRIGGER IF NOT EXISTS ix_vector_changed AFTER UPDATE OF value ON kv "
+    "WHEN new.key GLOB 'episodic:*:v:[0-9]*' "
+    "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
+    # A deleted one is queued too: its copy is zeroed in place (index_vectors), in the same
+    # transaction (every write indexes what is pending before it commits).
+    "CREATE TRIGGER IF NOT EXISTS ix_vector_deleted AFTER DELETE ON kv "
+    "WHEN old.key GLOB 'episodic:*:v:[0-9]*' "
+    "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (old.key); END",
+)
+TABLES += VECTOR_TABLES  # type: ignore[assignment]  # (TABLES is a tuple of fixed length)
+
+_VECTOR_KEY = re.compile(r"episodic:([^:]+):v:([0-9]{1,18})")
+_SCALE = struct.Struct("<d")
+
+
+def index_vectors(conn: sqlite3.Connection, rows: Sequence[tuple[object, object]]) -> None:
+    """Index the vector records among the pending *rows* (``(key, value)``), inside the
+    caller's transaction (the caller takes them off the queue)."""
+    for key, value in rows:
+        match = _VECTOR_KEY.fullmatch(key) if isinstance(key, str) else None
+        if match is None:
+            continue
+        key = match.group(0)
+        _clear_slot(conn, key, int(match.group(2)))
+        found = quantized(value) if isinstance(value, str) else None
+        if found is None:
+            continue  # not a vector any reader could use (decode_vector refuses it too)
+        mark, dim, scale, data = found
+        ns, seq = match.group(1), int(match.group(2))
+        block, slot = divmod(seq, SLOTS)
+        conn.execute(
+            "INSERT OR IGNORE INTO ix_vblock (ns, mark, dim, block, n, heads, data) "
+            "VALUES (?, ?, ?, ?, 0, zeroblob(?), zeroblob(?))",
+            (ns, mark, dim, block, SLOTS * _SCALE.size, SLOTS * dim),
+        )
+        (row,) = conn.execute(
+            "SELECT id FROM ix_vblock WHERE ns = ? AND mark = ? AND dim = ? AND block = ?",
+            (ns, mark, dim, block),
+        ).fetchone()
+        with conn.blobopen("ix_vblock", "heads", row) as heads:
+            heads.seek(slot * _SCALE.size)
+            heads.write(_SCALE.pack(scale))
+        with conn.blobopen("ix_vblock", "data", row) as blob:
+            blob.seek(slot * dim)
+            blob.write(data)
+        conn.execute(
+            "INSERT INTO ix_vslot (key, ns, mark, dim, block) VALUES (?, ?, ?, ?, ?)",
+            (key, ns, mark, dim, block),
+        )
+        conn.execute("UPDATE ix_vblock SET n = n + 1 WHERE id = ?", (row,))
+
+
+def _clear_slot(conn: sqlite3.Connection, key: str, seq: int) -> None:
+    """Zero the copy of *key*'s vector where it is (a forgotten episode's vector leaves
+    nothing behind) and forget where it was."""
+    found = conn.execute(
+        "SELECT b.id, b.dim FROM ix_vslot AS s JOIN ix_vblock AS b ON b.ns = s.ns "
+        "AND b.mark = s.mark AND b.dim = s.dim AND b.block = s.block WHERE s.key = ?",
+        (key,),
+    ).fetchone()
+    if found is not None:
+        row, dim = int(found[0]), int(found[1])
+        slot = seq % SLOTS
+        with conn.blobopen("ix_vblock", "heads", row) as heads:
+            heads.seek(slot * _SCALE.size)
+            heads.write(bytes(_SCALE.size))
+        with conn.blobopen("ix_vblock", "data", row) as blob:
+            blob.seek(slot * dim)
+            blob.write(bytes(dim))
+    conn.execute("DELETE FROM ix_vslot WHERE key = ?", (key,))
+
+
+def quantized(raw: str) -> tuple[str, int, float, bytes] | None:
+    """``(fingerprint, dimension, scale, int8 components)`` of a stored vector (the format of
+    ``_embed.encode_vector``); ``None`` when it does not decode to a usable one. Pure Python:
+    a store without numpy indexes its vectors too."""
+    parts = raw.split("|")
+    if len(parts) != 4 or parts[0] != "v1":
+        return None
+    try:
+        data = base64.b64decode(parts[3], validate=True)
+    except ValueError:
+        return None
+    if not data or len(data) % 2:
+        return None
+    values = struct.unpack(f"<{len(data) // 2}e", data)
+    if not all(math.isfinite(v) for v in values):
+        return None
+    top = max(abs(v) for v in values)
+    if top == 0.0:
+        return None
+    norm = math.sqrt(math.fsum(v * v for v in values))
+    step = top / 127.0
+    codes = array("b", [round(v / step) for v in values])
+    return parts[1], len(values), step / norm, codes.tobytes()
+
+
+class SQLiteVectorReader:
+    """:class:`~deepcrew_episodic._vectors.VectorReader` over one connection and namespace."""
+
+    def __init__(self, conn: sqlite3.Connection, ns: str) -> None:
+        self._conn = conn
+        self._ns = ns
+        self._prefix = f"episodic:{ns}:v:"
+
+    def blocks(self, mark: str, dim: int, live: range) -> Iterator[tuple[int, bytes, bytes]]:
+        """``(first seq, scales, int8 components)`` of each block of the namespace's copies
+        of embedder *mark* and *dim* dimensions that holds a seq in *live*, in seq order."""
+        if not live:
+            return
+        cursor = self._conn.execute(
+            "SELECT block, heads, data FROM ix_vblock WHERE ns = ? AND mark = ? AND dim = ? "
+            "AND block >= ? AND block <= ? ORDER BY block",
+            (self._ns, mark, dim, live.start // SLOTS, (live.stop - 1) // SLOTS),
+        )
+        for block, heads, data in cursor:
+            yield int(block) * SLOTS, heads, data
+
+    def stored(self, seqs: Sequence[int]) -> dict[int, str]:
+        """The stored vector records (``v:<seq>``) of *seqs*."""
+        found: dict[int, str] = {}
+        keys = {f"{self._prefix}{seq}": seq for seq in seqs}
+        if len(keys) == 1:
+            ((key, seq),) = keys.items()
+            row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+            if row is not None and row[0]:
+                found[seq] = str(row[0])
+            return found
+        for key, value in self._conn.execute(
+            "SELECT key, value FROM kv WHERE key IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(keys), ensure_ascii=False),),
+        ):
+            if value:
+                found[keys[key]] = str(value)
+        return found
+
+
+def vector_reader(conn: sqlite3.Connection, ns: str) -> SQLiteVectorReader | None:
+    """The vector reads of *ns* (``None``: this store's schema has no vector table yet)."""
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ix_vblock'"
+    ).fetchone()
+    return None if row is None else SQLiteVectorReader(conn, ns)
