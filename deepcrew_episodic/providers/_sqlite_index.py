@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 
 from .._index import Facts, index_row
 
-TABLES = (
+TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS ix_episode (key TEXT NOT NULL UNIQUE, ns TEXT NOT NULL, "
     "seq INTEGER NOT NULL, episode_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
     "recorded REAL NOT NULL, outcome TEXT NOT NULL, source TEXT NOT NULL, "
@@ -465,7 +465,7 @@ VECTOR_TABLES = (
     "WHEN old.key GLOB 'episodic:*:v:[0-9]*' "
     "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (old.key); END",
 )
-TABLES += VECTOR_TABLES  # type: ignore[assignment]  # (TABLES is a tuple of fixed length)
+TABLES += VECTOR_TABLES
 
 _VECTOR_KEY = re.compile(r"episodic:([^:]+):v:([0-9]{1,18})")
 _SCALE = struct.Struct("<d")
