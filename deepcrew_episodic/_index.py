@@ -262,11 +262,7 @@ class _Entries(Mapping[int, _StoreEntry]):
     def __getitem__(self, seq: int) -> _StoreEntry:
         found = self._fetch(seq)
         if found is None:
-            # A posting of an episode this memory does not show: below its view of a larger
-            # ring, or written after the head this search was given. The in-process index
-            # never holds it; here it matches nothing, and the ranking rules never accept it
-            # (it is not indexed), so the search goes past it as if it were not there.
-            return cast("_StoreEntry", _OUTSIDE)
+            raise KeyError(seq)
         return found
 
     def __contains__(self, seq: object) -> bool:
@@ -277,19 +273,6 @@ class _Entries(Mapping[int, _StoreEntry]):
 
     def __len__(self) -> int:
         return sum(1 for e in self._got.values() if e is not None)
-
-
-@dataclass(frozen=True, slots=True)
-class _Outside:
-    """What the search reads of a posting outside the memory's view (see _Entries)."""
-
-    terms: frozenset[str] = frozenset()
-    size: int = 0
-    when: float = UNDATED
-    outcome: str = "unknown:"
-
-
-_OUTSIDE = _Outside()
 
 
 class StoreIndex(Postings):

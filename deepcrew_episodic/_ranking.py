@@ -90,8 +90,6 @@ def keyword_ranking(
 
     # Filters and the retention check run only for a candidate that would enter the top k.
     def accept(seq: int) -> bool:
-        if not view.indexed(seq):
-            return False  # a store's posting of an episode outside this memory's view
         if view.expired(seq, now):
             return False
         if until is not None and not -math.inf < view.recorded(seq) < until:
