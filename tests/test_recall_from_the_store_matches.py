@@ -60,6 +60,8 @@ from deepcrew_episodic.providers import MemoryProvider
 DAY = 86400.0
 NOW = 1_780_000_000.0
 WORDS = ["deploy", "refund", "invoice", "charge", "gateway", "timeout", "schema", "worker"]
+# Words that fold to one term, Chinese matched by bigrams, and a stopword (no term at all).
+ODD_WORDS = ["Rückerstattung", "ruckerstattung", "退款处理", "the"]
 TAGS = ["billing", "deploy", "ops", "Refund"]  # some are words of the texts too
 OUTCOMES = ["success", "failure", "partial", "unknown", "claimed_success", "abandoned"]
 SOURCES = ["", "verifier", "user", "agent", "judge"]
@@ -74,7 +76,9 @@ def clock() -> float:
 
 # --- what a case is made of ------------------------------------------------------------------
 
-TEXT = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)
+TEXT = st.lists(st.sampled_from(WORDS) | st.sampled_from(ODD_WORDS), min_size=1, max_size=4).map(
+    " ".join
+)
 
 
 @st.composite
@@ -115,6 +119,7 @@ class Case:
     legacy: list[dict[str, Any]]  # deepcrew-ai's slots, oldest first ([]: no such log)
     ops: list[tuple[Any, ...]]
     queries: list[dict[str, Any]] = field(default_factory=list)
+    half_life: float = 30.0  # the readers' half_life_days
 
 
 @st.composite
@@ -168,10 +173,12 @@ def operations(draw: st.DrawFn, *, future: bool) -> tuple[Any, ...]:
 
 @st.composite
 def queries(draw: st.DrawFn) -> dict[str, Any]:
-    words = draw(st.lists(st.sampled_from([*WORDS, "unrelated"]), min_size=1, max_size=3))
+    words = draw(
+        st.lists(st.sampled_from([*WORDS, *ODD_WORDS, "unrelated"]), min_size=1, max_size=3)
+    )
     query: dict[str, Any] = {
         "query": " ".join(words),
-        "top_k": draw(st.sampled_from([1, 2, 3, 5, 40])),
+        "top_k": draw(st.sampled_from([None, 1, 2, 3, 5, 40])),
         "intent": draw(st.sampled_from(INTENTS)),
         "min_relevance": draw(st.sampled_from([None, 0.0, 0.3])),
     }
@@ -215,6 +222,7 @@ def cases(draw: st.DrawFn, *, max_ops: int = 40) -> Case:
         reinforce=draw(st.booleans()),
         max_age=draw(st.sampled_from([None, None, 2.0, 45.0])),
         legacy=draw(legacy_slots()),
+        half_life=draw(st.sampled_from([30.0, 30.0, 2.5])),
         ops=draw(st.lists(operations(future=future), min_size=3, max_size=max_ops)),
         queries=draw(st.lists(queries(), min_size=1, max_size=6)),
     )
@@ -327,6 +335,7 @@ def reader(provider: MemoryProvider, namespace: str, case: Case) -> EpisodicMemo
         max_episodes=case.view,
         clock=clock,
         reinforce=case.reinforce,
+        half_life_days=case.half_life,
         max_age=None if case.max_age is None else timedelta(days=case.max_age),
     )
 
