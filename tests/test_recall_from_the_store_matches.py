@@ -28,10 +28,12 @@ checks that too.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import random
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -369,7 +371,12 @@ def parts(ranking: Ranking) -> dict[str, Any]:
 async def check_case(provider: MemoryProvider, namespace: str, case: Case) -> int:
     """Play *case* on *provider*; return how many queries the fresh memory answered from the
     store."""
-    written = await write_log(provider, namespace, case)
+    return await compare(provider, namespace, case, await write_log(provider, namespace, case))
+
+
+async def compare(provider: MemoryProvider, namespace: str, case: Case, written: Written) -> int:
+    """Ask the queries of *case* of a fresh memory and of one that read the log; return how
+    many the fresh memory answered from the store."""
     loaded = reader(provider, namespace, case)
     await loaded.load()
     held = {seq: known.recorded for seq, known in loaded._known.items()}
@@ -378,6 +385,12 @@ async def check_case(provider: MemoryProvider, namespace: str, case: Case) -> in
     # deepcrew-ai's layout always.
     ahead = any(written.filed.get(seq, 0.0) > NOW + DAY for seq in held)
     from_store = type(provider).recall_index and not case.legacy and not ahead
+    if from_store and loaded._log._seq_ahead is not None:
+        # Known: the view holds no record (the newest were swept or forgotten) and older ones
+        # are kept; read in process, the log takes its counter for one past its records and
+        # shows those, the store path shows none (see test_a_view_emptied_...).
+        note("the view is empty and older episodes are kept")
+        return 0
     if from_store and any(written.filed[seq] != when for seq, when in held.items()):
         # Known and deliberate: an undated episode keeps, in the store, the time of the
         # episode before it when it was written; read in process, it takes the time of the
@@ -627,6 +640,33 @@ def test_a_long_log_with_common_terms_is_recalled_the_same_from_the_store(
     assert answered == (len(case.queries) if store.provider_class.recall_index else 0)
 
 
+def test_a_store_indexed_by_its_upgrade_answers_the_same(tmp_path: Path) -> None:
+    # A store of the schema before the index: every record is indexed on first open.
+    case = dataclasses.replace(big_case(2, wide=True), ring=1000, view=1000)
+    path = tmp_path / "upgraded.db"
+
+    async def written() -> Written:
+        async with Store("sqlite", str(path)).open() as provider:
+            return await write_log(provider, "n", case)
+
+    log = anyio.run(written)
+    conn = sqlite3.connect(path)
+    with conn:
+        for kind, name in conn.execute(
+            "SELECT type, name FROM sqlite_master WHERE name LIKE 'ix%' AND type IN "
+            "('table', 'trigger') ORDER BY type = 'table'"
+        ).fetchall():
+            conn.execute(f"DROP {kind.upper()} IF EXISTS {name}")
+        conn.execute("PRAGMA user_version = 2")
+    conn.close()
+
+    async def answered() -> int:
+        async with Store("sqlite", str(path)).open() as provider:
+            return await compare(provider, "n", case, log)
+
+    assert anyio.run(answered) == len(case.queries)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="render() on a memory that ranked from the store judges an undated episode by its "
@@ -657,4 +697,29 @@ def test_render_shows_an_undated_episode_recalled_from_the_store_under_max_age(
             return fresh.render(got), loaded.render(got)
 
     from_store, in_process = anyio.run(blocks)
+    assert from_store == in_process
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="read in process, a view with no record left and older episodes below it is a "
+    "counter past its records (the log reads up to the newest stored); the store path "
+    "ranks the empty view",
+)
+def test_a_view_emptied_by_a_forget_recalls_the_same_from_the_store(tmp_path: Path) -> None:
+    async def recalled() -> tuple[list[str], list[str]]:
+        async with Store("sqlite", str(tmp_path / "emptied.db")).open() as provider:
+            writer = EpisodicMemory(provider, namespace="n", clock=clock)
+            await writer.record(Episode(query="deploy the gateway", timestamp=now_iso(NOW - DAY)))
+            newest = await writer.record(Episode(query="deploy", timestamp=now_iso(NOW - DAY)))
+            await writer.forget([newest.id])
+            fresh = EpisodicMemory(provider, namespace="n", clock=clock, max_episodes=1)
+            got = [s.episode.query for s in await fresh.explain("deploy")]
+            assert not fresh._log.synced  # ranked from the store
+            loaded = EpisodicMemory(provider, namespace="n", clock=clock, max_episodes=1)
+            await loaded.load()
+            return got, [s.episode.query for s in await loaded.explain("deploy")]
+
+    from_store, in_process = anyio.run(recalled)
+    assert in_process == ["deploy the gateway"]
     assert from_store == in_process
