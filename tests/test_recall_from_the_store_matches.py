@@ -21,8 +21,19 @@ recall agree. A log that keeps an episode dated in the future, or one laid out b
 (``__meta__`` and slots), is read in process by both (the fresh memory falls back): the test
 checks that too.
 
-``DEEPCREW_PROPERTY_EXAMPLES`` sets the number of examples of the quick run; the sweep marked
-``slow`` runs many more.
+Three differences are known; the property leaves out the comparisons that hit them
+(``--hypothesis-show-statistics`` counts the cases):
+
+* deliberate: an episode without a usable timestamp is filed, in the store, under the time of
+  the episode before it when it was written; read in process, under the time of the one before
+  it among those the memory holds (they differ once that one is forgotten, swept, evicted or
+  below a smaller view);
+* ``render()`` on a memory that ranked from the store drops such an episode under ``max_age``
+  (strict xfail below);
+* a view left with no record while older episodes are kept (strict xfail below).
+
+``DEEPCREW_PROPERTY_EXAMPLES`` sets the number of examples of the quick run;
+``DEEPCREW_PROPERTY_SWEEP`` that of the sweep marked ``slow``.
 """
 
 from __future__ import annotations
