@@ -442,7 +442,7 @@ class EpisodicMemory:
         """Delete every episode of this namespace (payloads included, deepcrew-ai's log too).
         Other namespaces and unrelated keys are untouched."""
         await self._log.clear()
-        await self._provider.purge()
+        await self._log.purge()
 
     @traced("forget")
     async def forget(
@@ -497,13 +497,14 @@ class EpisodicMemory:
             # Payloads below the log's ring go too (a dead writer's, a late writer's), and
             # the id claims of what is deleted, so that no copy is left behind.
             strays = await self._log.stray_keys()
-            claims = [self._log.claim_key(ep.id) for _, ep in selected]
             gone = {ep.id for _, ep in selected}
-            grades = [self._log.grade_key(n) for n, i in self._graded_by.items() if i in gone]
-            await self._log.delete_seqs(
-                [seq for seq, _ in selected], also=[*bad, *strays, *claims, *grades]
+            await self._log.delete_episodes(
+                [seq for seq, _ in selected],
+                ids=[ep.id for _, ep in selected],
+                grades=[n for n, i in self._graded_by.items() if i in gone],
+                also=[*bad, *strays],
             )
-        await self._provider.purge()
+        await self._log.purge()
         log.info(
             "forget in %r: %d episodes, %d corrupt records deleted",
             self.namespace,
@@ -578,7 +579,7 @@ class EpisodicMemory:
                 def run(reader: Any) -> bool:
                     return any(seq in live for seq in reader.with_id(episode_id))
 
-                return await self._provider.read_index(self._log.prefix, run)
+                return await self._log.read_index(run)
         await self._sync()
         return episode_id in self._ids
 
@@ -603,7 +604,7 @@ class EpisodicMemory:
             return None
 
         try:
-            found: Episode | bool | None = await self._provider.read_index(self._log.prefix, run)
+            found: Episode | bool | None = await self._log.read_index(run)
         except StaleIndexError:
             return False
         return found
@@ -656,10 +657,10 @@ class EpisodicMemory:
         # The grades of what was deleted go too: their notes are the episodes' text as well.
         await self._sync()
         kept = {ep.id for _, ep in await self._everything()}
-        orphans = [self._log.grade_key(n) for n, i in self._graded_by.items() if i not in kept]
+        orphans = [n for n, i in self._graded_by.items() if i not in kept]
         if orphans:
-            await self._log.delete_seqs([], also=orphans)
-        await self._provider.purge()
+            await self._log.delete_episodes([], grades=orphans)
+        await self._log.purge()
         return deleted
 
     async def _select(
@@ -724,13 +725,16 @@ class EpisodicMemory:
         strays = await self._log.stray_keys()
         # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
         kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}
-        strays += [self._log.grade_key(n) for n, i in self._graded_by.items() if i not in kept]
+        strays += self._log.grade_record_keys(
+            [n for n, i in self._graded_by.items() if i not in kept]
+        )
         if dry_run:
             return len(expired) + len(strays)
         if expired or strays:
-            claims = [self._log.claim_key(ep.id) for _, ep in expired]
-            await self._log.delete_seqs([seq for seq, _ in expired], also=[*strays, *claims])
-        await self._provider.purge()  # and what ring evictions left in a journal
+            await self._log.delete_episodes(
+                [seq for seq, _ in expired], ids=[ep.id for _, ep in expired], also=strays
+            )
+        await self._log.purge()  # and what ring evictions left in a journal
         log.info(
             "sweep of %r: %d expired episodes, %d stray keys deleted",
             self.namespace,
@@ -779,8 +783,6 @@ class EpisodicMemory:
             known = self._known[seq]
             if known.dated:
                 times.append((known.recorded, ep.timestamp))
-        keys = await self._log.owned_keys()
-        values = await self._provider.retrieve_many(keys) if keys else []
         return MemoryStats(
             total=sum(by_outcome.values()),
             by_outcome=by_outcome,
@@ -789,11 +791,7 @@ class EpisodicMemory:
             oldest=min(times)[1] if times else None,
             newest=max(times)[1] if times else None,
             capacity=self._log.max,
-            stored_bytes=sum(
-                len(k.encode("utf-8", "surrogateescape"))
-                + len((v or "").encode("utf-8", "surrogateescape"))
-                for k, v in zip(keys, values, strict=True)
-            ),
+            stored_bytes=await self._log.stored_bytes(),
             vectors=sum(1 for s in self._vectors if s in shown) if self._vectors is not None else 0,
             grades=sum(len(g) for i, g in self._grades.items() if self._ids.get(i) in shown),
             most_used=[
@@ -1071,7 +1069,7 @@ class EpisodicMemory:
             return found, under, reader.corrupt(live)
 
         try:
-            result = await self._provider.read_index(self._log.prefix, run)
+            result = await self._log.read_index(run)
         except StaleIndexError as exc:
             self.counters.recovered_indexes += 1
             log.warning(
@@ -1340,13 +1338,7 @@ class EpisodicMemory:
         await self._sync()
         seq = self._ids.get(stored.id)
         if uses and seq is not None:  # (None: a ring too small for it pushed it out at once)
-            key = self._log.use_key(seq)
-
-            def place(_: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
-                return {key: str(uses)}, []
-
-            # The use counts' own counter is bumped in the same write: readers read them again.
-            await self._provider.increment_and_write(self._log.uses_key, place)
+            await self._log.set_uses(seq, uses)
         return stored
 
     async def _grades_in_store(self, episode_id: str) -> list[Grade] | None:
@@ -1361,7 +1353,7 @@ class EpisodicMemory:
             stamps = [f.timestamp for f in reader.facts(seqs).values()]
             return reader.grades(episode_id), stamps
 
-        records, stamps = await self._provider.read_index(self._log.prefix, run)
+        records, stamps = await self._log.read_index(run)
         grades: list[Grade] = []
         for raw in records:
             try:
@@ -1482,14 +1474,14 @@ class EpisodicMemory:
         cached = set(self._vectors) if not everything else set()
         beyond, _ = await self._log.beyond_view()
         stored = (
-            await self._provider.retrieve_many([self._log.vector_key(s) for s, _ in beyond])
+            await self._log.stored_vectors([s for s, _ in beyond])
             if beyond and not everything
             else [None] * len(beyond)
         )
         usable = {
             seq
-            for (seq, ep), raw in zip(beyond, stored, strict=True)
-            if raw and self._usable_vector(raw, ep, ours) is not None
+            for (seq, ep), decoded in zip(beyond, stored, strict=True)
+            if decoded and self._usable_vector(decoded, ep, ours) is not None
         }
         for seq, ep in [*beyond, *self._log.cached()]:
             if everything or (seq not in cached and seq not in usable):
@@ -1668,14 +1660,12 @@ class EpisodicMemory:
         return self._redactor.redact(text) if self._redactor else text
 
     def _usable_vector(
-        self, raw: str, episode: Episode, identity: tuple[str, int] | None
+        self, decoded: tuple[str, str, Any], episode: Episode, identity: tuple[str, int] | None
     ) -> Any | None:
-        """The vector stored for *episode*, if this embedder made it from the episode's
-        current text; ``None`` otherwise (it is then ignored, and rebuilt by backfill)."""
+        """The vector stored for *episode* (decoded), if this embedder made it from the
+        episode's current text; ``None`` otherwise (it is then ignored, and rebuilt by
+        backfill)."""
         assert self._embedder is not None
-        decoded = decode_vector(raw)
-        if decoded is None:
-            return None
         mark, text_digest, vector = decoded
         name = self._embedder.name
         if identity is not None and (identity[0] != name or identity[1] != len(vector)):
@@ -1695,7 +1685,8 @@ class EpisodicMemory:
             episode = episodes.get(seq)
             if episode is None:
                 continue
-            vector = self._usable_vector(raw, episode, identity)
+            decoded = decode_vector(raw)
+            vector = None if decoded is None else self._usable_vector(decoded, episode, identity)
             if vector is not None:
                 self._vectors.add(seq, vector)
 
