@@ -39,7 +39,6 @@ from ._episode import (
     now_iso,
     outcome_for_score,
     parse_time,
-    run_key,
     score_fits,
     stored_texts,
 )
@@ -49,7 +48,8 @@ from ._exceptions import (
     EmbeddingError,
     InvalidEpisodeError,
 )
-from ._grade import NOTE_CHARS, Grade, checked_grade, graded
+from ._grade import NOTE_CHARS, Grade, checked_grade
+from ._held import FUTURE_SKEW_SECONDS, UNDATED, HeldLog, ProcessView, time_or_none
 from ._history import History
 from ._log import Changes, Counters, EpisodeLog, list_namespaces
 from ._ranking import keyword_ranking
@@ -235,18 +235,7 @@ class EpisodicMemory:
         self._clock = clock
         # A zone name is loaded (a file read) when a time first needs it, off the event loop.
         self._tz: tzinfo | str = zone_given(tz)
-        # What every read path needs of a cached episode, one record per sequence number.
-        self._known: dict[int, _Known] = {}
-        self._ids: dict[str, int] = {}  # episode id -> seq (record() refuses an id stored)
-        self._newest: tuple[int, float] | None = None  # the newest cached seq and its time
-        # Grades by episode id, oldest first; grade number -> episode id (for sweeps).
-        self._grades: dict[str, list[Grade]] = {}
-        self._graded_by: dict[int, str] = {}
-        self._uses: dict[int, int] = {}  # seq -> times used in a run
-        self._runs: dict[str, list[int]] = {}  # run_key (run and phase) -> its seqs, in order
-        self._conversations: dict[str, list[int]] = {}  # conversation_id -> its seqs, in order
         self._reinforce = boolean("reinforce", reinforce)
-        self._revision = 0  # bumped whenever a sync changed what this memory shows
         self._embedder = as_embedder(embedder)
         fields = strings("embed_fields", embed_fields)
         if not fields or set(fields) - set(EMBEDDABLE_FIELDS) or len(set(fields)) != len(fields):
@@ -272,6 +261,13 @@ class EpisodicMemory:
 
             self._vectors = VectorIndex()
             self._log.vectors = True
+        # The log as this process holds it (read whole only when the store keeps no index).
+        self._held = HeldLog(
+            self._log,
+            self._index,
+            clock,
+            _VectorsOfMemory(self) if self._embedder is not None else None,
+        )
         self._telemetry = tracing(
             telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
         )
@@ -501,7 +497,7 @@ class EpisodicMemory:
             await self._log.delete_episodes(
                 [seq for seq, _ in selected],
                 ids=[ep.id for _, ep in selected],
-                grades=[n for n, i in self._graded_by.items() if i in gone],
+                grades=[n for n, i in self._held.graded_by.items() if i in gone],
                 also=[*bad, *strays],
             )
         await self._log.purge()
@@ -535,7 +531,7 @@ class EpisodicMemory:
         if not isinstance(episode, Episode):
             raise ConfigurationError(f"is_expired() takes an Episode, not {type(episode).__name__}")
         now = self._clock()
-        seq = self._ids.get(episode.id) if episode.id else None
+        seq = self._held.ids.get(episode.id) if episode.id else None
         if seq is not None:
             return self._expired(seq, now)
         return self._expired_episode(episode, now)
@@ -563,9 +559,9 @@ class EpisodicMemory:
                 return found
         await self._sync()
         now = self._clock()
-        for seq in reversed(self._conversations.get(conversation_id, [])):
-            if seq in self._known and not self._expired(seq, now):
-                return self._view(self._log.episode(seq)).copy()
+        for seq in reversed(self._held.conversations.get(conversation_id, [])):
+            if seq in self._held.known and not self._expired(seq, now):
+                return self._held.view(self._log.episode(seq)).copy()
         return None
 
     async def _stored_id(self, episode_id: str) -> bool:
@@ -581,7 +577,7 @@ class EpisodicMemory:
 
                 return await self._log.read_index(run)
         await self._sync()
-        return episode_id in self._ids
+        return episode_id in self._held.ids
 
     async def _latest_in_store(self, conversation_id: str) -> Episode | bool | None:
         """latest() read from the store's index (``False``: read the log in process)."""
@@ -656,8 +652,8 @@ class EpisodicMemory:
         deleted = await self._log.shrink(max_episodes)
         # The grades of what was deleted go too: their notes are the episodes' text as well.
         await self._sync()
-        kept = {ep.id for _, ep in await self._everything()}
-        orphans = [n for n, i in self._graded_by.items() if i not in kept]
+        kept = {ep.id for _, ep in await self._held.everything()}
+        orphans = [n for n, i in self._held.graded_by.items() if i not in kept]
         if orphans:
             await self._log.delete_episodes([], grades=orphans)
         await self._log.purge()
@@ -692,14 +688,14 @@ class EpisodicMemory:
             )
         await self._sync()
         selected: list[tuple[int, Episode]] = []
-        for seq, ep in await self._everything():
+        for seq, ep in await self._held.everything():
             if wanted_ids is not None and ep.id not in wanted_ids:
                 continue
             if outcomes is not None and ep.outcome not in outcomes:
                 continue
             if wanted_tags is not None and not wanted_tags & {t.casefold() for t in ep.tags}:
                 continue
-            if cut is not None and self._recorded(seq, ep) >= cut:
+            if cut is not None and self._held.recorded(seq, ep) >= cut:
                 continue
             if needle is not None and needle not in self.searched_text(ep):
                 continue
@@ -714,11 +710,11 @@ class EpisodicMemory:
         dry_run = boolean("dry_run", dry_run)
         await self._sync()
         now = self._clock()
-        everything = await self._everything()
+        everything = await self._held.everything()
         expired = [
             (seq, ep)
             for seq, ep in everything
-            if (self._expired(seq, now) if seq in self._known else self._expired_episode(ep, now))
+            if (self._expired(seq, now) if seq in self._held.known else self._expired_episode(ep, now))
         ]
         if self._telemetry is not None:
             self._telemetry.count(len(expired))
@@ -726,7 +722,7 @@ class EpisodicMemory:
         # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
         kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}
         strays += self._log.grade_record_keys(
-            [n for n, i in self._graded_by.items() if i not in kept]
+            [n for n, i in self._held.graded_by.items() if i not in kept]
         )
         if dry_run:
             return len(expired) + len(strays)
@@ -751,7 +747,7 @@ class EpisodicMemory:
         what the memory shows changed (episodes, grades, uses, vectors). For a viewer or a
         cache that wants to redo its work only when the log changed."""
         await self._sync()
-        return self._revision
+        return self._held.revision
 
     async def stats(self) -> MemoryStats:
         """Counts for this namespace: episodes by outcome, expired and corrupt records not
@@ -765,7 +761,7 @@ class EpisodicMemory:
         times: list[tuple[float, str]] = []
         shown: set[int] = set()
         for seq, raw in self._log.cached():
-            ep = self._view(raw)
+            ep = self._held.view(raw)
             if self._expired(seq, now):
                 expired += 1
                 continue
@@ -778,9 +774,9 @@ class EpisodicMemory:
                 successes += 1
                 # A verified grade of no named source is checked too (grade()'s default).
                 checked_successes += source in CHECKED_SOURCES or checked_grade(
-                    raw, self._grades.get(raw.id, ())
+                    raw, self._held.grades.get(raw.id, ())
                 )
-            known = self._known[seq]
+            known = self._held.known[seq]
             if known.dated:
                 times.append((known.recorded, ep.timestamp))
         return MemoryStats(
@@ -793,11 +789,11 @@ class EpisodicMemory:
             capacity=self._log.max,
             stored_bytes=await self._log.stored_bytes(),
             vectors=sum(1 for s in self._vectors if s in shown) if self._vectors is not None else 0,
-            grades=sum(len(g) for i, g in self._grades.items() if self._ids.get(i) in shown),
+            grades=sum(len(g) for i, g in self._held.grades.items() if self._held.ids.get(i) in shown),
             most_used=[
-                (self._known[seq].id, count)
+                (self._held.known[seq].id, count)
                 for seq, count in sorted(
-                    ((s, c) for s, c in self._uses.items() if s in shown and c > 0),
+                    ((s, c) for s, c in self._held.uses.items() if s in shown and c > 0),
                     key=lambda item: (-item[1], -item[0]),
                 )[:5]
             ],
@@ -823,7 +819,7 @@ class EpisodicMemory:
         await self._sync()
         now = self._clock()
         return [
-            (self._view(ep) if graded_view else ep).copy()
+            (self._held.view(ep) if graded_view else ep).copy()
             for seq, ep in self._log.cached()
             if include_expired or not self._expired(seq, now)
         ]
@@ -1086,8 +1082,8 @@ class EpisodicMemory:
         return _ranking([scored for _, scored in found], floor, under)
 
     @property
-    def _process_view(self) -> _ProcessView:
-        return _ProcessView(self)
+    def _process_view(self) -> ProcessView:
+        return ProcessView(self._held, self._reinforce, self._expired)
 
     async def history(
         self,
@@ -1118,12 +1114,12 @@ class EpisodicMemory:
         if not isinstance(task, str):
             raise ConfigurationError(f"task must be a string, not {type(task).__name__}")
         await self._sync()
-        everything = max(1, self._log.max, len(self._known))
+        everything = max(1, self._log.max, len(self._held.known))
         found = await self.explain(task, everything, tags=tags, since=since, until=until)
 
         def when(item: Scored) -> tuple[float, int]:
-            seq = self._ids.get(item.episode.id)
-            known = self._known.get(seq) if seq is not None else None
+            seq = self._held.ids.get(item.episode.id)
+            known = self._held.known.get(seq) if seq is not None else None
             return (
                 (known.recorded, seq) if known is not None and seq is not None else (-math.inf, -1)
             )
@@ -1219,8 +1215,8 @@ class EpisodicMemory:
         verified, source = _grade_source(verified, source)
         await self._sync()
         target: Episode | None = None
-        if episode_id in self._ids:
-            target = self._log.episode(self._ids[episode_id])
+        if episode_id in self._held.ids:
+            target = self._log.episode(self._held.ids[episode_id])
         else:
             target = next(
                 (ep for _, ep in (await self._log.beyond_view())[0] if ep.id == episode_id), None
@@ -1231,7 +1227,7 @@ class EpisodicMemory:
                 f"{escape_hidden(self.namespace)!r}"
             )
         if self._expired_episode(target, self._clock()) or (
-            episode_id in self._ids and self._expired(self._ids[episode_id], self._clock())
+            episode_id in self._held.ids and self._expired(self._held.ids[episode_id], self._clock())
         ):
             # Expired is invisible on every path: a grade would only be swept with it.
             raise ConfigurationError(
@@ -1271,17 +1267,17 @@ class EpisodicMemory:
                 return found
         await self._sync()
         if episode_id is None:
-            return [g for grades in self._grades.values() for g in grades if self._applies(g)]
-        return [g for g in self._grades.get(episode_id, ()) if self._applies(g)]
+            return [g for grades in self._held.grades.values() for g in grades if self._held.applies(g)]
+        return [g for g in self._held.grades.get(episode_id, ()) if self._held.applies(g)]
 
     async def uses(self) -> dict[str, int]:
         """How many times each episode this memory keeps was used (see :meth:`used`), by id;
         episodes never used are left out. For a backup: :meth:`restore` takes the count."""
         await self._sync()
         return {
-            self._known[seq].id: count
-            for seq, count in sorted(self._uses.items())
-            if count > 0 and seq in self._known
+            self._held.known[seq].id: count
+            for seq, count in sorted(self._held.uses.items())
+            if count > 0 and seq in self._held.known
         }
 
     async def restore(
@@ -1336,7 +1332,7 @@ class EpisodicMemory:
             )
             await self._log.add_grade(restored.to_json())
         await self._sync()
-        seq = self._ids.get(stored.id)
+        seq = self._held.ids.get(stored.id)
         if uses and seq is not None:  # (None: a ring too small for it pushed it out at once)
             await self._log.set_uses(seq, uses)
         return stored
@@ -1364,10 +1360,6 @@ class EpisodicMemory:
         # As _applies: the grades of the episode shown, or every one when none is shown.
         return [g for g in grades if not stamps or not g.stamp or g.stamp == stamps[-1]]
 
-    def _applies(self, grade: Grade) -> bool:
-        seq = self._ids.get(grade.episode_id)
-        return seq is None or grade.applies_to(self._log.episode(seq))
-
     @traced("used")
     async def used(self, ids: str | Collection[str]) -> None:
         """Count one use of each episode (the runner and :class:`EpisodicHook` call it with
@@ -1376,7 +1368,7 @@ class EpisodicMemory:
         episode, which is never rewritten; ids no longer in the log are ignored."""
         wanted = set(strings("ids", ids, one=True))
         await self._sync()
-        seqs = sorted({self._ids[i] for i in wanted if i in self._ids})
+        seqs = sorted({self._held.ids[i] for i in wanted if i in self._held.ids})
         await self._log.count_use(seqs)
 
     # --- recall by meaning -----------------------------------------------------------------
@@ -1696,132 +1688,7 @@ class EpisodicMemory:
         return self._redactor.redact_episode(episode) if self._redactor else episode
 
     async def _sync(self) -> None:
-        await self._log.sync(self._apply)
-
-    def _apply(self, changes: Changes) -> None:
-        if (
-            changes.reset
-            or changes.added
-            or changes.removed
-            or changes.grades
-            or changes.uses is not None
-            or changes.vectors
-        ):
-            self._revision += 1
-        vectors = self._vectors
-        if changes.reset:
-            self._index.reset()
-            self._known.clear()
-            self._ids.clear()
-            self._newest = None
-            self._grades.clear()
-            self._graded_by.clear()
-            self._runs.clear()
-            self._conversations.clear()
-            if vectors is not None:
-                vectors.reset()
-        for seq in changes.removed:
-            self._index.remove(seq)
-            if vectors is not None:
-                vectors.remove(seq)
-            gone = self._known.pop(seq, None)
-            if gone is not None and self._ids.get(gone.id) == seq:
-                del self._ids[gone.id]
-            if gone is not None and gone.run_id:
-                run = self._runs.get(gone.run_id, [])
-                if seq in run:
-                    run.remove(seq)
-                if not run:
-                    self._runs.pop(gone.run_id, None)
-            if gone is not None and gone.conversation_id:
-                turns = self._conversations.get(gone.conversation_id, [])
-                if seq in turns:
-                    turns.remove(seq)
-                if not turns:
-                    self._conversations.pop(gone.conversation_id, None)
-        if changes.uses is not None:
-            self._uses = changes.uses
-        if vectors is not None and changes.vectors:
-            self._add_vectors(changes)
-        regraded = self._add_grades(changes.grades) if changes.grades else set()
-        if not changes.added:
-            for episode_id in regraded:
-                found = self._ids.get(episode_id)
-                if found is not None:
-                    seq = found
-                    self._index.add(
-                        seq, self._view(self._log.episode(seq)), when=self._known[seq].recorded
-                    )
-            return
-        # An episode whose timestamp cannot be used (garbled, or in the future) takes the time
-        # of the newest dated episode before it in the log: it was recorded after that one, so
-        # it still ages and expires, and it never ranks as the newest for ever.
-        now = self._clock()
-        added = sorted(changes.added, key=lambda item: item[0])
-        first = added[0][0]
-        if self._newest is not None and self._newest[0] < first:
-            previous = self._newest[1]  # the usual case: appended after everything known
-        else:
-            earlier = [s for s in self._known if s < first]
-            previous = self._known[max(earlier)].recorded if earlier else _UNDATED
-        for seq, episode in added:
-            recorded = _time_or_none(episode.timestamp)
-            dated = recorded is not None and recorded <= now + FUTURE_SKEW_SECONDS
-            if not dated or recorded is None:
-                recorded = previous
-            previous = recorded
-            self._index.add(seq, self._view(episode), when=recorded)
-            self._ids[episode.id] = seq
-            self._known[seq] = _Known(
-                episode.id,
-                _time_or_none(episode.forget_after),
-                recorded,
-                dated,
-                run_key(episode),
-                episode.conversation_id,
-            )
-            if run_key(episode):
-                self._runs.setdefault(run_key(episode), []).append(seq)
-            if episode.conversation_id:
-                self._conversations.setdefault(episode.conversation_id, []).append(seq)
-        if self._newest is None or added[-1][0] > self._newest[0]:
-            self._newest = (added[-1][0], previous)
-        fresh = {seq for seq, _ in added}
-        for episode_id in regraded:
-            again = self._ids.get(episode_id)
-            if again is not None and again not in fresh:
-                seq = again
-                self._index.add(
-                    seq, self._view(self._log.episode(seq)), when=self._known[seq].recorded
-                )
-        for run in self._runs.values():
-            run.sort()
-        for conversation in {ep.conversation_id for _, ep in added if ep.conversation_id}:
-            self._conversations[conversation].sort()
-
-    def _add_grades(self, records: list[tuple[int, str]]) -> set[str]:
-        """Take in new grade records; return the ids of the episodes they grade."""
-        touched: set[str] = set()
-        top = max(self._graded_by, default=0)
-        for position, raw in records:
-            try:
-                grade = Grade.from_json(raw)
-            except ValueError as exc:
-                self.counters.corrupt_records += 1
-                log.warning("episodic log %r: skipping grade %d: %s", self.namespace, position, exc)
-                continue
-            # Kept in grade-number order: a grade read late (its writer was between its two
-            # steps at the last sync) still takes its place among the others.
-            mine = self._grades.setdefault(grade.episode_id, [])
-            if position < top:
-                later = [n for n, i in self._graded_by.items() if i == grade.episode_id]
-                mine.insert(len(mine) - sum(1 for n in later if n > position), grade)
-            else:
-                mine.append(grade)
-            self._graded_by[position] = grade.episode_id
-            top = max(top, position)
-            touched.add(grade.episode_id)
-        return touched
+        await self._held.sync()
 
     async def _time(self, name: str, value: TimeLike | None) -> float | None:
         """A ``since``/``before`` (the start of the span *value* names) or an ``until`` (its
@@ -1866,45 +1733,28 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"recorded_at() takes an Episode, not {type(episode).__name__}"
             )
-        seq = self._ids.get(episode.id) if episode.id else None
-        known = self._known.get(seq) if seq is not None else None
-        if known is None or known.recorded == _UNDATED:
+        seq = self._held.ids.get(episode.id) if episode.id else None
+        known = self._held.known.get(seq) if seq is not None else None
+        if known is None or known.recorded == UNDATED:
             return None
         return known.recorded
 
     def _text_of(self, episode: Episode) -> str:
         """Every text stored for *episode*, its own and its grades', each in its search form
         (one line each: a needle never spans two texts)."""
-        grades = [g for g in self._grades.get(episode.id, ()) if g.applies_to(episode)]
+        grades = [g for g in self._held.grades.get(episode.id, ()) if g.applies_to(episode)]
         texts = [*stored_texts(episode), *(t for g in grades for t in stored_texts(g))]
         return "\n".join(search_form(t) for t in texts)
 
-    def _view(self, episode: Episode) -> Episode:
-        """*episode* as its grades make it (see _grade.py)."""
-        return graded(episode, self._grades.get(episode.id, ()))
-
-    async def _everything(self) -> list[tuple[int, Episode]]:
-        """Every episode the log keeps, oldest first: the cache (this memory's range, synced
-        by the caller) and, when a larger ring keeps more, the episodes below it."""
-        beyond, _ = await self._log.beyond_view()
-        return [(seq, self._view(ep)) for seq, ep in [*beyond, *self._log.cached()]]
-
-    def _recorded(self, seq: int, episode: Episode) -> float:
-        known = self._known.get(seq)
-        if known is not None:
-            return known.recorded
-        when = _time_or_none(episode.timestamp)
-        return _UNDATED if when is None else when
-
     def _expired(self, seq: int, now: float) -> bool:
-        known = self._known.get(seq)
+        known = self._held.known.get(seq)
         return known is not None and self._past(known.forget_at, known.recorded, now)
 
     def _expired_episode(self, episode: Episode, now: float) -> bool:
-        recorded = _time_or_none(episode.timestamp)
+        recorded = time_or_none(episode.timestamp)
         if recorded is None or recorded > now + FUTURE_SKEW_SECONDS:
-            recorded = _UNDATED
-        return self._past(_time_or_none(episode.forget_after), recorded, now)
+            recorded = UNDATED
+        return self._past(time_or_none(episode.forget_after), recorded, now)
 
     def _past(self, forget_at: float | None, recorded: float, now: float) -> bool:
         """The retention rule, the one place it is stated: past ``forget_after``, or older
@@ -1918,52 +1768,6 @@ class EpisodicMemory:
 _CATCH_UP_PASSES = 8
 # The largest use count restore() takes (a counter holds at most 18 digits).
 MAX_USES = 10**15
-# A timestamp this far ahead of the clock is accepted (clocks differ); past it, it is refused on
-# record and, when read from storage, replaced as an unusable one is.
-FUTURE_SKEW_SECONDS = 86400.0
-# The time of an episode with no usable timestamp and no dated episode before it: the oldest
-# possible, so that it ranks last and expires under any max_age.
-_UNDATED = -math.inf
-
-
-class _ProcessView:
-    """The ranking rules' view of the log this memory holds (see _ranking.py)."""
-
-    __slots__ = ("_memory", "reinforce")
-
-    def __init__(self, memory: EpisodicMemory) -> None:
-        self._memory = memory
-        self.reinforce = memory._reinforce
-
-    def any_uses(self) -> bool:
-        return bool(self._memory._uses)
-
-    def any_runs(self) -> bool:
-        return any(len(seqs) > 1 for seqs in self._memory._runs.values())
-
-    def uses(self, seq: int) -> int:
-        return self._memory._uses.get(seq, 0)
-
-    def recorded(self, seq: int) -> float:
-        return self._memory._known[seq].recorded
-
-    def run(self, key: str) -> list[int]:
-        return self._memory._runs.get(key, [])
-
-    def indexed(self, seq: int) -> bool:
-        return seq in self._memory._index
-
-    def episode(self, seq: int) -> Episode:
-        return self._memory._index.episode(seq)
-
-    def expired(self, seq: int, now: float) -> bool:
-        return self._memory._expired(seq, now)
-
-    def outcome(self, seq: int) -> str:
-        return self._memory._index.episode(seq).outcome
-
-    def tags(self, seq: int) -> frozenset[str]:
-        return frozenset(t.casefold() for t in self._memory._index.episode(seq).tags)
 
 
 class _StoreView:
@@ -2017,18 +1821,6 @@ class _StoreView:
         import json
 
         return frozenset(json.loads(self._index.facts(seq).facts.tags))
-
-
-@dataclass(frozen=True, slots=True)
-class _Known:
-    """What the read paths need of one cached episode."""
-
-    id: str
-    forget_at: float | None
-    recorded: float  # POSIX seconds; see _apply for an unusable timestamp
-    dated: bool  # the episode's own timestamp was usable
-    run_id: str = ""  # its run_key: the run and the phase
-    conversation_id: str = ""
 
 
 def _checked_copy(episode: Any) -> Episode:
@@ -2157,15 +1949,6 @@ def _ranking(found: Iterable[Scored], floor: float, under: Iterable[Scored]) -> 
     return ranking
 
 
-def _time_or_none(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
-
-
 def _tags(tags: Collection[str] | None) -> set[str] | None:
     if tags is None:
         return None
@@ -2180,3 +1963,21 @@ def _outcomes(outcome: str | Collection[str] | None) -> set[str] | None:
     if bad:
         raise ConfigurationError(f"unknown outcome {sorted(bad)}; expected one of {OUTCOMES}")
     return chosen
+
+
+class _VectorsOfMemory:
+    """The held copy's news for this memory's vectors."""
+
+    __slots__ = ("_memory",)
+
+    def __init__(self, memory: EpisodicMemory) -> None:
+        self._memory = memory
+
+    def reset(self) -> None:
+        self._memory._vectors.reset()
+
+    def remove(self, seq: int) -> None:
+        self._memory._vectors.remove(seq)
+
+    def apply(self, changes: Changes) -> None:
+        self._memory._add_vectors(changes)

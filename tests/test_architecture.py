@@ -22,6 +22,7 @@ CORE = {
     "_render",
     "_log",
     "_memory",
+    "_held",
     "_sync",
     "_reflect",
     "_mutex",
