@@ -16,19 +16,8 @@ from ._embed import (
     EMBEDDABLE_FIELDS,
     SIMILARITY_FLOOR,
     Embedder,
-    QueryCache,
     as_embedder,
-    check_vectors,
-    clean_text,
     decode_identity,
-    decode_vector,
-    digest,
-    embed_text,
-    encode_identity,
-    encode_vector,
-    fingerprint,
-    literal_secrets,
-    load_numpy,
 )
 from ._episode import (
     FIELDS,
@@ -44,14 +33,12 @@ from ._episode import (
 )
 from ._exceptions import (
     ConfigurationError,
-    EmbedderMismatchError,
-    EmbeddingError,
     InvalidEpisodeError,
 )
 from ._grade import NOTE_CHARS, Grade, checked_grade
 from ._held import FUTURE_SKEW_SECONDS, UNDATED, HeldLog, ProcessView, time_or_none
 from ._history import History
-from ._log import Changes, Counters, EpisodeLog, list_namespaces
+from ._log import Counters, EpisodeLog, list_namespaces
 from ._ranking import keyword_ranking
 from ._recall import (
     DEFAULT_FIELDS,
@@ -251,23 +238,24 @@ class EpisodicMemory:
         self._embed_timeout = number(
             "embed_timeout", embed_timeout, minimum=0, exclusive_minimum=True
         )
-        self._vectors: Any = None  # a VectorIndex, with an embedder
-        self._queries = QueryCache()
-        self._background: Any = None  # the background sentences' vectors (see _vectors.py)
-        self._reembedding = 0  # reembeds of this memory under way (see _episode_vector)
-        if self._embedder is not None:
-            load_numpy()  # fail here, with the install hint, not on the first recall
-            from ._vectors import VectorIndex
-
-            self._vectors = VectorIndex()
-            self._log.vectors = True
         # The log as this process holds it (read whole only when the store keeps no index).
-        self._held = HeldLog(
-            self._log,
-            self._index,
-            clock,
-            _VectorsOfMemory(self) if self._embedder is not None else None,
-        )
+        self._held = HeldLog(self._log, self._index, clock)
+        # Recall by meaning: only with an embedder (numpy is imported by it, never otherwise).
+        self._semantic: Semantic | None = None
+        self._vectors: Any = None  # the semantic part's VectorIndex, with an embedder
+        if self._embedder is not None:
+            from ._semantic import Semantic
+
+            self._semantic = Semantic(
+                self._log,
+                self._embedder,
+                self._embed_fields,
+                self._redactor,
+                self._embed_timeout,
+                self._held.sync,
+            )
+            self._vectors = self._semantic.vectors
+            self._held.vectors = self._semantic
         self._telemetry = tracing(
             telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
         )
@@ -357,10 +345,11 @@ class EpisodicMemory:
                 lesson = await self.reflect(stored)
                 if lesson:
                     stored.reflection = lesson
-            vector = await self._episode_vector(stored) if self._embedder is not None else None
+            semantic = self._semantic
+            vector = await semantic.episode_vector(stored) if semantic is not None else None
             _, with_vector = await self._log.append(stored, claim=claim, vector=vector)
-            if vector is not None and not with_vector:
-                self._embedding_failed(
+            if semantic is not None and vector is not None and not with_vector:
+                semantic.embedding_failed(
                     "record", "the log's vectors are now another embedder's (a reembed ran)"
                 )
         except BaseException:
@@ -714,7 +703,11 @@ class EpisodicMemory:
         expired = [
             (seq, ep)
             for seq, ep in everything
-            if (self._expired(seq, now) if seq in self._held.known else self._expired_episode(ep, now))
+            if (
+                self._expired(seq, now)
+                if seq in self._held.known
+                else self._expired_episode(ep, now)
+            )
         ]
         if self._telemetry is not None:
             self._telemetry.count(len(expired))
@@ -789,7 +782,9 @@ class EpisodicMemory:
             capacity=self._log.max,
             stored_bytes=await self._log.stored_bytes(),
             vectors=sum(1 for s in self._vectors if s in shown) if self._vectors is not None else 0,
-            grades=sum(len(g) for i, g in self._held.grades.items() if self._held.ids.get(i) in shown),
+            grades=sum(
+                len(g) for i, g in self._held.grades.items() if self._held.ids.get(i) in shown
+            ),
             most_used=[
                 (self._held.known[seq].id, count)
                 for seq, count in sorted(
@@ -919,9 +914,9 @@ class EpisodicMemory:
             return _ranking((), floor, ())
         query_vector: Any = None
         error: str | None = None
-        if self._embedder is not None:
-            self._check_embedder()
-            query_vector, error = await self._query_vector(query)
+        if self._semantic is not None:
+            self._semantic.check_embedder()
+            query_vector, error = await self._semantic.query_vector(query)
         now = self._clock()
         index = self._index
         hybrid: dict[str, Any] = {}
@@ -1227,7 +1222,8 @@ class EpisodicMemory:
                 f"{escape_hidden(self.namespace)!r}"
             )
         if self._expired_episode(target, self._clock()) or (
-            episode_id in self._held.ids and self._expired(self._held.ids[episode_id], self._clock())
+            episode_id in self._held.ids
+            and self._expired(self._held.ids[episode_id], self._clock())
         ):
             # Expired is invisible on every path: a grade would only be swept with it.
             raise ConfigurationError(
@@ -1267,7 +1263,9 @@ class EpisodicMemory:
                 return found
         await self._sync()
         if episode_id is None:
-            return [g for grades in self._held.grades.values() for g in grades if self._held.applies(g)]
+            return [
+                g for grades in self._held.grades.values() for g in grades if self._held.applies(g)
+            ]
         return [g for g in self._held.grades.get(episode_id, ()) if self._held.applies(g)]
 
     async def uses(self) -> dict[str, int]:
@@ -1412,275 +1410,13 @@ class EpisodicMemory:
     async def _embed_log(
         self, batch_size: int, progress: Callable[[int, int], None] | None, *, everything: bool
     ) -> int:
-        embedder = self._embedder
-        if embedder is None:
+        if self._semantic is None:
             raise ConfigurationError("this memory has no embedder: pass embedder= to build one")
-        batch_size = integer("batch_size", batch_size, minimum=1, maximum=4096)
-        if progress is not None and not callable(progress):
-            raise ConfigurationError(f"progress must be a callable or None, not {progress!r}")
-        self._reembedding += everything
-        try:
-            written = await self._embed_pass(batch_size, progress, everything, 0)
-            # Episodes recorded meanwhile (by this memory, another process, a keyword-only
-            # writer, or an old embedder whose vectors the reembed has just made unusable) are
-            # not in the pass's list: each further pass embeds what still has no usable
-            # vector, until one finds nothing. Only then is the log complete.
-            for _ in range(_CATCH_UP_PASSES):
-                more = await self._embed_pass(batch_size, progress, False, written)
-                if more == 0:
-                    break
-                written += more
-            else:
-                raise EmbeddingError(
-                    f"episodes kept arriving without a usable vector during "
-                    f"{'reembed' if everything else 'backfill'} of {self.namespace!r}; "
-                    f"{written} vectors were written: run backfill() again"
-                )
-        finally:
-            self._reembedding -= everything
-        log.info(
-            "%s of %r: %d vectors written",
-            "reembed" if everything else "backfill",
-            self.namespace,
-            written,
-        )
-        return written
-
-    async def _embed_pass(
-        self,
-        batch_size: int,
-        progress: Callable[[int, int], None] | None,
-        everything: bool,
-        done: int,
-    ) -> int:
-        """Embed the episodes the log keeps now (*everything*, or those without a usable
-        vector) and return how many vectors were written; *done* were written before."""
-        embedder = self._embedder
-        assert embedder is not None
-        await self._sync()
-        if not everything:
-            self._check_embedder()
-        identity = self._log.embedder
-        ours = decode_identity(identity)
-        todo: list[tuple[int, Episode, str]] = []
-        cached = set(self._vectors) if not everything else set()
-        beyond, _ = await self._log.beyond_view()
-        stored = (
-            await self._log.stored_vectors([s for s, _ in beyond])
-            if beyond and not everything
-            else [None] * len(beyond)
-        )
-        usable = {
-            seq
-            for (seq, ep), decoded in zip(beyond, stored, strict=True)
-            if decoded and self._usable_vector(decoded, ep, ours) is not None
-        }
-        for seq, ep in [*beyond, *self._log.cached()]:
-            if everything or (seq not in cached and seq not in usable):
-                todo.append((seq, ep, embed_text(ep, self._embed_fields, self._redactor)))
-        written = 0
-        if progress is not None and (todo or not done):
-            progress(done, done + len(todo))
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            matrix = await self._embed([text for _, _, text in batch], "backfill")
-            dimension = int(matrix.shape[1])
-            mine = encode_identity(embedder.name, dimension)
-            seen = decode_identity(identity)
-            if everything and seen != (embedder.name, dimension):
-                if not await self._log.set_embedder(identity, mine):
-                    raise EmbedderMismatchError(
-                        "another process changed the log's embedder during reembed; run it again"
-                    )
-                identity = mine
-            elif seen is None:
-                # None yet, or unreadable: record ours, unless another writer just did.
-                if not await self._log.set_embedder(identity, mine):
-                    await self._sync()
-                    self._check_embedder()
-                identity = mine
-            elif seen != (embedder.name, dimension):
-                have = decode_identity(identity)
-                raise EmbeddingError(
-                    f"embedder {embedder.name!r} answered vectors of {dimension} dimensions; the "
-                    f"log's vectors have {have[1] if have else '?'}: reembed to replace them"
-                )
-            mark = fingerprint(embedder.name, dimension)
-            vectors = {
-                seq: encode_vector(row, mark, digest(text))
-                for (seq, _, text), row in zip(batch, matrix, strict=True)
-            }
-            if not await self._log.write_vectors(vectors, identity):
-                raise EmbedderMismatchError(
-                    "another process changed the log's embedder while vectors were written; "
-                    "run it again"
-                )
-            written += len(vectors)
-            if progress is not None:
-                progress(done + written, done + len(todo))
-        if written:
-            await self._log.touch()  # every reader (this one too) reloads with the vectors
-        return written
-
-    def _ours(self) -> bool:
-        """Whether the log's vectors are (or may become) this memory's embedder's."""
-        assert self._embedder is not None
-        found = decode_identity(self._log.embedder)
-        return found is None or found[0] == self._embedder.name
-
-    def _check_embedder(self) -> None:
-        """Refuse a log whose vectors another embedder wrote (as of the last sync)."""
-        assert self._embedder is not None
-        found = decode_identity(self._log.embedder)
-        if found is None or found[0] == self._embedder.name:
-            return
-        raise EmbedderMismatchError(
-            f"the vectors of log {escape_hidden(self.namespace)!r} were written by embedder "
-            f"{escape_hidden(found[0])!r} ({found[1]} dimensions), not by this memory's "
-            f"{escape_hidden(self._embedder.name)!r}: use that embedder, or rebuild the vectors "
-            f"with memory.reembed() (CLI: deepcrew-episodic reembed)"
-        )
-
-    async def _embed(self, texts: list[str], purpose: str) -> Any:
-        """Unit vectors for *texts* (one call, with the timeout); :class:`EmbeddingError`."""
-        import anyio
-
-        assert self._embedder is not None
-        name = self._embedder.name
-        try:
-            with anyio.fail_after(self._embed_timeout):
-                raw = await self._embedder.embed(texts)
-        except TimeoutError:
-            raise EmbeddingError(
-                f"embedder {name!r} did not answer within {self._embed_timeout:g} s ({purpose})"
-            ) from None
-        except (KeyboardInterrupt, SystemExit, GeneratorExit):
-            raise
-        except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise
-            # The message may echo the key the provider refused, carry a whole traceback
-            # (litellm's do) or control characters: its first line, redacted, escaped and cut.
-            # Not chained (`from None`): the original, unredacted, would travel with it.
-            lines = str(exc).strip().splitlines()
-            first = lines[0] if lines else ""
-            if not isinstance(exc, EmbeddingError):
-                first = f"embedder {name!r} failed ({purpose}): {type(exc).__name__}: {first}"
-            for secret in literal_secrets(self._embedder):
-                first = first.replace(secret, "[REDACTED:api-key]")
-            raise EmbeddingError(safe_message(first)) from None
-        return check_vectors(raw, len(texts), name)
-
-    def _embedding_failed(self, purpose: str, reason: str) -> None:
-        self.counters.embedding_failures += 1
-        what = "stored without a vector" if purpose == "record" else "ranked by keywords only"
-        log.warning("embedding for %s in %r failed (%s); %s", purpose, self.namespace, reason, what)
-
-    async def _episode_vector(self, episode: Episode) -> tuple[str, str] | None:
-        """The stored vector of *episode* and the embedder record it goes with; ``None`` when
-        the embedder failed (logged and counted; ``backfill`` adds it later)."""
-        assert self._embedder is not None
-        if not self._log.synced:
-            await self._log.read_embedder()  # not a whole sync: a record stays cheap
-        if self._reembedding and not self._ours():
-            # This memory's own reembed has not recorded its embedder yet: the episode goes
-            # in without a vector, and the reembed's last pass embeds it.
-            return None
-        self._check_embedder()
-        text = embed_text(episode, self._embed_fields, self._redactor)
-        try:
-            row = (await self._embed([text], "record"))[0]
-        except EmbeddingError as exc:
-            self._embedding_failed("record", str(exc))
-            return None
-        problem = self._dimension_problem(len(row))
-        if problem:
-            self._embedding_failed("record", problem)
-            return None
-        name = self._embedder.name
-        mark = fingerprint(name, len(row))
-        return encode_vector(row, mark, digest(text)), encode_identity(name, len(row))
-
-    def _dimension_problem(self, dimension: int) -> str | None:
-        found = decode_identity(self._log.embedder)
-        if found is not None and found[1] != dimension:
-            return (
-                f"embedder {found[0]!r} answered vectors of {dimension} dimensions; the log's "
-                f"have {found[1]}"
-            )
-        if (
-            self._vectors.dimension is not None
-            and len(self._vectors)
-            and (self._vectors.dimension != dimension)
-        ):
-            return (
-                f"the embedder answered vectors of {dimension} dimensions; this memory's have "
-                f"{self._vectors.dimension}"
-            )
-        return None
+        return await self._semantic.embed_log(batch_size, progress, everything=everything)
 
     async def _query_vector(self, query: str) -> tuple[Any, str | None]:
-        """The query's unit vector (cached), or ``None`` and why (logged and counted)."""
-        from ._vectors import BACKGROUND
-
-        text = clean_text(self._redact_text(query))
-        vector = self._queries.get(text)
-        try:
-            if self._background is None:
-                background = await self._embed(list(BACKGROUND), "recall")
-                problem = self._dimension_problem(background.shape[1])
-                if problem:
-                    raise EmbeddingError(problem)
-                self._background = background
-                self._vectors.set_background(background)
-            if vector is None:
-                vector = (await self._embed([text], "recall"))[0]
-                problem = self._dimension_problem(len(vector))
-                if problem is None and self._background.shape[1] != len(vector):
-                    self._background = None  # the model changed: measure it again next time
-                    problem = "the embedder changed its dimension between two calls"
-                if problem:
-                    raise EmbeddingError(problem)
-                self._queries.put(text, vector)
-        except EmbeddingError as exc:
-            self._embedding_failed("recall", str(exc))
-            return None, str(exc)
-        return vector, None
-
-    def _redact_text(self, text: str) -> str:
-        # The query goes to the embedding model: a secret in it must not.
-        return self._redactor.redact(text) if self._redactor else text
-
-    def _usable_vector(
-        self, decoded: tuple[str, str, Any], episode: Episode, identity: tuple[str, int] | None
-    ) -> Any | None:
-        """The vector stored for *episode* (decoded), if this embedder made it from the
-        episode's current text; ``None`` otherwise (it is then ignored, and rebuilt by
-        backfill)."""
-        assert self._embedder is not None
-        mark, text_digest, vector = decoded
-        name = self._embedder.name
-        if identity is not None and (identity[0] != name or identity[1] != len(vector)):
-            return None
-        if mark != fingerprint(name, len(vector)):
-            return None
-        if text_digest != digest(embed_text(episode, self._embed_fields, self._redactor)):
-            return None
-        return vector
-
-    def _add_vectors(self, changes: Changes) -> None:
-        identity = decode_identity(self._log.embedder)
-        if identity is None or identity[0] != self._embedder.name:  # type: ignore[union-attr]
-            return  # none of these vectors can be ours (see _check_embedder)
-        episodes = dict(changes.added)
-        for seq, raw in changes.vectors.items():
-            episode = episodes.get(seq)
-            if episode is None:
-                continue
-            decoded = decode_vector(raw)
-            vector = None if decoded is None else self._usable_vector(decoded, episode, identity)
-            if vector is not None:
-                self._vectors.add(seq, vector)
+        assert self._semantic is not None  # (a memory without an embedder has no query vector)
+        return await self._semantic.query_vector(query)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -1764,8 +1500,6 @@ class EpisodicMemory:
         return self._max_age is not None and recorded < now - self._max_age.total_seconds()
 
 
-# Passes of backfill/reembed after the first, for what was recorded meanwhile (see _embed_log).
-_CATCH_UP_PASSES = 8
 # The largest use count restore() takes (a counter holds at most 18 digits).
 MAX_USES = 10**15
 
@@ -1963,21 +1697,3 @@ def _outcomes(outcome: str | Collection[str] | None) -> set[str] | None:
     if bad:
         raise ConfigurationError(f"unknown outcome {sorted(bad)}; expected one of {OUTCOMES}")
     return chosen
-
-
-class _VectorsOfMemory:
-    """The held copy's news for this memory's vectors."""
-
-    __slots__ = ("_memory",)
-
-    def __init__(self, memory: EpisodicMemory) -> None:
-        self._memory = memory
-
-    def reset(self) -> None:
-        self._memory._vectors.reset()
-
-    def remove(self, seq: int) -> None:
-        self._memory._vectors.remove(seq)
-
-    def apply(self, changes: Changes) -> None:
-        self._memory._add_vectors(changes)

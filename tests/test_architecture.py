@@ -23,6 +23,7 @@ CORE = {
     "_log",
     "_memory",
     "_held",
+    "_semantic",
     "_sync",
     "_reflect",
     "_mutex",
