@@ -39,7 +39,7 @@ from ._grade import NOTE_CHARS, Grade, checked_grade
 from ._held import FUTURE_SKEW_SECONDS, UNDATED, HeldLog, ProcessView, time_or_none
 from ._history import History
 from ._log import Counters, EpisodeLog, list_namespaces
-from ._ranking import keyword_ranking
+from ._ranking import copied_ranking, keyword_ranking
 from ._recall import (
     DEFAULT_FIELDS,
     HALF_LIFE_DAYS,
@@ -52,6 +52,7 @@ from ._recall import (
 from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._render import fit_block
 from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, check_source
+from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
 from ._time import TimeLike, needs_reading, span, zone, zone_given
 from ._unicode import escape_hidden, search_form
@@ -240,6 +241,16 @@ class EpisodicMemory:
         )
         # The log as this process holds it (read whole only when the store keeps no index).
         self._held = HeldLog(self._log, self._index, clock)
+        # Reads from the index the store keeps, for a provider that keeps one.
+        self._store = StoreReads(
+            self._log,
+            self._index,
+            self._embedder,
+            clock,
+            half_life_days,
+            self._reinforce,
+            self._past,
+        )
         # Recall by meaning: only with an embedder (numpy is imported by it, never otherwise).
         self._semantic: Semantic | None = None
         self._vectors: Any = None  # the semantic part's VectorIndex, with an embedder
@@ -542,8 +553,8 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"conversation_id must be a non-empty string, not {shown(conversation_id)}"
             )
-        if self._reads_store():
-            found = await self._latest_in_store(conversation_id)
+        if self._store.reads_store():
+            found = await self._store.latest_in_store(conversation_id)
             if found is None or isinstance(found, Episode):
                 return found
         await self._sync()
@@ -556,43 +567,12 @@ class EpisodicMemory:
     async def _stored_id(self, episode_id: str) -> bool:
         """Whether this memory shows an episode with id *episode_id* (record() refuses to
         store a second one)."""
-        if self._reads_store():
-            head = await self._log.read_head()
-            if head.legacy is None:
-                live = self._log.live_range(head)
-
-                def run(reader: Any) -> bool:
-                    return any(seq in live for seq in reader.with_id(episode_id))
-
-                return await self._log.read_index(run)
+        if self._store.reads_store():
+            found = await self._store.stored_id(episode_id)
+            if found is not None:
+                return found
         await self._sync()
         return episode_id in self._held.ids
-
-    async def _latest_in_store(self, conversation_id: str) -> Episode | bool | None:
-        """latest() read from the store's index (``False``: read the log in process)."""
-        from ._index import StaleIndexError, StoreIndex
-
-        head = await self._log.read_head()
-        if head.legacy is not None:
-            return False
-        live = self._log.live_range(head)
-        now = self._clock()
-
-        def run(reader: Any) -> Episode | bool | None:
-            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
-                return False
-            index = StoreIndex(reader, live)
-            view = _StoreView(self, index, False)
-            for seq in reversed(reader.conversation(conversation_id)):
-                if seq in live and view.indexed(seq) and not view.expired(seq, now):
-                    return view.episode(seq).copy()
-            return None
-
-        try:
-            found: Episode | bool | None = await self._log.read_index(run)
-        except StaleIndexError:
-            return False
-        return found
 
     @classmethod
     async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:
@@ -895,8 +875,8 @@ class EpisodicMemory:
         floor = (
             self._min_relevance if min_relevance is None else _floor("min_relevance", min_relevance)
         )
-        if k > 0 and self._reads_store():
-            in_store = await self._explain_in_store(
+        if k > 0 and self._store.reads_store():
+            in_store = await self._store.explain_in_store(
                 query,
                 k,
                 intent=intent,
@@ -911,7 +891,7 @@ class EpisodicMemory:
                 return in_store
         await self._sync()
         if k == 0:
-            return _ranking((), floor, ())
+            return copied_ranking((), floor, ())
         query_vector: Any = None
         error: str | None = None
         if self._semantic is not None:
@@ -984,7 +964,7 @@ class EpisodicMemory:
                 until=cutoff,
                 floor=floor,
             )
-        ranking = _ranking([scored for _, scored in found], floor, under)
+        ranking = copied_ranking([scored for _, scored in found], floor, under)
         if self._embedder is not None:
             ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
             ranking.embedder_error = error
@@ -1001,80 +981,6 @@ class EpisodicMemory:
                 (time.perf_counter() - started) * 1000,
                 [scored.episode.id for scored in ranking],
             )
-
-    def _reads_store(self) -> bool:
-        """Whether recall reads the index the store keeps (instead of reading the whole log
-        into this process): the store keeps one, for the fields and weights this memory
-        ranks by, and this memory does not hold the log already (a memory that read it for
-        another call ranks from what it holds, kept up to date at each call)."""
-        return (
-            self._provider.recall_index
-            and not self._log.synced
-            and self._embedder is None
-            and self._index.fields == DEFAULT_FIELDS
-        )
-
-    async def _explain_in_store(
-        self,
-        query: str,
-        k: int,
-        *,
-        intent: str,
-        outcomes: set[str] | None,
-        tags: set[str] | None,
-        since: float | None,
-        until: float | None,
-        floor: float,
-    ) -> Ranking | None:
-        """The ranking read from the store's index (``None``: this log is read in process:
-        deepcrew-ai's own layout, or an episode dated in the future, which the in-process
-        index files under the episode before it)."""
-        from ._index import StaleIndexError, StoreIndex
-
-        await self._log.check_settings()
-        head = await self._log.read_head()
-        if head.legacy is not None:
-            return None
-        live = self._log.live_range(head)
-        now = self._clock()
-
-        def run(reader: Any) -> tuple[Any, Any, list[int]] | None:
-            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
-                return None
-            index = StoreIndex(reader, live)
-            view = _StoreView(self, index, head.uses is not None, reader.any_run(live))
-            found, under = keyword_ranking(
-                view,
-                index,
-                query,
-                k,
-                now=now,
-                intent=intent,
-                half_life_days=self._half_life,
-                outcomes=outcomes,
-                tags=tags,
-                since=since,
-                until=until,
-                floor=floor,
-            )
-            return found, under, reader.corrupt(live)
-
-        try:
-            result = await self._log.read_index(run)
-        except StaleIndexError as exc:
-            self.counters.recovered_indexes += 1
-            log.warning(
-                "episodic log %r: the store's recall index disagrees with the log (%s); "
-                "recalling from the log read in this process",
-                self.namespace,
-                exc,
-            )
-            return None
-        if result is None:
-            return None
-        found, under, corrupt = result
-        self._log.note_corrupt(corrupt)
-        return _ranking([scored for _, scored in found], floor, under)
 
     @property
     def _process_view(self) -> ProcessView:
@@ -1257,8 +1163,8 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"grades() takes one episode id (a string) or none, not {type(episode_id).__name__}"
             )
-        if episode_id is not None and self._reads_store():
-            found = await self._grades_in_store(episode_id)
+        if episode_id is not None and self._store.reads_store():
+            found = await self._store.grades_in_store(episode_id)
             if found is not None:
                 return found
         await self._sync()
@@ -1334,29 +1240,6 @@ class EpisodicMemory:
         if uses and seq is not None:  # (None: a ring too small for it pushed it out at once)
             await self._log.set_uses(seq, uses)
         return stored
-
-    async def _grades_in_store(self, episode_id: str) -> list[Grade] | None:
-        """grades() of one episode read from the store's index (``None``: read the log)."""
-        head = await self._log.read_head()
-        if head.legacy is not None:
-            return None
-        live = self._log.live_range(head)
-
-        def run(reader: Any) -> tuple[list[str], list[str]]:
-            seqs = [s for s in reader.with_id(episode_id) if s in live]
-            stamps = [f.timestamp for f in reader.facts(seqs).values()]
-            return reader.grades(episode_id), stamps
-
-        records, stamps = await self._log.read_index(run)
-        grades: list[Grade] = []
-        for raw in records:
-            try:
-                grades.append(Grade.from_json(raw))
-            except ValueError as exc:
-                self.counters.corrupt_records += 1
-                log.warning("episodic log %r: skipping a grade: %s", self.namespace, exc)
-        # As _applies: the grades of the episode shown, or every one when none is shown.
-        return [g for g in grades if not stamps or not g.stamp or g.stamp == stamps[-1]]
 
     @traced("used")
     async def used(self, ids: str | Collection[str]) -> None:
@@ -1504,59 +1387,6 @@ class EpisodicMemory:
 MAX_USES = 10**15
 
 
-class _StoreView:
-    """The ranking rules' view of a store's index, for one search (see _index.py)."""
-
-    __slots__ = ("_index", "_memory", "_runs", "_used", "reinforce")
-
-    def __init__(self, memory: EpisodicMemory, index: Any, used: bool, runs: bool = True) -> None:
-        self._memory = memory
-        self._index = index
-        self._used = used
-        self._runs = runs
-        self.reinforce = memory._reinforce
-
-    def any_uses(self) -> bool:
-        return self._used
-
-    def any_runs(self) -> bool:
-        return self._runs  # a run in view (of one iteration or more: exact either way)
-
-    def uses(self, seq: int) -> int:
-        found: int = self._index.uses(seq)
-        return found
-
-    def recorded(self, seq: int) -> float:
-        when: float = self._index.when(seq)
-        return when
-
-    def run(self, key: str) -> list[int]:
-        seqs: list[int] = self._index.run(key)
-        return seqs
-
-    def indexed(self, seq: int) -> bool:
-        return seq in self._index
-
-    def episode(self, seq: int) -> Episode:
-        found: Episode = self._index.episode(seq)
-        return found
-
-    def expired(self, seq: int, now: float) -> bool:
-        entry = self._index.facts(seq)
-        return entry is not None and self._memory._past(
-            entry.facts.forget_at, entry.facts.when, now
-        )
-
-    def outcome(self, seq: int) -> str:
-        outcome: str = self._index.facts(seq).graded_as[0]
-        return outcome
-
-    def tags(self, seq: int) -> frozenset[str]:
-        import json
-
-        return frozenset(json.loads(self._index.facts(seq).facts.tags))
-
-
 def _checked_copy(episode: Any) -> Episode:
     if isinstance(episode, Episode):
         # Check every field again: a list may have been edited since construction.
@@ -1673,14 +1503,6 @@ def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, Outc
 def _floor(name: str, value: Any) -> float:
     """A relevance floor: a number from 0 to 1."""
     return number(name, value, minimum=0.0, maximum=1.0)
-
-
-def _ranking(found: Iterable[Scored], floor: float, under: Iterable[Scored]) -> Ranking:
-    """A :class:`Ranking` of copies (nothing a caller changes reaches the cache)."""
-    ranking = Ranking(dataclasses.replace(s, episode=s.episode.copy()) for s in found)
-    ranking.min_relevance = floor
-    ranking.under_floor = tuple(dataclasses.replace(s, episode=s.episode.copy()) for s in under)
-    return ranking
 
 
 def _tags(tags: Collection[str] | None) -> set[str] | None:

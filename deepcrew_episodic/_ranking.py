@@ -11,14 +11,22 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from itertools import chain
 from typing import Protocol
 
 from ._episode import Episode, run_key
-from ._recall import Postings, Scored
+from ._recall import Postings, Ranking, Scored
 
-__all__ = ["LESSONS_CHARS", "MAX_BOOST", "View", "keyword_ranking", "rank", "under_floor"]
+__all__ = [
+    "LESSONS_CHARS",
+    "MAX_BOOST",
+    "View",
+    "copied_ranking",
+    "keyword_ranking",
+    "rank",
+    "under_floor",
+]
 
 # The largest reinforcement factor (see boost).
 MAX_BOOST = 1.2
@@ -279,3 +287,11 @@ def _as_run(view: View, seq: int, scored: Scored, now: float) -> Scored:
     if fitting:
         shown.reflection = head + "; ".join(fitting)
     return dataclasses.replace(scored, episode=shown, iterations=len(seqs))
+
+
+def copied_ranking(found: Iterable[Scored], floor: float, under: Iterable[Scored]) -> Ranking:
+    """A :class:`Ranking` of copies (nothing a caller changes reaches the cache)."""
+    ranking = Ranking(dataclasses.replace(s, episode=s.episode.copy()) for s in found)
+    ranking.min_relevance = floor
+    ranking.under_floor = tuple(dataclasses.replace(s, episode=s.episode.copy()) for s in under)
+    return ranking

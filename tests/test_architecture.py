@@ -24,6 +24,7 @@ CORE = {
     "_memory",
     "_held",
     "_semantic",
+    "_store_reads",
     "_sync",
     "_reflect",
     "_mutex",
