@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ._episode import Episode, parse_time, run_key
+from ._episode import Episode, parse_time, run_key, stored_texts
 from ._grade import Grade, graded
 from ._log import Changes, EpisodeLog
 from ._recall import RecallIndex
+from ._unicode import search_form
 
 __all__ = ["FUTURE_SKEW_SECONDS", "UNDATED", "HeldLog", "Known", "ProcessView", "time_or_none"]
 
@@ -209,6 +210,13 @@ class HeldLog:
     def view(self, episode: Episode) -> Episode:
         """*episode* as its grades make it (see _grade.py)."""
         return graded(episode, self.grades.get(episode.id, ()))
+
+    def text_of(self, episode: Episode) -> str:
+        """Every text stored for *episode*, its own and its grades', each in its search form
+        (one line each: a needle never spans two texts)."""
+        grades = [g for g in self.grades.get(episode.id, ()) if g.applies_to(episode)]
+        texts = [*stored_texts(episode), *(t for g in grades for t in stored_texts(g))]
+        return "\n".join(search_form(t) for t in texts)
 
     def applies(self, grade: Grade) -> bool:
         seq = self.ids.get(grade.episode_id)

@@ -29,17 +29,16 @@ from ._episode import (
     outcome_for_score,
     parse_time,
     score_fits,
-    stored_texts,
 )
 from ._exceptions import (
     ConfigurationError,
     InvalidEpisodeError,
 )
 from ._grade import NOTE_CHARS, Grade, checked_grade
-from ._held import FUTURE_SKEW_SECONDS, UNDATED, HeldLog, ProcessView, time_or_none
+from ._held import FUTURE_SKEW_SECONDS, UNDATED, HeldLog, ProcessView
 from ._history import History
 from ._log import Counters, EpisodeLog, list_namespaces
-from ._ranking import copied_ranking, keyword_ranking
+from ._ranking import copied_ranking, keyword_ranking, outcome_filter, tag_filter
 from ._recall import (
     DEFAULT_FIELDS,
     HALF_LIFE_DAYS,
@@ -51,11 +50,12 @@ from ._recall import (
 )
 from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._render import fit_block
+from ._retention import Retention
 from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, check_source
 from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
 from ._time import TimeLike, needs_reading, span, zone, zone_given
-from ._unicode import escape_hidden, search_form
+from ._unicode import escape_hidden
 from ._validate import (
     boolean,
     integer,
@@ -242,6 +242,7 @@ class EpisodicMemory:
         # The log as this process holds it (read whole only when the store keeps no index).
         self._held = HeldLog(self._log, self._index, clock)
         # Reads from the index the store keeps, for a provider that keeps one.
+        self._retention = Retention(self._log, self._held, clock, max_age, self._time)
         self._store = StoreReads(
             self._log,
             self._index,
@@ -249,7 +250,7 @@ class EpisodicMemory:
             clock,
             half_life_days,
             self._reinforce,
-            self._past,
+            self._retention.past,
         )
         # Recall by meaning: only with an embedder (numpy is imported by it, never otherwise).
         self._semantic: Semantic | None = None
@@ -472,42 +473,15 @@ class EpisodicMemory:
             await memory.forget(containing="acme corp")             # every mention of a customer
             await memory.forget(outcome="failure", before=timedelta(days=90))
         """
-        corrupt = boolean("corrupt", corrupt)
-        dry_run = boolean("dry_run", dry_run)
-        filtered = not (
-            ids is None and outcome is None and tags is None and before is None and not containing
+        return await self._retention.forget(
+            ids,
+            outcome=outcome,
+            tags=tags,
+            before=before,
+            containing=containing,
+            corrupt=corrupt,
+            dry_run=dry_run,
         )
-        selected: list[tuple[int, Episode]] = []
-        if filtered or not corrupt:
-            selected = await self._select(
-                ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
-            )
-        else:
-            await self._sync()
-        bad: list[str] = []
-        if corrupt:
-            bad = [*(await self._log.beyond_view())[1], *self._log.corrupt_keys()]
-        if dry_run:
-            return len(selected) + len(bad)
-        if selected or bad:
-            # Payloads below the log's ring go too (a dead writer's, a late writer's), and
-            # the id claims of what is deleted, so that no copy is left behind.
-            strays = await self._log.stray_keys()
-            gone = {ep.id for _, ep in selected}
-            await self._log.delete_episodes(
-                [seq for seq, _ in selected],
-                ids=[ep.id for _, ep in selected],
-                grades=[n for n, i in self._held.graded_by.items() if i in gone],
-                also=[*bad, *strays],
-            )
-        await self._log.purge()
-        log.info(
-            "forget in %r: %d episodes, %d corrupt records deleted",
-            self.namespace,
-            len(selected),
-            len(bad),
-        )
-        return len(selected) + len(bad)
 
     async def select(
         self,
@@ -618,99 +592,19 @@ class EpisodicMemory:
         the one call that shrinks the log for every memory on it; this memory then keeps
         *max_episodes* (a memory configured larger raises the ring again when it records).
         """
-        deleted = await self._log.shrink(max_episodes)
-        # The grades of what was deleted go too: their notes are the episodes' text as well.
-        await self._sync()
-        kept = {ep.id for _, ep in await self._held.everything()}
-        orphans = [n for n, i in self._held.graded_by.items() if i not in kept]
-        if orphans:
-            await self._log.delete_episodes([], grades=orphans)
-        await self._log.purge()
-        return deleted
+        return await self._retention.shrink(max_episodes)
 
-    async def _select(
-        self,
-        *,
-        ids: str | Collection[str] | None = None,
-        outcome: str | Collection[str] | None = None,
-        tags: Collection[str] | None = None,
-        before: TimeLike | None = None,
-        containing: str | None = None,
-    ) -> list[tuple[int, Episode]]:
-        """The stored episodes (expired included) matching every given criterion."""
-        if ids is None and outcome is None and tags is None and before is None and not containing:
-            raise ConfigurationError(
-                "forget() needs ids or a filter (outcome, tags, before, containing); "
-                "clear() deletes every episode"
-            )
-        wanted_ids = None if ids is None else set(strings("ids", ids, one=True))
-        outcomes = _outcomes(outcome)
-        wanted_tags = _tags(tags)
-        cut = await self._time("before", before)
-        if containing is not None and not isinstance(containing, str):
-            raise ConfigurationError(f"containing must be a string, not {shown(containing)}")
-        needle = search_form(containing) if containing else None
-        if containing and not needle:
-            # White space or hidden characters only would match every episode: refused.
-            raise ConfigurationError(
-                f"containing holds no visible text ({safe_message(containing, 60)!r})"
-            )
-        await self._sync()
-        selected: list[tuple[int, Episode]] = []
-        for seq, ep in await self._held.everything():
-            if wanted_ids is not None and ep.id not in wanted_ids:
-                continue
-            if outcomes is not None and ep.outcome not in outcomes:
-                continue
-            if wanted_tags is not None and not wanted_tags & {t.casefold() for t in ep.tags}:
-                continue
-            if cut is not None and self._held.recorded(seq, ep) >= cut:
-                continue
-            if needle is not None and needle not in self.searched_text(ep):
-                continue
-            selected.append((seq, ep))
-        return selected
+    async def _select(self, **criteria: Any) -> list[tuple[int, Episode]]:
+        return await self._retention.select(**criteria)
 
     @traced("sweep")
     async def sweep(self, *, dry_run: bool = False) -> int:
         """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
         keys the ring no longer shows; return how many keys were deleted. ``dry_run=True``
         deletes nothing and returns how many keys would be deleted."""
-        dry_run = boolean("dry_run", dry_run)
-        await self._sync()
-        now = self._clock()
-        everything = await self._held.everything()
-        expired = [
-            (seq, ep)
-            for seq, ep in everything
-            if (
-                self._expired(seq, now)
-                if seq in self._held.known
-                else self._expired_episode(ep, now)
-            )
-        ]
-        if self._telemetry is not None:
-            self._telemetry.count(len(expired))
-        strays = await self._log.stray_keys()
-        # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
-        kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}
-        strays += self._log.grade_record_keys(
-            [n for n, i in self._held.graded_by.items() if i not in kept]
+        return await self._retention.sweep(
+            dry_run=dry_run, count=None if self._telemetry is None else self._telemetry.count
         )
-        if dry_run:
-            return len(expired) + len(strays)
-        if expired or strays:
-            await self._log.delete_episodes(
-                [seq for seq, _ in expired], ids=[ep.id for _, ep in expired], also=strays
-            )
-        await self._log.purge()  # and what ring evictions left in a journal
-        log.info(
-            "sweep of %r: %d expired episodes, %d stray keys deleted",
-            self.namespace,
-            len(expired),
-            len(strays),
-        )
-        return len(expired) + len(strays)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -868,8 +762,8 @@ class EpisodicMemory:
         k = self._recall_k if top_k is None else integer("top_k", top_k, minimum=0)
         if intent not in INTENTS:
             raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
-        outcomes = _outcomes(outcome)
-        wanted_tags = _tags(tags)
+        outcomes = outcome_filter(outcome)
+        wanted_tags = tag_filter(tags)
         after = await self._time("since", since)
         cutoff = await self._time("until", until)
         floor = (
@@ -1339,7 +1233,7 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"searched_text() takes an Episode, not {type(episode).__name__}"
             )
-        return self._text_of(episode)
+        return self._held.text_of(episode)
 
     def recorded_at(self, episode: Episode) -> float | None:
         """The time, as POSIX seconds, that every ``since``/``until``/``before`` of this memory
@@ -1358,29 +1252,11 @@ class EpisodicMemory:
             return None
         return known.recorded
 
-    def _text_of(self, episode: Episode) -> str:
-        """Every text stored for *episode*, its own and its grades', each in its search form
-        (one line each: a needle never spans two texts)."""
-        grades = [g for g in self._held.grades.get(episode.id, ()) if g.applies_to(episode)]
-        texts = [*stored_texts(episode), *(t for g in grades for t in stored_texts(g))]
-        return "\n".join(search_form(t) for t in texts)
-
     def _expired(self, seq: int, now: float) -> bool:
-        known = self._held.known.get(seq)
-        return known is not None and self._past(known.forget_at, known.recorded, now)
+        return self._retention.expired(seq, now)
 
     def _expired_episode(self, episode: Episode, now: float) -> bool:
-        recorded = time_or_none(episode.timestamp)
-        if recorded is None or recorded > now + FUTURE_SKEW_SECONDS:
-            recorded = UNDATED
-        return self._past(time_or_none(episode.forget_after), recorded, now)
-
-    def _past(self, forget_at: float | None, recorded: float, now: float) -> bool:
-        """The retention rule, the one place it is stated: past ``forget_after``, or older
-        than ``max_age``."""
-        if forget_at is not None and forget_at <= now:
-            return True
-        return self._max_age is not None and recorded < now - self._max_age.total_seconds()
+        return self._retention.expired_episode(episode, now)
 
 
 # The largest use count restore() takes (a counter holds at most 18 digits).
@@ -1503,19 +1379,3 @@ def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, Outc
 def _floor(name: str, value: Any) -> float:
     """A relevance floor: a number from 0 to 1."""
     return number(name, value, minimum=0.0, maximum=1.0)
-
-
-def _tags(tags: Collection[str] | None) -> set[str] | None:
-    if tags is None:
-        return None
-    return {t.casefold() for t in strings("tags", tags)}
-
-
-def _outcomes(outcome: str | Collection[str] | None) -> set[str] | None:
-    if outcome is None:
-        return None
-    chosen = set(strings("outcome", outcome, one=True))
-    bad = chosen - set(OUTCOMES)
-    if bad:
-        raise ConfigurationError(f"unknown outcome {sorted(bad)}; expected one of {OUTCOMES}")
-    return chosen

@@ -15,8 +15,10 @@ from collections.abc import Callable, Collection, Iterable
 from itertools import chain
 from typing import Protocol
 
-from ._episode import Episode, run_key
+from ._episode import OUTCOMES, Episode, run_key
+from ._exceptions import ConfigurationError
 from ._recall import Postings, Ranking, Scored
+from ._validate import strings
 
 __all__ = [
     "LESSONS_CHARS",
@@ -24,7 +26,9 @@ __all__ = [
     "View",
     "copied_ranking",
     "keyword_ranking",
+    "outcome_filter",
     "rank",
+    "tag_filter",
     "under_floor",
 ]
 
@@ -295,3 +299,19 @@ def copied_ranking(found: Iterable[Scored], floor: float, under: Iterable[Scored
     ranking.min_relevance = floor
     ranking.under_floor = tuple(dataclasses.replace(s, episode=s.episode.copy()) for s in under)
     return ranking
+
+
+def tag_filter(tags: Collection[str] | None) -> set[str] | None:
+    if tags is None:
+        return None
+    return {t.casefold() for t in strings("tags", tags)}
+
+
+def outcome_filter(outcome: str | Collection[str] | None) -> set[str] | None:
+    if outcome is None:
+        return None
+    chosen = set(strings("outcome", outcome, one=True))
+    bad = chosen - set(OUTCOMES)
+    if bad:
+        raise ConfigurationError(f"unknown outcome {sorted(bad)}; expected one of {OUTCOMES}")
+    return chosen

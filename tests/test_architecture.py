@@ -25,6 +25,7 @@ CORE = {
     "_held",
     "_semantic",
     "_store_reads",
+    "_retention",
     "_sync",
     "_reflect",
     "_mutex",
