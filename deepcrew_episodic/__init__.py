@@ -44,11 +44,12 @@ if TYPE_CHECKING:
     from ._history import History
     from ._hook import EpisodicHook, Recalled, Recorded
     from ._log import Counters
-    from ._memory import EpisodicMemory, MemoryStats
+    from ._memory import EpisodicMemory
     from ._recall import Ranking, Scored
     from ._redact import Redactor
     from ._result import AgentResult
     from ._runner import AgentStream, run_agent, stream_agent
+    from ._stats import MemoryStats
     from ._sync import SyncEpisodicMemory
     from ._telemetry import Telemetry
     from ._time import parse_time
@@ -88,7 +89,7 @@ _EXPORTS: dict[str, str] = {
     "LiteLLMEmbedder": "._embed",
     "LoopConfig": "._verify",
     "MaxTurnsError": "._exceptions",
-    "MemoryStats": "._memory",
+    "MemoryStats": "._stats",
     "MissingDependencyError": "._exceptions",
     "Outcome": "._episode",
     "outcome_for_score": "._episode",

@@ -7,7 +7,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, timedelta, tzinfo
 from typing import Any
 
@@ -17,7 +16,6 @@ from ._embed import (
     SIMILARITY_FLOOR,
     Embedder,
     as_embedder,
-    decode_identity,
 )
 from ._episode import (
     FIELDS,
@@ -34,7 +32,7 @@ from ._exceptions import (
     ConfigurationError,
     InvalidEpisodeError,
 )
-from ._grade import NOTE_CHARS, Grade, checked_grade
+from ._grade import NOTE_CHARS, Grade
 from ._held import FUTURE_SKEW_SECONDS, UNDATED, HeldLog, ProcessView
 from ._history import History
 from ._log import Counters, EpisodeLog, list_namespaces
@@ -51,7 +49,8 @@ from ._recall import (
 from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._render import fit_block
 from ._retention import Retention
-from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, check_source
+from ._source import CHECKED_SOURCES, OutcomeSource, check_source
+from ._stats import MemoryStats, count_stats
 from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
 from ._time import TimeLike, needs_reading, span, zone, zone_given
@@ -620,62 +619,7 @@ class EpisodicMemory:
         """Counts for this namespace: episodes by outcome, expired and corrupt records not
         shown, the oldest and newest timestamps, and the bytes stored."""
         await self._sync()
-        now = self._clock()
-        by_outcome = dict.fromkeys(OUTCOMES, 0)
-        by_source: dict[str, int] = {}
-        successes = checked_successes = foreign = 0
-        expired = 0
-        times: list[tuple[float, str]] = []
-        shown: set[int] = set()
-        for seq, raw in self._log.cached():
-            ep = self._held.view(raw)
-            if self._expired(seq, now):
-                expired += 1
-                continue
-            shown.add(seq)
-            by_outcome[ep.outcome] = by_outcome.get(ep.outcome, 0) + 1
-            source = ep.effective_source
-            by_source[source] = by_source.get(source, 0) + 1
-            foreign += bool(ep.outcome_source) and ep.outcome_source not in SOURCES
-            if ep.outcome in ("success", "claimed_success"):
-                successes += 1
-                # A verified grade of no named source is checked too (grade()'s default).
-                checked_successes += source in CHECKED_SOURCES or checked_grade(
-                    raw, self._held.grades.get(raw.id, ())
-                )
-            known = self._held.known[seq]
-            if known.dated:
-                times.append((known.recorded, ep.timestamp))
-        return MemoryStats(
-            total=sum(by_outcome.values()),
-            by_outcome=by_outcome,
-            expired=expired,
-            corrupt=self._log.corrupt,
-            oldest=min(times)[1] if times else None,
-            newest=max(times)[1] if times else None,
-            capacity=self._log.max,
-            stored_bytes=await self._log.stored_bytes(),
-            vectors=sum(1 for s in self._vectors if s in shown) if self._vectors is not None else 0,
-            grades=sum(
-                len(g) for i, g in self._held.grades.items() if self._held.ids.get(i) in shown
-            ),
-            most_used=[
-                (self._held.known[seq].id, count)
-                for seq, count in sorted(
-                    ((s, c) for s, c in self._held.uses.items() if s in shown and c > 0),
-                    key=lambda item: (-item[1], -item[0]),
-                )[:5]
-            ],
-            warnings=_label_warnings(by_outcome)
-            or _success_warnings(sum(by_outcome.values()), successes, checked_successes),
-            by_source=by_source,
-            unknown_sources=foreign,
-            embedder=(
-                f"{identity[0]} ({identity[1]} dimensions)"
-                if (identity := decode_identity(self._log.embedder))
-                else None
-            ),
-        )
+        return await count_stats(self._log, self._held, self._expired, self._clock(), self._vectors)
 
     async def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
         """Every stored episode this memory shows, oldest first; expired ones only with
@@ -1275,84 +1219,6 @@ async def _quietly(awaitable: Any) -> None:
         await awaitable
     except Exception as exc:
         log.warning("could not release an id claim (%s: %s)", type(exc).__name__, exc)
-
-
-@dataclass(frozen=True)
-class MemoryStats:
-    """What :meth:`EpisodicMemory.stats` reports for one namespace."""
-
-    total: int
-    """Episodes that read paths return (expired and corrupt ones excluded)."""
-    by_outcome: dict[str, int] = field(default_factory=dict)
-    expired: int = 0
-    """Past ``forget_after`` or ``max_age``: hidden, deleted by :meth:`EpisodicMemory.sweep`."""
-    corrupt: int = 0
-    """Records that cannot be decoded: skipped, counted, left in place."""
-    oldest: str | None = None
-    newest: str | None = None
-    capacity: int = 0
-    """``max_episodes``: the ring keeps the newest this many."""
-    stored_bytes: int = 0
-    """Keys and values of this namespace, in bytes."""
-    vectors: int = 0
-    """Episodes counted in ``total`` that have a usable vector (with an embedder; the others
-    are found by keywords until :meth:`EpisodicMemory.backfill` embeds them)."""
-    embedder: str | None = None
-    """The embedder that wrote the log's vectors, with their dimension (``None``: none yet)."""
-    grades: int = 0
-    """Grades given to the episodes counted in ``total``."""
-    most_used: list[tuple[str, int]] = field(default_factory=list)
-    """The ids of the (at most five) episodes used most in runs, with their use counts."""
-    warnings: list[str] = field(default_factory=list)
-    """What looks wrong, in words: an outcome signal that is not wired (nearly every episode
-    ``unknown`` or ``claimed_success``), or one wired to no check (nearly every episode a
-    success, and nearly none of those successes from a verifier or the user)."""
-    by_source: dict[str, int] = field(default_factory=dict)
-    """Episodes by where their outcome (grades applied) is read as coming from: ``verifier``,
-    ``user``, ``agent``, ``judge``, and ``""`` (no source recorded, or an ``unknown`` outcome)."""
-    unknown_sources: int = 0
-    """Episodes naming an outcome source this version does not know (another tool's): shown
-    as stored, ranked as no source."""
-
-
-# stats() warns when at least this share of at least UNWIRED_MIN episodes carry no verified label.
-UNWIRED_SHARE = 0.9
-UNWIRED_MIN = 10
-
-
-# stats() warns that everything is success when at least this share of at least UNWIRED_MIN
-# episodes are successes (claimed or not) and fewer than CHECKED_SUCCESS_SHARE of them came
-# from a verifier or the user: a store that looks informative and carries no information.
-ALL_SUCCESS_SHARE = 0.9
-CHECKED_SUCCESS_SHARE = 0.1
-
-
-def _success_warnings(total: int, successes: int, checked: int) -> list[str]:
-    if (
-        total < UNWIRED_MIN
-        or successes < ALL_SUCCESS_SHARE * total
-        or checked >= CHECKED_SUCCESS_SHARE * successes
-    ):
-        return []
-    return [
-        f"everything is success: {successes} of {total} episodes are successes and "
-        f"{successes - checked} of those come from no verifier or user (the agent's claim, a "
-        f"model judging, or no recorded source), so the labels carry no information; record "
-        f"your tests' or the user's verdict with its source, or grade runs later (see "
-        f"docs/recall.md#outcome-sources)"
-    ]
-
-
-def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
-    total = sum(by_outcome.values())
-    unlabelled = by_outcome.get("unknown", 0) + by_outcome.get("claimed_success", 0)
-    if total < UNWIRED_MIN or unlabelled < UNWIRED_SHARE * total:
-        return []
-    return [
-        f"outcome signal not wired: {unlabelled} of {total} episodes are unknown or "
-        f"claimed_success, so outcome-aware recall (what_worked, what_failed) has nothing to "
-        f"go on; record a verified outcome or grade runs later (see docs/recall.md#outcomes)"
-    ]
 
 
 def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, OutcomeSource]:

@@ -26,6 +26,7 @@ CORE = {
     "_semantic",
     "_store_reads",
     "_retention",
+    "_stats",
     "_sync",
     "_reflect",
     "_mutex",
