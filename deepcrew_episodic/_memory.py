@@ -264,6 +264,8 @@ class EpisodicMemory:
                 self._redactor,
                 self._embed_timeout,
                 self._held.sync,
+                self._similarity_floor,
+                self._min_similarity,
             )
             self._vectors = self._semantic.vectors
             self._held.vectors = self._semantic
@@ -737,44 +739,12 @@ class EpisodicMemory:
             query_vector, error = await self._semantic.query_vector(query)
         now = self._clock()
         index = self._index
-        hybrid: dict[str, Any] = {}
-        if query_vector is not None:
-            from ._vectors import hybrid_scorer, hybrid_search
-
-            hybrid = {
-                "now": now,
-                "intent": intent,
-                "half_life_days": self._half_life,
-                "similarity_floor": self._similarity_floor,
-                "min_similarity": self._min_similarity,
-            }
-            scorer = hybrid_scorer(index, self._vectors, query, query_vector, **hybrid)
-
-            def search(
-                n: int, accept: Callable[[int], bool], under: list[tuple[int, Scored]]
-            ) -> list[tuple[int, Scored]]:
-                return hybrid_search(
-                    index,
-                    self._vectors,
-                    query,
-                    query_vector,
-                    n,
-                    **hybrid,
-                    since=after,
-                    accept=accept,
-                    scorer=scorer,
-                    min_relevance=floor,
-                    under=under,
-                )
-
-            def score(seq: int) -> Scored | None:
-                item = scorer[0](seq)
-                return None if item is None else item[3]
-
-            found, under = keyword_ranking(
+        if self._semantic is not None and query_vector is not None:
+            found, under = self._semantic.ranking(
                 self._process_view,
                 index,
                 query,
+                query_vector,
                 k,
                 now=now,
                 intent=intent,
@@ -784,8 +754,6 @@ class EpisodicMemory:
                 since=after,
                 until=cutoff,
                 floor=floor,
-                search=search,
-                score=score,
             )
         else:
             found, under = keyword_ranking(

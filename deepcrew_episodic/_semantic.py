@@ -26,6 +26,8 @@ from ._embed import (
 from ._episode import Episode
 from ._exceptions import ConfigurationError, EmbedderMismatchError, EmbeddingError
 from ._log import Changes, EpisodeLog
+from ._ranking import View, keyword_ranking
+from ._recall import RecallIndex, Scored
 from ._redact import Redactor, safe_message
 from ._unicode import escape_hidden
 from ._validate import integer
@@ -49,6 +51,8 @@ class Semantic:
         redactor: Redactor | None,
         timeout: float,
         sync: Callable[[], Awaitable[None]],
+        similarity_floor: float,
+        min_similarity: float | None,
     ) -> None:
         load_numpy()  # fail here, with the install hint, not on the first recall
         from ._vectors import VectorIndex
@@ -59,6 +63,8 @@ class Semantic:
         self._redactor = redactor
         self._timeout = timeout
         self._sync = sync  # the held copy's: a pass reads the log as this memory holds it
+        self.similarity_floor = similarity_floor
+        self.min_similarity = min_similarity
         self.vectors = VectorIndex()
         self._queries = QueryCache()
         self._background: Any = None  # the background sentences' vectors (see _vectors.py)
@@ -336,3 +342,71 @@ class Semantic:
             vector = None if decoded is None else self.usable_vector(decoded, episode, identity)
             if vector is not None:
                 self.vectors.add(seq, vector)
+
+    def ranking(
+        self,
+        view: View,
+        index: RecallIndex,
+        query: str,
+        query_vector: Any,
+        k: int,
+        *,
+        now: float,
+        intent: str,
+        half_life_days: float,
+        outcomes: set[str] | None,
+        tags: set[str] | None,
+        since: float | None,
+        until: float | None,
+        floor: float,
+    ) -> tuple[list[tuple[int, Scored]], list[Scored]]:
+        """The hybrid ranking of the log held in process: the keyword index and the vectors
+        together, under the same ranking rules (see _ranking.py and _vectors.py)."""
+        from ._vectors import hybrid_scorer, hybrid_search
+
+        hybrid: dict[str, Any] = {
+            "now": now,
+            "intent": intent,
+            "half_life_days": half_life_days,
+            "similarity_floor": self.similarity_floor,
+            "min_similarity": self.min_similarity,
+        }
+        scorer = hybrid_scorer(index, self.vectors, query, query_vector, **hybrid)
+
+        def search(
+            n: int, accept: Callable[[int], bool], under: list[tuple[int, Scored]]
+        ) -> list[tuple[int, Scored]]:
+            return hybrid_search(
+                index,
+                self.vectors,
+                query,
+                query_vector,
+                n,
+                **hybrid,
+                since=since,
+                accept=accept,
+                scorer=scorer,
+                min_relevance=floor,
+                under=under,
+            )
+
+        def score(seq: int) -> Scored | None:
+            item = scorer[0](seq)
+            return None if item is None else item[3]
+
+        return keyword_ranking(
+            view,
+            index,
+            query,
+            k,
+            now=now,
+            intent=intent,
+            half_life_days=half_life_days,
+            outcomes=outcomes,
+            tags=tags,
+            since=since,
+            until=until,
+            floor=floor,
+            search=search,
+            score=score,
+        )
