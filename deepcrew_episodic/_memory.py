@@ -19,20 +19,19 @@ from ._embed import (
 )
 from ._episode import (
     FIELDS,
-    OUTCOMES,
     Episode,
     Outcome,
     new_id,
     now_iso,
     outcome_for_score,
     parse_time,
-    score_fits,
 )
 from ._exceptions import (
     ConfigurationError,
     InvalidEpisodeError,
 )
 from ._grade import NOTE_CHARS, Grade
+from ._grading import Grading
 from ._held import FUTURE_SKEW_SECONDS, UNDATED, HeldLog, ProcessView
 from ._history import History
 from ._log import Counters, EpisodeLog, list_namespaces
@@ -49,7 +48,6 @@ from ._recall import (
 from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._render import fit_block
 from ._retention import Retention
-from ._source import CHECKED_SOURCES, OutcomeSource, check_source
 from ._stats import MemoryStats, count_stats
 from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
@@ -242,6 +240,7 @@ class EpisodicMemory:
         self._held = HeldLog(self._log, self._index, clock)
         # Reads from the index the store keeps, for a provider that keeps one.
         self._retention = Retention(self._log, self._held, clock, max_age, self._time)
+        self._grading = Grading(self._log, self._held, self._retention, clock, self._redactor)
         self._store = StoreReads(
             self._log,
             self._index,
@@ -903,64 +902,9 @@ class EpisodicMemory:
             ...  # the user's next message: "that fixed it, thanks"
             await memory.grade(result.recorded_ids[-1], outcome="success", note="user confirmed")
         """
-        if not isinstance(episode_id, str) or not episode_id:
-            raise ConfigurationError(f"episode_id must be a non-empty string, not {episode_id!r}")
-        if outcome is not None and outcome not in OUTCOMES:
-            raise ConfigurationError(f"unknown outcome {outcome!r}; expected one of {OUTCOMES}")
-        if score is not None:
-            score = number("score", score, minimum=0.0, maximum=1.0)
-        if outcome is None and score is None:
-            raise ConfigurationError("grade() needs an outcome, a score or both")
-        if outcome is not None and score is not None and not score_fits(outcome, score):
-            raise ConfigurationError(
-                f"the outcome {outcome!r} and the score {score:g} disagree (a score of 0.7 or "
-                f"more is a success, below 0.3 a failure, partial between; unknown and "
-                f"abandoned take no score): give the one you mean, or both agreeing"
-            )
-        if not isinstance(note, str) or len(note) > NOTE_CHARS:
-            raise ConfigurationError(f"note must be a string of at most {NOTE_CHARS} characters")
-        verified, source = _grade_source(verified, source)
-        await self._sync()
-        target: Episode | None = None
-        if episode_id in self._held.ids:
-            target = self._log.episode(self._held.ids[episode_id])
-        else:
-            target = next(
-                (ep for _, ep in (await self._log.beyond_view())[0] if ep.id == episode_id), None
-            )
-        if target is None:
-            raise ConfigurationError(
-                f"no episode with id {safe_message(episode_id, 140)!r} in namespace "
-                f"{escape_hidden(self.namespace)!r}"
-            )
-        if self._expired_episode(target, self._clock()) or (
-            episode_id in self._held.ids
-            and self._expired(self._held.ids[episode_id], self._clock())
-        ):
-            # Expired is invisible on every path: a grade would only be swept with it.
-            raise ConfigurationError(
-                f"episode {safe_message(episode_id, 140)!r} has expired (hidden from every "
-                f"read path; sweep deletes it)"
-            )
-        chosen: Outcome = outcome if outcome is not None else outcome_for_score(score or 0.0)
-        grade = Grade(
-            episode_id,
-            chosen,
-            score,
-            # Redacted, then cut back to NOTE_CHARS (a marker can be longer than the secret it
-            # replaces): what is stored must restore from a backup.
-            redact_then_cut(note, NOTE_CHARS, self._redactor) if note else "",
-            verified,
-            now_iso(self._clock()),
-            target.timestamp,
-            source,
+        return await self._grading.grade(
+            episode_id, outcome=outcome, score=score, note=note, verified=verified, source=source
         )
-        await self._log.add_grade(grade.to_json())
-        log.info(
-            "episode graded",
-            extra={"namespace": self.namespace, "id": episode_id, "outcome": chosen},
-        )
-        return grade
 
     async def grades(self, episode_id: str | None = None) -> list[Grade]:
         """The grades of an episode, oldest first (``[]`` when it has none); without an id,
@@ -1187,27 +1131,6 @@ async def _quietly(awaitable: Any) -> None:
         await awaitable
     except Exception as exc:
         log.warning("could not release an id claim (%s: %s)", type(exc).__name__, exc)
-
-
-def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, OutcomeSource]:
-    """``grade()``'s *verified* flag and *source*, checked against each other."""
-    if verified is not None:
-        verified = boolean("verified", verified)
-    if source is None:
-        return (True if verified is None else verified), ""
-    try:
-        said = check_source(source)
-    except ValueError as exc:
-        raise ConfigurationError(f"source: {exc}") from None
-    if not said:
-        return (True if verified is None else verified), ""
-    checked = said in CHECKED_SOURCES
-    if verified is not None and verified != checked:
-        raise ConfigurationError(
-            f"verified={verified} contradicts source={said!r} (a grade from a verifier or "
-            f"the user is verified; the agent's claim or a model's judgement is not): give one"
-        )
-    return checked, said
 
 
 def _floor(name: str, value: Any) -> float:

@@ -27,6 +27,7 @@ CORE = {
     "_store_reads",
     "_retention",
     "_stats",
+    "_grading",
     "_sync",
     "_reflect",
     "_mutex",
