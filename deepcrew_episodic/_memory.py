@@ -18,13 +18,9 @@ from ._embed import (
     as_embedder,
 )
 from ._episode import (
-    FIELDS,
     Episode,
     Outcome,
-    new_id,
     now_iso,
-    outcome_for_score,
-    parse_time,
 )
 from ._exceptions import (
     ConfigurationError,
@@ -32,7 +28,7 @@ from ._exceptions import (
 )
 from ._grade import NOTE_CHARS, Grade
 from ._grading import Grading
-from ._held import FUTURE_SKEW_SECONDS, UNDATED, HeldLog, ProcessView
+from ._held import UNDATED, HeldLog, ProcessView
 from ._history import History
 from ._log import Counters, EpisodeLog, list_namespaces
 from ._ranking import copied_ranking, keyword_ranking, outcome_filter, tag_filter
@@ -52,7 +48,6 @@ from ._stats import MemoryStats, count_stats
 from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
 from ._time import TimeLike, needs_reading, span, zone, zone_given
-from ._unicode import escape_hidden
 from ._validate import (
     boolean,
     integer,
@@ -62,6 +57,7 @@ from ._validate import (
     shown,
     strings,
 )
+from ._write import Writer
 from .providers._base import MemoryProvider, as_provider
 
 __all__ = ["EpisodicMemory", "MemoryStats"]
@@ -238,9 +234,9 @@ class EpisodicMemory:
         )
         # The log as this process holds it (read whole only when the store keeps no index).
         self._held = HeldLog(self._log, self._index, clock)
-        # Reads from the index the store keeps, for a provider that keeps one.
         self._retention = Retention(self._log, self._held, clock, max_age, self._time)
         self._grading = Grading(self._log, self._held, self._retention, clock, self._redactor)
+        # Reads from the index the store keeps, for a provider that keeps one.
         self._store = StoreReads(
             self._log,
             self._index,
@@ -268,6 +264,16 @@ class EpisodicMemory:
             )
             self._vectors = self._semantic.vectors
             self._held.vectors = self._semantic
+        self._writer = Writer(
+            self._log,
+            self._semantic,
+            self._stored_id,
+            clock,
+            self._redactor,
+            self._reflect_model,
+            self._reflect_timeout,
+            self._reflect_params,
+        )
         self._telemetry = tracing(
             telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
         )
@@ -335,52 +341,7 @@ class EpisodicMemory:
         *episode* afterwards changes nothing stored. An explicit ``id`` is unique in the
         namespace, across every process.
         """
-        stored = self.check(episode)
-        given = episode if isinstance(episode, Episode) else None
-        claim: str | None = None
-        if not stored.id:
-            stored.id = new_id()
-        else:
-            if await self._stored_id(stored.id):
-                raise InvalidEpisodeError(
-                    f"an episode with id {safe_message(stored.id, 140)!r} is already stored in "
-                    f"namespace {escape_hidden(self.namespace)!r}; record a copy without the "
-                    f"id to store it again"
-                )
-            claim = await self._log.claim(stored.id)
-        try:
-            if not stored.timestamp:
-                stored.timestamp = now_iso(self._clock())
-            # A distilled run (it has an approach) already got its lesson, or declined one
-            # (NONE): a second model must not invent it.
-            if self._reflect_model and stored.reflection is None and not stored.approach:
-                lesson = await self.reflect(stored)
-                if lesson:
-                    stored.reflection = lesson
-            semantic = self._semantic
-            vector = await semantic.episode_vector(stored) if semantic is not None else None
-            _, with_vector = await self._log.append(stored, claim=claim, vector=vector)
-            if semantic is not None and vector is not None and not with_vector:
-                semantic.embedding_failed(
-                    "record", "the log's vectors are now another embedder's (a reembed ran)"
-                )
-        except BaseException:
-            if claim is not None:
-                import anyio  # only on this path: reading a memory never loads it
-
-                with anyio.CancelScope(shield=True):
-                    await _quietly(self._log.release(claim))
-            raise
-        log.debug(
-            "episode recorded",
-            extra={"namespace": self.namespace, "outcome": stored.outcome, "id": stored.id},
-        )
-        if given is not None:
-            # deepcrew-ai fills these in on the caller's object; its text stays as given.
-            given.id, given.timestamp = stored.id, stored.timestamp
-            if given.reflection is None and stored.reflection is not None:
-                given.reflection = stored.reflection
-        return stored.copy()
+        return await self._writer.record(episode)
 
     def check(self, episode: Episode | Any) -> Episode:
         """Run every check :meth:`record` runs on *episode*, and return the redacted copy it
@@ -388,51 +349,12 @@ class EpisodicMemory:
         :class:`InvalidEpisodeError` naming the field. For tools that validate a whole batch
         before writing any of it.
         """
-        stored = self._redact(_checked_copy(episode))
-        if stored.outcome == "unknown" and stored.score is not None:
-            stored.outcome = outcome_for_score(stored.score)  # the one rule, on every path
-        for name in ("id", "conversation_id"):
-            value = getattr(stored, name)
-            kind = self._redactor.find(value) if value and self._redactor is not None else None
-            if kind is not None:
-                raise InvalidEpisodeError(
-                    f"invalid episode: {name}: it looks like a secret ({kind}); ids are stored "
-                    f"and shown as they are, so they are never redacted"
-                )
-        if stored.timestamp:
-            when = parse_time(stored.timestamp)
-            if when > self._clock() + FUTURE_SKEW_SECONDS:
-                raise InvalidEpisodeError(
-                    f"invalid episode: timestamp: {stored.timestamp!r} is in the future; "
-                    f"leave it empty to use the current time"
-                )
-        return stored
+        return self._writer.check(episode)
 
     async def reflect(self, episode: Episode) -> str | None:
         """Ask ``reflect_model`` for a one-sentence lesson; ``None`` without a model, when the
         model answers ``NONE``, or when the call fails (logged and counted)."""
-        if not self._reflect_model:
-            return None
-        from ._reflect import ask_for_lesson
-
-        try:
-            lesson = await ask_for_lesson(
-                self._reflect_model,
-                self._redact(Episode.coerce(episode)),
-                timeout_s=self._reflect_timeout,
-                params=self._reflect_params,
-                redactor=self._redactor,
-            )
-            # The model may echo a secret it was never shown (from its own context).
-            return self._redactor.redact(lesson) if lesson and self._redactor else lesson
-        except Exception as exc:
-            self.counters.reflection_failures += 1
-            log.warning(
-                "reflection with %s failed (%s); recording without a lesson",
-                self._reflect_model,
-                safe_message(f"{type(exc).__name__}: {exc}"),
-            )
-            return None
+        return await self._writer.reflect(episode)
 
     @traced("clear")
     async def clear(self) -> None:
@@ -1117,20 +1039,6 @@ class EpisodicMemory:
 
 # The largest use count restore() takes (a counter holds at most 18 digits).
 MAX_USES = 10**15
-
-
-def _checked_copy(episode: Any) -> Episode:
-    if isinstance(episode, Episode):
-        # Check every field again: a list may have been edited since construction.
-        return Episode(**{name: getattr(episode, name) for name in FIELDS})
-    return Episode.coerce(episode).copy()
-
-
-async def _quietly(awaitable: Any) -> None:
-    try:
-        await awaitable
-    except Exception as exc:
-        log.warning("could not release an id claim (%s: %s)", type(exc).__name__, exc)
 
 
 def _floor(name: str, value: Any) -> float:

@@ -28,6 +28,7 @@ CORE = {
     "_retention",
     "_stats",
     "_grading",
+    "_write",
     "_sync",
     "_reflect",
     "_mutex",
