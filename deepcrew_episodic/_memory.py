@@ -267,7 +267,8 @@ class EpisodicMemory:
         self._writer = Writer(
             self._log,
             self._semantic,
-            self._stored_id,
+            self._store,
+            self._held,
             clock,
             self._redactor,
             self._reflect_model,
@@ -459,16 +460,6 @@ class EpisodicMemory:
             if seq in self._held.known and not self._expired(seq, now):
                 return self._held.view(self._log.episode(seq)).copy()
         return None
-
-    async def _stored_id(self, episode_id: str) -> bool:
-        """Whether this memory shows an episode with id *episode_id* (record() refuses to
-        store a second one)."""
-        if self._store.reads_store():
-            found = await self._store.stored_id(episode_id)
-            if found is not None:
-                return found
-        await self._sync()
-        return episode_id in self._held.ids
 
     @classmethod
     async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:

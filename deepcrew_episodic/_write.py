@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._episode import FIELDS, Episode, new_id, now_iso, outcome_for_score, parse_time
 from ._exceptions import InvalidEpisodeError
-from ._held import FUTURE_SKEW_SECONDS
+from ._held import FUTURE_SKEW_SECONDS, HeldLog
 from ._log import EpisodeLog
 from ._redact import Redactor, safe_message
+from ._store_reads import StoreReads
 from ._unicode import escape_hidden
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ class Writer:
         self,
         episodes: EpisodeLog,
         semantic: Semantic | None,
-        stored_id: Callable[[str], Awaitable[bool]],
+        store: StoreReads,
+        held: HeldLog,
         clock: Callable[[], float],
         redactor: Redactor | None,
         reflect_model: str | None,
@@ -38,7 +40,8 @@ class Writer:
     ) -> None:
         self._log = episodes
         self._semantic = semantic
-        self._stored_id = stored_id  # the memory's: the store's index, or the log held
+        self._store = store
+        self._held = held
         self._clock = clock
         self._redactor = redactor
         self._reflect_model = reflect_model
@@ -93,6 +96,16 @@ class Writer:
             if given.reflection is None and stored.reflection is not None:
                 given.reflection = stored.reflection
         return stored.copy()
+
+    async def _stored_id(self, episode_id: str) -> bool:
+        """Whether this memory shows an episode with id *episode_id* (record() refuses to
+        store a second one)."""
+        if self._store.reads_store():
+            found = await self._store.stored_id(episode_id)
+            if found is not None:
+                return found
+        await self._held.sync()
+        return episode_id in self._held.ids
 
     def check(self, episode: Episode | Any) -> Episode:
         """See :meth:`EpisodicMemory.check`."""
