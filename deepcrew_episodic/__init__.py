@@ -45,11 +45,12 @@ if TYPE_CHECKING:
     from ._hook import EpisodicHook, Recalled, Recorded
     from ._listing import Page
     from ._log import Counters
-    from ._memory import EpisodicMemory, MemoryStats
+    from ._memory import EpisodicMemory
     from ._recall import Ranking, Scored
     from ._redact import Redactor
     from ._result import AgentResult
     from ._runner import AgentStream, run_agent, stream_agent
+    from ._stats import MemoryStats
     from ._sync import SyncEpisodicMemory
     from ._telemetry import Telemetry
     from ._time import parse_time
@@ -89,7 +90,7 @@ _EXPORTS: dict[str, str] = {
     "LiteLLMEmbedder": "._embed",
     "LoopConfig": "._verify",
     "MaxTurnsError": "._exceptions",
-    "MemoryStats": "._memory",
+    "MemoryStats": "._stats",
     "MissingDependencyError": "._exceptions",
     "Page": "._listing",
     "Outcome": "._episode",

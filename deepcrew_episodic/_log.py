@@ -63,10 +63,10 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
-from ._embed import decode_identity
+from ._embed import decode_identity, decode_vector
 from ._episode import Episode
 from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeError
 from ._mutex import Mutex
@@ -76,6 +76,8 @@ from ._validate import integer
 from .providers._base import Fresh, MemoryProvider, Then
 
 log = logging.getLogger("deepcrew_episodic")
+
+T = TypeVar("T")
 
 _SAFE = re.compile(r"[A-Za-z0-9_.\-]+")
 _ENTRY = re.compile(r"e:([0-9]+)")
@@ -1449,6 +1451,64 @@ class EpisodeLog:
     def corrupt_keys(self) -> list[str]:
         """The keys of the undecodable records in this memory's range as of the last sync."""
         return [self.entry_key(s, self._legacy) for s in sorted(self._bad)]
+
+    # --- an episode's lifecycle, for the memory above (it builds no key of its own) ------
+
+    async def delete_episodes(
+        self,
+        seqs: Collection[int],
+        *,
+        ids: Collection[str] = (),
+        grades: Collection[int] = (),
+        also: Collection[str] = (),
+    ) -> None:
+        """Delete the episodes *seqs* with their vectors and use counts, the id claims of
+        *ids*, the grade records numbered *grades* and the keys *also* (strays, corrupt
+        records this log listed), and tell every reader to reload."""
+        claims = [self.claim_key(i) for i in ids]
+        numbered = [self.grade_key(n) for n in grades]
+        await self.delete_seqs(seqs, also=[*also, *claims, *numbered])
+
+    def grade_record_keys(self, numbers: Collection[int]) -> list[str]:
+        """The keys of the grade records numbered *numbers* (strays a sweep counts)."""
+        return [self.grade_key(n) for n in numbers]
+
+    async def purge(self) -> None:
+        """Drop what the store keeps of deleted keys beyond them (a journal's copies)."""
+        await self.provider.purge()
+
+    async def stored_bytes(self) -> int:
+        """The bytes of every key and value of this namespace, as stored now."""
+        keys = await self.owned_keys()
+        values = await self.provider.retrieve_many(keys) if keys else []
+        return sum(
+            len(k.encode("utf-8", "surrogateescape"))
+            + len((v or "").encode("utf-8", "surrogateescape"))
+            for k, v in zip(keys, values, strict=True)
+        )
+
+    async def set_uses(self, seq: int, uses: int) -> None:
+        """Set the use count of episode *seq* (a restore from a backup)."""
+        key = self.use_key(seq)
+
+        def place(_: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
+            return {key: str(uses)}, []
+
+        # The use counts' own counter is bumped in the same write: readers read them again.
+        await self.provider.increment_and_write(self.uses_key, place)
+
+    async def stored_vectors(self, seqs: Sequence[int]) -> list[tuple[str, str, Any] | None]:
+        """The vectors stored now for the episodes *seqs*, decoded (``(fingerprint, text
+        digest, unit vector)``; ``None``: none, or a record that is not one)."""
+        if not seqs:
+            return []
+        raws = await self.provider.retrieve_many([self.vector_key(s) for s in seqs])
+        return [decode_vector(raw) if raw else None for raw in raws]
+
+    async def read_index(self, fn: Callable[[Any], T]) -> T:
+        """Run *fn* on a reader of the index the store keeps for this log (a provider with
+        ``recall_index``)."""
+        return await self.provider.read_index(self.prefix, fn)
 
 
 async def list_namespaces(provider: MemoryProvider) -> list[str]:

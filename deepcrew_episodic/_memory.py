@@ -7,7 +7,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, timedelta, tzinfo
 from typing import Any
 
@@ -16,44 +15,24 @@ from ._embed import (
     EMBEDDABLE_FIELDS,
     SIMILARITY_FLOOR,
     Embedder,
-    QueryCache,
     as_embedder,
-    check_vectors,
-    clean_text,
-    decode_identity,
-    decode_vector,
-    digest,
-    embed_text,
-    encode_identity,
-    encode_vector,
-    fingerprint,
-    literal_secrets,
-    load_numpy,
 )
 from ._episode import (
-    FIELDS,
-    OUTCOMES,
     Episode,
     Outcome,
-    new_id,
     now_iso,
-    outcome_for_score,
-    parse_time,
-    run_key,
-    score_fits,
-    stored_texts,
 )
 from ._exceptions import (
     ConfigurationError,
-    EmbedderMismatchError,
-    EmbeddingError,
     InvalidEpisodeError,
 )
-from ._grade import NOTE_CHARS, Grade, checked_grade, graded
+from ._grade import NOTE_CHARS, Grade
+from ._grading import Grading
+from ._held import UNDATED, HeldLog, ProcessView
 from ._history import History
 from ._listing import Page
-from ._log import Changes, Counters, EpisodeLog, list_namespaces
-from ._ranking import keyword_ranking
+from ._log import Counters, EpisodeLog, list_namespaces
+from ._ranking import copied_ranking, keyword_ranking, outcome_filter, tag_filter
 from ._recall import (
     DEFAULT_FIELDS,
     HALF_LIFE_DAYS,
@@ -65,10 +44,11 @@ from ._recall import (
 )
 from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
 from ._render import fit_block
-from ._source import CHECKED_SOURCES, SOURCES, OutcomeSource, check_source
+from ._retention import Retention
+from ._stats import MemoryStats, count_stats
+from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
 from ._time import TimeLike, needs_reading, span, zone, zone_given
-from ._unicode import escape_hidden, search_form
 from ._validate import (
     boolean,
     integer,
@@ -78,6 +58,7 @@ from ._validate import (
     shown,
     strings,
 )
+from ._write import Writer
 from .providers._base import MemoryProvider, as_provider
 
 __all__ = ["EpisodicMemory", "MemoryStats"]
@@ -236,18 +217,7 @@ class EpisodicMemory:
         self._clock = clock
         # A zone name is loaded (a file read) when a time first needs it, off the event loop.
         self._tz: tzinfo | str = zone_given(tz)
-        # What every read path needs of a cached episode, one record per sequence number.
-        self._known: dict[int, _Known] = {}
-        self._ids: dict[str, int] = {}  # episode id -> seq (record() refuses an id stored)
-        self._newest: tuple[int, float] | None = None  # the newest cached seq and its time
-        # Grades by episode id, oldest first; grade number -> episode id (for sweeps).
-        self._grades: dict[str, list[Grade]] = {}
-        self._graded_by: dict[int, str] = {}
-        self._uses: dict[int, int] = {}  # seq -> times used in a run
-        self._runs: dict[str, list[int]] = {}  # run_key (run and phase) -> its seqs, in order
-        self._conversations: dict[str, list[int]] = {}  # conversation_id -> its seqs, in order
         self._reinforce = boolean("reinforce", reinforce)
-        self._revision = 0  # bumped whenever a sync changed what this memory shows
         self._embedder = as_embedder(embedder)
         fields = strings("embed_fields", embed_fields)
         if not fields or set(fields) - set(EMBEDDABLE_FIELDS) or len(set(fields)) != len(fields):
@@ -263,16 +233,50 @@ class EpisodicMemory:
         self._embed_timeout = number(
             "embed_timeout", embed_timeout, minimum=0, exclusive_minimum=True
         )
-        self._vectors: Any = None  # a VectorIndex, with an embedder
-        self._queries = QueryCache()
-        self._background: Any = None  # the background sentences' vectors (see _vectors.py)
-        self._reembedding = 0  # reembeds of this memory under way (see _episode_vector)
+        # The log as this process holds it (read whole only when the store keeps no index).
+        self._held = HeldLog(self._log, self._index, clock)
+        self._retention = Retention(self._log, self._held, clock, max_age, self._time)
+        self._grading = Grading(self._log, self._held, self._retention, clock, self._redactor)
+        # Reads from the index the store keeps, for a provider that keeps one.
+        self._store = StoreReads(
+            self._log,
+            self._index,
+            self._embedder,
+            clock,
+            half_life_days,
+            self._reinforce,
+            self._retention.past,
+        )
+        # Recall by meaning: only with an embedder (numpy is imported by it, never otherwise).
+        self._semantic: Semantic | None = None
+        self._vectors: Any = None  # the semantic part's VectorIndex, with an embedder
         if self._embedder is not None:
-            load_numpy()  # fail here, with the install hint, not on the first recall
-            from ._vectors import VectorIndex
+            from ._semantic import Semantic
 
-            self._vectors = VectorIndex()
-            self._log.vectors = True
+            self._semantic = Semantic(
+                self._log,
+                self._embedder,
+                self._embed_fields,
+                self._redactor,
+                self._embed_timeout,
+                self._held.sync,
+                self._similarity_floor,
+                self._min_similarity,
+            )
+            self._vectors = self._semantic.vectors
+            self._held.vectors = self._semantic
+            self._store.semantic = self._semantic
+        self._writer = Writer(
+            self._log,
+            self._semantic,
+            self._store,
+            self._held,
+            clock,
+            self._redactor,
+            self._reflect_model,
+            self._reflect_timeout,
+            self._reflect_params,
+        )
         self._telemetry = tracing(
             telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
         )
@@ -340,51 +344,7 @@ class EpisodicMemory:
         *episode* afterwards changes nothing stored. An explicit ``id`` is unique in the
         namespace, across every process.
         """
-        stored = self.check(episode)
-        given = episode if isinstance(episode, Episode) else None
-        claim: str | None = None
-        if not stored.id:
-            stored.id = new_id()
-        else:
-            if await self._stored_id(stored.id):
-                raise InvalidEpisodeError(
-                    f"an episode with id {safe_message(stored.id, 140)!r} is already stored in "
-                    f"namespace {escape_hidden(self.namespace)!r}; record a copy without the "
-                    f"id to store it again"
-                )
-            claim = await self._log.claim(stored.id)
-        try:
-            if not stored.timestamp:
-                stored.timestamp = now_iso(self._clock())
-            # A distilled run (it has an approach) already got its lesson, or declined one
-            # (NONE): a second model must not invent it.
-            if self._reflect_model and stored.reflection is None and not stored.approach:
-                lesson = await self.reflect(stored)
-                if lesson:
-                    stored.reflection = lesson
-            vector = await self._episode_vector(stored) if self._embedder is not None else None
-            _, with_vector = await self._log.append(stored, claim=claim, vector=vector)
-            if vector is not None and not with_vector:
-                self._embedding_failed(
-                    "record", "the log's vectors are now another embedder's (a reembed ran)"
-                )
-        except BaseException:
-            if claim is not None:
-                import anyio  # only on this path: reading a memory never loads it
-
-                with anyio.CancelScope(shield=True):
-                    await _quietly(self._log.release(claim))
-            raise
-        log.debug(
-            "episode recorded",
-            extra={"namespace": self.namespace, "outcome": stored.outcome, "id": stored.id},
-        )
-        if given is not None:
-            # deepcrew-ai fills these in on the caller's object; its text stays as given.
-            given.id, given.timestamp = stored.id, stored.timestamp
-            if given.reflection is None and stored.reflection is not None:
-                given.reflection = stored.reflection
-        return stored.copy()
+        return await self._writer.record(episode)
 
     def check(self, episode: Episode | Any) -> Episode:
         """Run every check :meth:`record` runs on *episode*, and return the redacted copy it
@@ -392,58 +352,19 @@ class EpisodicMemory:
         :class:`InvalidEpisodeError` naming the field. For tools that validate a whole batch
         before writing any of it.
         """
-        stored = self._redact(_checked_copy(episode))
-        if stored.outcome == "unknown" and stored.score is not None:
-            stored.outcome = outcome_for_score(stored.score)  # the one rule, on every path
-        for name in ("id", "conversation_id"):
-            value = getattr(stored, name)
-            kind = self._redactor.find(value) if value and self._redactor is not None else None
-            if kind is not None:
-                raise InvalidEpisodeError(
-                    f"invalid episode: {name}: it looks like a secret ({kind}); ids are stored "
-                    f"and shown as they are, so they are never redacted"
-                )
-        if stored.timestamp:
-            when = parse_time(stored.timestamp)
-            if when > self._clock() + FUTURE_SKEW_SECONDS:
-                raise InvalidEpisodeError(
-                    f"invalid episode: timestamp: {stored.timestamp!r} is in the future; "
-                    f"leave it empty to use the current time"
-                )
-        return stored
+        return self._writer.check(episode)
 
     async def reflect(self, episode: Episode) -> str | None:
         """Ask ``reflect_model`` for a one-sentence lesson; ``None`` without a model, when the
         model answers ``NONE``, or when the call fails (logged and counted)."""
-        if not self._reflect_model:
-            return None
-        from ._reflect import ask_for_lesson
-
-        try:
-            lesson = await ask_for_lesson(
-                self._reflect_model,
-                self._redact(Episode.coerce(episode)),
-                timeout_s=self._reflect_timeout,
-                params=self._reflect_params,
-                redactor=self._redactor,
-            )
-            # The model may echo a secret it was never shown (from its own context).
-            return self._redactor.redact(lesson) if lesson and self._redactor else lesson
-        except Exception as exc:
-            self.counters.reflection_failures += 1
-            log.warning(
-                "reflection with %s failed (%s); recording without a lesson",
-                self._reflect_model,
-                safe_message(f"{type(exc).__name__}: {exc}"),
-            )
-            return None
+        return await self._writer.reflect(episode)
 
     @traced("clear")
     async def clear(self) -> None:
         """Delete every episode of this namespace (payloads included, deepcrew-ai's log too).
         Other namespaces and unrelated keys are untouched."""
         await self._log.clear()
-        await self._provider.purge()
+        await self._log.purge()
 
     @traced("forget")
     async def forget(
@@ -477,41 +398,15 @@ class EpisodicMemory:
             await memory.forget(containing="acme corp")             # every mention of a customer
             await memory.forget(outcome="failure", before=timedelta(days=90))
         """
-        corrupt = boolean("corrupt", corrupt)
-        dry_run = boolean("dry_run", dry_run)
-        filtered = not (
-            ids is None and outcome is None and tags is None and before is None and not containing
+        return await self._retention.forget(
+            ids,
+            outcome=outcome,
+            tags=tags,
+            before=before,
+            containing=containing,
+            corrupt=corrupt,
+            dry_run=dry_run,
         )
-        selected: list[tuple[int, Episode]] = []
-        if filtered or not corrupt:
-            selected = await self._select(
-                ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
-            )
-        else:
-            await self._sync()
-        bad: list[str] = []
-        if corrupt:
-            bad = [*(await self._log.beyond_view())[1], *self._log.corrupt_keys()]
-        if dry_run:
-            return len(selected) + len(bad)
-        if selected or bad:
-            # Payloads below the log's ring go too (a dead writer's, a late writer's), and
-            # the id claims of what is deleted, so that no copy is left behind.
-            strays = await self._log.stray_keys()
-            claims = [self._log.claim_key(ep.id) for _, ep in selected]
-            gone = {ep.id for _, ep in selected}
-            grades = [self._log.grade_key(n) for n, i in self._graded_by.items() if i in gone]
-            await self._log.delete_seqs(
-                [seq for seq, _ in selected], also=[*bad, *strays, *claims, *grades]
-            )
-        await self._provider.purge()
-        log.info(
-            "forget in %r: %d episodes, %d corrupt records deleted",
-            self.namespace,
-            len(selected),
-            len(bad),
-        )
-        return len(selected) + len(bad)
 
     async def select(
         self,
@@ -535,7 +430,7 @@ class EpisodicMemory:
         if not isinstance(episode, Episode):
             raise ConfigurationError(f"is_expired() takes an Episode, not {type(episode).__name__}")
         now = self._clock()
-        seq = self._ids.get(episode.id) if episode.id else None
+        seq = self._held.ids.get(episode.id) if episode.id else None
         if seq is not None:
             return self._expired(seq, now)
         return self._expired_episode(episode, now)
@@ -557,57 +452,16 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"conversation_id must be a non-empty string, not {shown(conversation_id)}"
             )
-        if self._reads_store():
-            found = await self._latest_in_store(conversation_id)
+        if self._store.reads_store():
+            found = await self._store.latest_in_store(conversation_id)
             if found is None or isinstance(found, Episode):
                 return found
         await self._sync()
         now = self._clock()
-        for seq in reversed(self._conversations.get(conversation_id, [])):
-            if seq in self._known and not self._expired(seq, now):
-                return self._view(self._log.episode(seq)).copy()
+        for seq in reversed(self._held.conversations.get(conversation_id, [])):
+            if seq in self._held.known and not self._expired(seq, now):
+                return self._held.view(self._log.episode(seq)).copy()
         return None
-
-    async def _stored_id(self, episode_id: str) -> bool:
-        """Whether this memory shows an episode with id *episode_id* (record() refuses to
-        store a second one)."""
-        if self._reads_store():
-            head = await self._log.read_head()
-            if head.legacy is None:
-                live = self._log.live_range(head)
-
-                def run(reader: Any) -> bool:
-                    return any(seq in live for seq in reader.with_id(episode_id))
-
-                return await self._provider.read_index(self._log.prefix, run)
-        await self._sync()
-        return episode_id in self._ids
-
-    async def _latest_in_store(self, conversation_id: str) -> Episode | bool | None:
-        """latest() read from the store's index (``False``: read the log in process)."""
-        from ._index import StaleIndexError, StoreIndex
-
-        head = await self._log.read_head()
-        if head.legacy is not None:
-            return False
-        live = self._log.live_range(head)
-        now = self._clock()
-
-        def run(reader: Any) -> Episode | bool | None:
-            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
-                return False
-            index = StoreIndex(reader, live)
-            view = _StoreView(self, index, False)
-            for seq in reversed(reader.conversation(conversation_id)):
-                if seq in live and view.indexed(seq) and not view.expired(seq, now):
-                    return view.episode(seq).copy()
-            return None
-
-        try:
-            found: Episode | bool | None = await self._provider.read_index(self._log.prefix, run)
-        except StaleIndexError:
-            return False
-        return found
 
     @classmethod
     async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:
@@ -653,92 +507,19 @@ class EpisodicMemory:
         the one call that shrinks the log for every memory on it; this memory then keeps
         *max_episodes* (a memory configured larger raises the ring again when it records).
         """
-        deleted = await self._log.shrink(max_episodes)
-        # The grades of what was deleted go too: their notes are the episodes' text as well.
-        await self._sync()
-        kept = {ep.id for _, ep in await self._everything()}
-        orphans = [self._log.grade_key(n) for n, i in self._graded_by.items() if i not in kept]
-        if orphans:
-            await self._log.delete_seqs([], also=orphans)
-        await self._provider.purge()
-        return deleted
+        return await self._retention.shrink(max_episodes)
 
-    async def _select(
-        self,
-        *,
-        ids: str | Collection[str] | None = None,
-        outcome: str | Collection[str] | None = None,
-        tags: Collection[str] | None = None,
-        before: TimeLike | None = None,
-        containing: str | None = None,
-    ) -> list[tuple[int, Episode]]:
-        """The stored episodes (expired included) matching every given criterion."""
-        if ids is None and outcome is None and tags is None and before is None and not containing:
-            raise ConfigurationError(
-                "forget() needs ids or a filter (outcome, tags, before, containing); "
-                "clear() deletes every episode"
-            )
-        wanted_ids = None if ids is None else set(strings("ids", ids, one=True))
-        outcomes = _outcomes(outcome)
-        wanted_tags = _tags(tags)
-        cut = await self._time("before", before)
-        if containing is not None and not isinstance(containing, str):
-            raise ConfigurationError(f"containing must be a string, not {shown(containing)}")
-        needle = search_form(containing) if containing else None
-        if containing and not needle:
-            # White space or hidden characters only would match every episode: refused.
-            raise ConfigurationError(
-                f"containing holds no visible text ({safe_message(containing, 60)!r})"
-            )
-        await self._sync()
-        selected: list[tuple[int, Episode]] = []
-        for seq, ep in await self._everything():
-            if wanted_ids is not None and ep.id not in wanted_ids:
-                continue
-            if outcomes is not None and ep.outcome not in outcomes:
-                continue
-            if wanted_tags is not None and not wanted_tags & {t.casefold() for t in ep.tags}:
-                continue
-            if cut is not None and self._recorded(seq, ep) >= cut:
-                continue
-            if needle is not None and needle not in self.searched_text(ep):
-                continue
-            selected.append((seq, ep))
-        return selected
+    async def _select(self, **criteria: Any) -> list[tuple[int, Episode]]:
+        return await self._retention.select(**criteria)
 
     @traced("sweep")
     async def sweep(self, *, dry_run: bool = False) -> int:
         """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
         keys the ring no longer shows; return how many keys were deleted. ``dry_run=True``
         deletes nothing and returns how many keys would be deleted."""
-        dry_run = boolean("dry_run", dry_run)
-        await self._sync()
-        now = self._clock()
-        everything = await self._everything()
-        expired = [
-            (seq, ep)
-            for seq, ep in everything
-            if (self._expired(seq, now) if seq in self._known else self._expired_episode(ep, now))
-        ]
-        if self._telemetry is not None:
-            self._telemetry.count(len(expired))
-        strays = await self._log.stray_keys()
-        # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
-        kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}
-        strays += [self._log.grade_key(n) for n, i in self._graded_by.items() if i not in kept]
-        if dry_run:
-            return len(expired) + len(strays)
-        if expired or strays:
-            claims = [self._log.claim_key(ep.id) for _, ep in expired]
-            await self._log.delete_seqs([seq for seq, _ in expired], also=[*strays, *claims])
-        await self._provider.purge()  # and what ring evictions left in a journal
-        log.info(
-            "sweep of %r: %d expired episodes, %d stray keys deleted",
-            self.namespace,
-            len(expired),
-            len(strays),
+        return await self._retention.sweep(
+            dry_run=dry_run, count=None if self._telemetry is None else self._telemetry.count
         )
-        return len(expired) + len(strays)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -748,72 +529,13 @@ class EpisodicMemory:
         what the memory shows changed (episodes, grades, uses, vectors). For a viewer or a
         cache that wants to redo its work only when the log changed."""
         await self._sync()
-        return self._revision
+        return self._held.revision
 
     async def stats(self) -> MemoryStats:
         """Counts for this namespace: episodes by outcome, expired and corrupt records not
         shown, the oldest and newest timestamps, and the bytes stored."""
         await self._sync()
-        now = self._clock()
-        by_outcome = dict.fromkeys(OUTCOMES, 0)
-        by_source: dict[str, int] = {}
-        successes = checked_successes = foreign = 0
-        expired = 0
-        times: list[tuple[float, str]] = []
-        shown: set[int] = set()
-        for seq, raw in self._log.cached():
-            ep = self._view(raw)
-            if self._expired(seq, now):
-                expired += 1
-                continue
-            shown.add(seq)
-            by_outcome[ep.outcome] = by_outcome.get(ep.outcome, 0) + 1
-            source = ep.effective_source
-            by_source[source] = by_source.get(source, 0) + 1
-            foreign += bool(ep.outcome_source) and ep.outcome_source not in SOURCES
-            if ep.outcome in ("success", "claimed_success"):
-                successes += 1
-                # A verified grade of no named source is checked too (grade()'s default).
-                checked_successes += source in CHECKED_SOURCES or checked_grade(
-                    raw, self._grades.get(raw.id, ())
-                )
-            known = self._known[seq]
-            if known.dated:
-                times.append((known.recorded, ep.timestamp))
-        keys = await self._log.owned_keys()
-        values = await self._provider.retrieve_many(keys) if keys else []
-        return MemoryStats(
-            total=sum(by_outcome.values()),
-            by_outcome=by_outcome,
-            expired=expired,
-            corrupt=self._log.corrupt,
-            oldest=min(times)[1] if times else None,
-            newest=max(times)[1] if times else None,
-            capacity=self._log.max,
-            stored_bytes=sum(
-                len(k.encode("utf-8", "surrogateescape"))
-                + len((v or "").encode("utf-8", "surrogateescape"))
-                for k, v in zip(keys, values, strict=True)
-            ),
-            vectors=sum(1 for s in self._vectors if s in shown) if self._vectors is not None else 0,
-            grades=sum(len(g) for i, g in self._grades.items() if self._ids.get(i) in shown),
-            most_used=[
-                (self._known[seq].id, count)
-                for seq, count in sorted(
-                    ((s, c) for s, c in self._uses.items() if s in shown and c > 0),
-                    key=lambda item: (-item[1], -item[0]),
-                )[:5]
-            ],
-            warnings=_label_warnings(by_outcome)
-            or _success_warnings(sum(by_outcome.values()), successes, checked_successes),
-            by_source=by_source,
-            unknown_sources=foreign,
-            embedder=(
-                f"{identity[0]} ({identity[1]} dimensions)"
-                if (identity := decode_identity(self._log.embedder))
-                else None
-            ),
-        )
+        return await count_stats(self._log, self._held, self._expired, self._clock(), self._vectors)
 
     async def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
         """Every stored episode this memory shows, oldest first; expired ones only with
@@ -826,7 +548,7 @@ class EpisodicMemory:
         await self._sync()
         now = self._clock()
         return [
-            (self._view(ep) if graded_view else ep).copy()
+            (self._held.view(ep) if graded_view else ep).copy()
             for seq, ep in self._log.cached()
             if include_expired or not self._expired(seq, now)
         ]
@@ -844,8 +566,9 @@ class EpisodicMemory:
         """
         limit = integer("limit", limit, minimum=0)
         offset = integer("offset", offset, minimum=0)
-        if self._reads_store():
-            found = await self._page_in_store(limit, offset)
+        if self._store.reads_store():
+            max_age = None if self._max_age is None else self._max_age.total_seconds()
+            found: Page | None = await self._store.page_in_store(limit, offset, max_age)
             if found is not None:
                 return found
         await self._sync()
@@ -853,33 +576,7 @@ class EpisodicMemory:
         # Only the page is copied (a copy costs about 11 µs, a check 0.3 µs).
         shown = [(seq, ep) for seq, ep in self._log.cached() if not self._expired(seq, now)]
         chosen = shown[::-1][offset : offset + limit]
-        return Page([self._view(ep).copy() for _, ep in chosen], len(shown), offset)
-
-    async def _page_in_store(self, limit: int, offset: int) -> Page | None:
-        from ._index import StaleIndexError, StoreIndex
-
-        head = await self._log.read_head()
-        if head.legacy is not None:
-            return None
-        live = self._log.live_range(head)
-        now = self._clock()
-        oldest = -math.inf if self._max_age is None else now - self._max_age.total_seconds()
-
-        def run(reader: Any) -> Page | None:
-            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
-                return None
-            found = reader.newest(live, now, oldest, limit, offset)
-            if found is None:
-                return None  # this store lists from the log
-            seqs, total = found
-            index = StoreIndex(reader, live)
-            return Page([index.episode(s).copy() for s in seqs], total, offset)
-
-        try:
-            found: Page | None = await self._provider.read_index(self._log.prefix, run)
-        except StaleIndexError:
-            return None
-        return found
+        return Page([self._held.view(ep).copy() for _, ep in chosen], len(shown), offset)
 
     async def recall(
         self,
@@ -950,15 +647,15 @@ class EpisodicMemory:
         k = self._recall_k if top_k is None else integer("top_k", top_k, minimum=0)
         if intent not in INTENTS:
             raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
-        outcomes = _outcomes(outcome)
-        wanted_tags = _tags(tags)
+        outcomes = outcome_filter(outcome)
+        wanted_tags = tag_filter(tags)
         after = await self._time("since", since)
         cutoff = await self._time("until", until)
         floor = (
             self._min_relevance if min_relevance is None else _floor("min_relevance", min_relevance)
         )
-        if k > 0 and self._reads_store():
-            in_store = await self._explain_in_store(
+        if k > 0 and self._store.reads_store():
+            in_store = await self._store.explain_in_store(
                 query,
                 k,
                 intent=intent,
@@ -973,49 +670,46 @@ class EpisodicMemory:
                 return in_store
         await self._sync()
         if k == 0:
-            return _ranking((), floor, ())
+            return copied_ranking((), floor, ())
         query_vector: Any = None
         error: str | None = None
-        if self._embedder is not None:
-            self._check_embedder()
-            query_vector, error = await self._query_vector(query)
+        if self._semantic is not None:
+            self._semantic.check_embedder()
+            query_vector, error = await self._semantic.query_vector(query)
         now = self._clock()
         index = self._index
-        search: Any = None
-        score: Any = None
-        if query_vector is not None:
-            from ._vectors import hybrid_rules
-
-            search, score = hybrid_rules(
+        if self._semantic is not None and query_vector is not None:
+            found, under = self._semantic.ranking(
+                self._process_view,
                 index,
-                self._vectors,
                 query,
                 query_vector,
+                k,
                 now=now,
                 intent=intent,
                 half_life_days=self._half_life,
-                similarity_floor=self._similarity_floor,
-                min_similarity=self._min_similarity,
+                outcomes=outcomes,
+                tags=wanted_tags,
                 since=after,
+                until=cutoff,
                 floor=floor,
             )
-        found, under = keyword_ranking(
-            self._process_view,
-            index,
-            query,
-            k,
-            now=now,
-            intent=intent,
-            half_life_days=self._half_life,
-            outcomes=outcomes,
-            tags=wanted_tags,
-            since=after,
-            until=cutoff,
-            floor=floor,
-            search=search,
-            score=score,
-        )
-        ranking = _ranking([scored for _, scored in found], floor, under)
+        else:
+            found, under = keyword_ranking(
+                self._process_view,
+                index,
+                query,
+                k,
+                now=now,
+                intent=intent,
+                half_life_days=self._half_life,
+                outcomes=outcomes,
+                tags=wanted_tags,
+                since=after,
+                until=cutoff,
+                floor=floor,
+            )
+        ranking = copied_ranking([scored for _, scored in found], floor, under)
         if self._embedder is not None:
             ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
             ranking.embedder_error = error
@@ -1033,139 +727,9 @@ class EpisodicMemory:
                 [scored.episode.id for scored in ranking],
             )
 
-    def _reads_store(self) -> bool:
-        """Whether recall reads the index the store keeps (instead of reading the whole log
-        into this process): the store keeps one, for the fields and weights this memory
-        ranks by, and this memory does not hold the log already (a memory that read it for
-        another call ranks from what it holds, kept up to date at each call)."""
-        return (
-            self._provider.recall_index
-            and not self._log.synced
-            and self._index.fields == DEFAULT_FIELDS
-        )
-
-    async def _explain_in_store(
-        self,
-        query: str,
-        k: int,
-        *,
-        intent: str,
-        outcomes: set[str] | None,
-        tags: set[str] | None,
-        since: float | None,
-        until: float | None,
-        floor: float,
-    ) -> Ranking | None:
-        """The ranking read from the store's index (``None``: this log is read in process:
-        deepcrew-ai's own layout, or an episode dated in the future, which the in-process
-        index files under the episode before it)."""
-        from ._index import StaleIndexError, StoreIndex
-
-        await self._log.check_settings()
-        head = await self._log.read_head()
-        if head.legacy is not None:
-            return None
-        live = self._log.live_range(head)
-        query_vector: Any = None
-        error: str | None = None
-        if self._embedder is not None:
-            self._log.embedder = head.embedder  # what a sync would have read
-            self._check_embedder()
-            query_vector, error = await self._query_vector(query)
-        now = self._clock()
-
-        def run(reader: Any) -> tuple[Any, Any, list[int]] | None:
-            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
-                return None
-            index = StoreIndex(reader, live)
-            view = _StoreView(self, index, head.uses is not None, reader.any_run(live))
-            search: Any = None
-            score: Any = None
-            if query_vector is not None:
-                vectors = self._store_vectors(reader, index, live, len(query_vector))
-                if vectors is None:
-                    return None  # this store keeps no vectors: they are read in process
-                from ._vectors import hybrid_rules
-
-                search, score = hybrid_rules(
-                    index,
-                    vectors,
-                    query,
-                    query_vector,
-                    now=now,
-                    intent=intent,
-                    half_life_days=self._half_life,
-                    similarity_floor=self._similarity_floor,
-                    min_similarity=self._min_similarity,
-                    since=since,
-                    floor=floor,
-                )
-            found, under = keyword_ranking(
-                view,
-                index,
-                query,
-                k,
-                now=now,
-                intent=intent,
-                half_life_days=self._half_life,
-                outcomes=outcomes,
-                tags=tags,
-                since=since,
-                until=until,
-                floor=floor,
-                search=search,
-                score=score,
-            )
-            return found, under, reader.corrupt(live)
-
-        try:
-            result = await self._provider.read_index(self._log.prefix, run)
-        except StaleIndexError as exc:
-            self.counters.recovered_indexes += 1
-            log.warning(
-                "episodic log %r: the store's recall index disagrees with the log (%s); "
-                "recalling from the log read in this process",
-                self.namespace,
-                exc,
-            )
-            return None
-        if result is None:
-            return None
-        found, under, corrupt = result
-        self._log.note_corrupt(corrupt)
-        ranking = _ranking([scored for _, scored in found], floor, under)
-        if self._embedder is not None:
-            ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
-            ranking.embedder_error = error
-        return ranking
-
-    def _store_vectors(self, reader: Any, index: Any, live: range, dimension: int) -> Any:
-        """The vectors of the store's index this memory may use, for one search (``None``:
-        the store keeps none). Only the log's embedder's, and only those it made from an
-        episode's current text, as in process (see _add_vectors)."""
-        from ._vectors import StoreVectors
-
-        vectors = reader.vectors() if hasattr(reader, "vectors") else None
-        if vectors is None:
-            return None
-        assert self._embedder is not None
-        identity = decode_identity(self._log.embedder)
-        if identity is None or identity[0] != self._embedder.name:
-            dimension = 0  # none of the stored vectors can be ours
-        elif identity[1] != dimension:
-            dimension = 0  # (the query then failed already: see _dimension_problem)
-
-        def usable(seq: int, raw: str) -> Any:
-            if seq not in index:
-                return None
-            return self._usable_vector(raw, index.episode(seq), identity)
-
-        mark = fingerprint(self._embedder.name, dimension)
-        return StoreVectors(vectors, mark, dimension, live, self._background, usable)
-
     @property
-    def _process_view(self) -> _ProcessView:
-        return _ProcessView(self)
+    def _process_view(self) -> ProcessView:
+        return ProcessView(self._held, self._reinforce, self._expired)
 
     async def history(
         self,
@@ -1196,12 +760,12 @@ class EpisodicMemory:
         if not isinstance(task, str):
             raise ConfigurationError(f"task must be a string, not {type(task).__name__}")
         await self._sync()
-        everything = max(1, self._log.max, len(self._known))
+        everything = max(1, self._log.max, len(self._held.known))
         found = await self.explain(task, everything, tags=tags, since=since, until=until)
 
         def when(item: Scored) -> tuple[float, int]:
-            seq = self._ids.get(item.episode.id)
-            known = self._known.get(seq) if seq is not None else None
+            seq = self._held.ids.get(item.episode.id)
+            known = self._held.known.get(seq) if seq is not None else None
             return (
                 (known.recorded, seq) if known is not None and seq is not None else (-math.inf, -1)
             )
@@ -1278,63 +842,9 @@ class EpisodicMemory:
             ...  # the user's next message: "that fixed it, thanks"
             await memory.grade(result.recorded_ids[-1], outcome="success", note="user confirmed")
         """
-        if not isinstance(episode_id, str) or not episode_id:
-            raise ConfigurationError(f"episode_id must be a non-empty string, not {episode_id!r}")
-        if outcome is not None and outcome not in OUTCOMES:
-            raise ConfigurationError(f"unknown outcome {outcome!r}; expected one of {OUTCOMES}")
-        if score is not None:
-            score = number("score", score, minimum=0.0, maximum=1.0)
-        if outcome is None and score is None:
-            raise ConfigurationError("grade() needs an outcome, a score or both")
-        if outcome is not None and score is not None and not score_fits(outcome, score):
-            raise ConfigurationError(
-                f"the outcome {outcome!r} and the score {score:g} disagree (a score of 0.7 or "
-                f"more is a success, below 0.3 a failure, partial between; unknown and "
-                f"abandoned take no score): give the one you mean, or both agreeing"
-            )
-        if not isinstance(note, str) or len(note) > NOTE_CHARS:
-            raise ConfigurationError(f"note must be a string of at most {NOTE_CHARS} characters")
-        verified, source = _grade_source(verified, source)
-        await self._sync()
-        target: Episode | None = None
-        if episode_id in self._ids:
-            target = self._log.episode(self._ids[episode_id])
-        else:
-            target = next(
-                (ep for _, ep in (await self._log.beyond_view())[0] if ep.id == episode_id), None
-            )
-        if target is None:
-            raise ConfigurationError(
-                f"no episode with id {safe_message(episode_id, 140)!r} in namespace "
-                f"{escape_hidden(self.namespace)!r}"
-            )
-        if self._expired_episode(target, self._clock()) or (
-            episode_id in self._ids and self._expired(self._ids[episode_id], self._clock())
-        ):
-            # Expired is invisible on every path: a grade would only be swept with it.
-            raise ConfigurationError(
-                f"episode {safe_message(episode_id, 140)!r} has expired (hidden from every "
-                f"read path; sweep deletes it)"
-            )
-        chosen: Outcome = outcome if outcome is not None else outcome_for_score(score or 0.0)
-        grade = Grade(
-            episode_id,
-            chosen,
-            score,
-            # Redacted, then cut back to NOTE_CHARS (a marker can be longer than the secret it
-            # replaces): what is stored must restore from a backup.
-            redact_then_cut(note, NOTE_CHARS, self._redactor) if note else "",
-            verified,
-            now_iso(self._clock()),
-            target.timestamp,
-            source,
+        return await self._grading.grade(
+            episode_id, outcome=outcome, score=score, note=note, verified=verified, source=source
         )
-        await self._log.add_grade(grade.to_json())
-        log.info(
-            "episode graded",
-            extra={"namespace": self.namespace, "id": episode_id, "outcome": chosen},
-        )
-        return grade
 
     async def grades(self, episode_id: str | None = None) -> list[Grade]:
         """The grades of an episode, oldest first (``[]`` when it has none); without an id,
@@ -1343,23 +853,25 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"grades() takes one episode id (a string) or none, not {type(episode_id).__name__}"
             )
-        if episode_id is not None and self._reads_store():
-            found = await self._grades_in_store(episode_id)
+        if episode_id is not None and self._store.reads_store():
+            found = await self._store.grades_in_store(episode_id)
             if found is not None:
                 return found
         await self._sync()
         if episode_id is None:
-            return [g for grades in self._grades.values() for g in grades if self._applies(g)]
-        return [g for g in self._grades.get(episode_id, ()) if self._applies(g)]
+            return [
+                g for grades in self._held.grades.values() for g in grades if self._held.applies(g)
+            ]
+        return [g for g in self._held.grades.get(episode_id, ()) if self._held.applies(g)]
 
     async def uses(self) -> dict[str, int]:
         """How many times each episode this memory keeps was used (see :meth:`used`), by id;
         episodes never used are left out. For a backup: :meth:`restore` takes the count."""
         await self._sync()
         return {
-            self._known[seq].id: count
-            for seq, count in sorted(self._uses.items())
-            if count > 0 and seq in self._known
+            self._held.known[seq].id: count
+            for seq, count in sorted(self._held.uses.items())
+            if count > 0 and seq in self._held.known
         }
 
     async def restore(
@@ -1414,43 +926,10 @@ class EpisodicMemory:
             )
             await self._log.add_grade(restored.to_json())
         await self._sync()
-        seq = self._ids.get(stored.id)
+        seq = self._held.ids.get(stored.id)
         if uses and seq is not None:  # (None: a ring too small for it pushed it out at once)
-            key = self._log.use_key(seq)
-
-            def place(_: int, values: Mapping[str, str | None]) -> tuple[dict[str, str], list[str]]:
-                return {key: str(uses)}, []
-
-            # The use counts' own counter is bumped in the same write: readers read them again.
-            await self._provider.increment_and_write(self._log.uses_key, place)
+            await self._log.set_uses(seq, uses)
         return stored
-
-    async def _grades_in_store(self, episode_id: str) -> list[Grade] | None:
-        """grades() of one episode read from the store's index (``None``: read the log)."""
-        head = await self._log.read_head()
-        if head.legacy is not None:
-            return None
-        live = self._log.live_range(head)
-
-        def run(reader: Any) -> tuple[list[str], list[str]]:
-            seqs = [s for s in reader.with_id(episode_id) if s in live]
-            stamps = [f.timestamp for f in reader.facts(seqs).values()]
-            return reader.grades(episode_id), stamps
-
-        records, stamps = await self._provider.read_index(self._log.prefix, run)
-        grades: list[Grade] = []
-        for raw in records:
-            try:
-                grades.append(Grade.from_json(raw))
-            except ValueError as exc:
-                self.counters.corrupt_records += 1
-                log.warning("episodic log %r: skipping a grade: %s", self.namespace, exc)
-        # As _applies: the grades of the episode shown, or every one when none is shown.
-        return [g for g in grades if not stamps or not g.stamp or g.stamp == stamps[-1]]
-
-    def _applies(self, grade: Grade) -> bool:
-        seq = self._ids.get(grade.episode_id)
-        return seq is None or grade.applies_to(self._log.episode(seq))
 
     @traced("used")
     async def used(self, ids: str | Collection[str]) -> None:
@@ -1460,7 +939,7 @@ class EpisodicMemory:
         episode, which is never rewritten; ids no longer in the log are ignored."""
         wanted = set(strings("ids", ids, one=True))
         await self._sync()
-        seqs = sorted({self._ids[i] for i in wanted if i in self._ids})
+        seqs = sorted({self._held.ids[i] for i in wanted if i in self._held.ids})
         await self._log.count_use(seqs)
 
     # --- recall by meaning -----------------------------------------------------------------
@@ -1504,276 +983,13 @@ class EpisodicMemory:
     async def _embed_log(
         self, batch_size: int, progress: Callable[[int, int], None] | None, *, everything: bool
     ) -> int:
-        embedder = self._embedder
-        if embedder is None:
+        if self._semantic is None:
             raise ConfigurationError("this memory has no embedder: pass embedder= to build one")
-        batch_size = integer("batch_size", batch_size, minimum=1, maximum=4096)
-        if progress is not None and not callable(progress):
-            raise ConfigurationError(f"progress must be a callable or None, not {progress!r}")
-        self._reembedding += everything
-        try:
-            written = await self._embed_pass(batch_size, progress, everything, 0)
-            # Episodes recorded meanwhile (by this memory, another process, a keyword-only
-            # writer, or an old embedder whose vectors the reembed has just made unusable) are
-            # not in the pass's list: each further pass embeds what still has no usable
-            # vector, until one finds nothing. Only then is the log complete.
-            for _ in range(_CATCH_UP_PASSES):
-                more = await self._embed_pass(batch_size, progress, False, written)
-                if more == 0:
-                    break
-                written += more
-            else:
-                raise EmbeddingError(
-                    f"episodes kept arriving without a usable vector during "
-                    f"{'reembed' if everything else 'backfill'} of {self.namespace!r}; "
-                    f"{written} vectors were written: run backfill() again"
-                )
-        finally:
-            self._reembedding -= everything
-        log.info(
-            "%s of %r: %d vectors written",
-            "reembed" if everything else "backfill",
-            self.namespace,
-            written,
-        )
-        return written
-
-    async def _embed_pass(
-        self,
-        batch_size: int,
-        progress: Callable[[int, int], None] | None,
-        everything: bool,
-        done: int,
-    ) -> int:
-        """Embed the episodes the log keeps now (*everything*, or those without a usable
-        vector) and return how many vectors were written; *done* were written before."""
-        embedder = self._embedder
-        assert embedder is not None
-        await self._sync()
-        if not everything:
-            self._check_embedder()
-        identity = self._log.embedder
-        ours = decode_identity(identity)
-        todo: list[tuple[int, Episode, str]] = []
-        cached = set(self._vectors) if not everything else set()
-        beyond, _ = await self._log.beyond_view()
-        stored = (
-            await self._provider.retrieve_many([self._log.vector_key(s) for s, _ in beyond])
-            if beyond and not everything
-            else [None] * len(beyond)
-        )
-        usable = {
-            seq
-            for (seq, ep), raw in zip(beyond, stored, strict=True)
-            if raw and self._usable_vector(raw, ep, ours) is not None
-        }
-        for seq, ep in [*beyond, *self._log.cached()]:
-            if everything or (seq not in cached and seq not in usable):
-                todo.append((seq, ep, embed_text(ep, self._embed_fields, self._redactor)))
-        written = 0
-        if progress is not None and (todo or not done):
-            progress(done, done + len(todo))
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            matrix = await self._embed([text for _, _, text in batch], "backfill")
-            dimension = int(matrix.shape[1])
-            mine = encode_identity(embedder.name, dimension)
-            seen = decode_identity(identity)
-            if everything and seen != (embedder.name, dimension):
-                if not await self._log.set_embedder(identity, mine):
-                    raise EmbedderMismatchError(
-                        "another process changed the log's embedder during reembed; run it again"
-                    )
-                identity = mine
-            elif seen is None:
-                # None yet, or unreadable: record ours, unless another writer just did.
-                if not await self._log.set_embedder(identity, mine):
-                    await self._sync()
-                    self._check_embedder()
-                identity = mine
-            elif seen != (embedder.name, dimension):
-                have = decode_identity(identity)
-                raise EmbeddingError(
-                    f"embedder {embedder.name!r} answered vectors of {dimension} dimensions; the "
-                    f"log's vectors have {have[1] if have else '?'}: reembed to replace them"
-                )
-            mark = fingerprint(embedder.name, dimension)
-            vectors = {
-                seq: encode_vector(row, mark, digest(text))
-                for (seq, _, text), row in zip(batch, matrix, strict=True)
-            }
-            if not await self._log.write_vectors(vectors, identity):
-                raise EmbedderMismatchError(
-                    "another process changed the log's embedder while vectors were written; "
-                    "run it again"
-                )
-            written += len(vectors)
-            if progress is not None:
-                progress(done + written, done + len(todo))
-        if written:
-            await self._log.touch()  # every reader (this one too) reloads with the vectors
-        return written
-
-    def _ours(self) -> bool:
-        """Whether the log's vectors are (or may become) this memory's embedder's."""
-        assert self._embedder is not None
-        found = decode_identity(self._log.embedder)
-        return found is None or found[0] == self._embedder.name
-
-    def _check_embedder(self) -> None:
-        """Refuse a log whose vectors another embedder wrote (as of the last sync)."""
-        assert self._embedder is not None
-        found = decode_identity(self._log.embedder)
-        if found is None or found[0] == self._embedder.name:
-            return
-        raise EmbedderMismatchError(
-            f"the vectors of log {escape_hidden(self.namespace)!r} were written by embedder "
-            f"{escape_hidden(found[0])!r} ({found[1]} dimensions), not by this memory's "
-            f"{escape_hidden(self._embedder.name)!r}: use that embedder, or rebuild the vectors "
-            f"with memory.reembed() (CLI: deepcrew-episodic reembed)"
-        )
-
-    async def _embed(self, texts: list[str], purpose: str) -> Any:
-        """Unit vectors for *texts* (one call, with the timeout); :class:`EmbeddingError`."""
-        import anyio
-
-        assert self._embedder is not None
-        name = self._embedder.name
-        try:
-            with anyio.fail_after(self._embed_timeout):
-                raw = await self._embedder.embed(texts)
-        except TimeoutError:
-            raise EmbeddingError(
-                f"embedder {name!r} did not answer within {self._embed_timeout:g} s ({purpose})"
-            ) from None
-        except (KeyboardInterrupt, SystemExit, GeneratorExit):
-            raise
-        except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise
-            # The message may echo the key the provider refused, carry a whole traceback
-            # (litellm's do) or control characters: its first line, redacted, escaped and cut.
-            # Not chained (`from None`): the original, unredacted, would travel with it.
-            lines = str(exc).strip().splitlines()
-            first = lines[0] if lines else ""
-            if not isinstance(exc, EmbeddingError):
-                first = f"embedder {name!r} failed ({purpose}): {type(exc).__name__}: {first}"
-            for secret in literal_secrets(self._embedder):
-                first = first.replace(secret, "[REDACTED:api-key]")
-            raise EmbeddingError(safe_message(first)) from None
-        return check_vectors(raw, len(texts), name)
-
-    def _embedding_failed(self, purpose: str, reason: str) -> None:
-        self.counters.embedding_failures += 1
-        what = "stored without a vector" if purpose == "record" else "ranked by keywords only"
-        log.warning("embedding for %s in %r failed (%s); %s", purpose, self.namespace, reason, what)
-
-    async def _episode_vector(self, episode: Episode) -> tuple[str, str] | None:
-        """The stored vector of *episode* and the embedder record it goes with; ``None`` when
-        the embedder failed (logged and counted; ``backfill`` adds it later)."""
-        assert self._embedder is not None
-        if not self._log.synced:
-            await self._log.read_embedder()  # not a whole sync: a record stays cheap
-        if self._reembedding and not self._ours():
-            # This memory's own reembed has not recorded its embedder yet: the episode goes
-            # in without a vector, and the reembed's last pass embeds it.
-            return None
-        self._check_embedder()
-        text = embed_text(episode, self._embed_fields, self._redactor)
-        try:
-            row = (await self._embed([text], "record"))[0]
-        except EmbeddingError as exc:
-            self._embedding_failed("record", str(exc))
-            return None
-        problem = self._dimension_problem(len(row))
-        if problem:
-            self._embedding_failed("record", problem)
-            return None
-        name = self._embedder.name
-        mark = fingerprint(name, len(row))
-        return encode_vector(row, mark, digest(text)), encode_identity(name, len(row))
-
-    def _dimension_problem(self, dimension: int) -> str | None:
-        found = decode_identity(self._log.embedder)
-        if found is not None and found[1] != dimension:
-            return (
-                f"embedder {found[0]!r} answered vectors of {dimension} dimensions; the log's "
-                f"have {found[1]}"
-            )
-        if (
-            self._vectors.dimension is not None
-            and len(self._vectors)
-            and (self._vectors.dimension != dimension)
-        ):
-            return (
-                f"the embedder answered vectors of {dimension} dimensions; this memory's have "
-                f"{self._vectors.dimension}"
-            )
-        return None
+        return await self._semantic.embed_log(batch_size, progress, everything=everything)
 
     async def _query_vector(self, query: str) -> tuple[Any, str | None]:
-        """The query's unit vector (cached), or ``None`` and why (logged and counted)."""
-        from ._vectors import BACKGROUND
-
-        text = clean_text(self._redact_text(query))
-        vector = self._queries.get(text)
-        try:
-            if self._background is None:
-                background = await self._embed(list(BACKGROUND), "recall")
-                problem = self._dimension_problem(background.shape[1])
-                if problem:
-                    raise EmbeddingError(problem)
-                self._background = background
-                self._vectors.set_background(background)
-            if vector is None:
-                vector = (await self._embed([text], "recall"))[0]
-                problem = self._dimension_problem(len(vector))
-                if problem is None and self._background.shape[1] != len(vector):
-                    self._background = None  # the model changed: measure it again next time
-                    problem = "the embedder changed its dimension between two calls"
-                if problem:
-                    raise EmbeddingError(problem)
-                self._queries.put(text, vector)
-        except EmbeddingError as exc:
-            self._embedding_failed("recall", str(exc))
-            return None, str(exc)
-        return vector, None
-
-    def _redact_text(self, text: str) -> str:
-        # The query goes to the embedding model: a secret in it must not.
-        return self._redactor.redact(text) if self._redactor else text
-
-    def _usable_vector(
-        self, raw: str, episode: Episode, identity: tuple[str, int] | None
-    ) -> Any | None:
-        """The vector stored for *episode*, if this embedder made it from the episode's
-        current text; ``None`` otherwise (it is then ignored, and rebuilt by backfill)."""
-        assert self._embedder is not None
-        decoded = decode_vector(raw)
-        if decoded is None:
-            return None
-        mark, text_digest, vector = decoded
-        name = self._embedder.name
-        if identity is not None and (identity[0] != name or identity[1] != len(vector)):
-            return None
-        if mark != fingerprint(name, len(vector)):
-            return None
-        if text_digest != digest(embed_text(episode, self._embed_fields, self._redactor)):
-            return None
-        return vector
-
-    def _add_vectors(self, changes: Changes) -> None:
-        identity = decode_identity(self._log.embedder)
-        if identity is None or identity[0] != self._embedder.name:  # type: ignore[union-attr]
-            return  # none of these vectors can be ours (see _check_embedder)
-        episodes = dict(changes.added)
-        for seq, raw in changes.vectors.items():
-            episode = episodes.get(seq)
-            if episode is None:
-                continue
-            vector = self._usable_vector(raw, episode, identity)
-            if vector is not None:
-                self._vectors.add(seq, vector)
+        assert self._semantic is not None  # (a memory without an embedder has no query vector)
+        return await self._semantic.query_vector(query)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -1781,132 +997,7 @@ class EpisodicMemory:
         return self._redactor.redact_episode(episode) if self._redactor else episode
 
     async def _sync(self) -> None:
-        await self._log.sync(self._apply)
-
-    def _apply(self, changes: Changes) -> None:
-        if (
-            changes.reset
-            or changes.added
-            or changes.removed
-            or changes.grades
-            or changes.uses is not None
-            or changes.vectors
-        ):
-            self._revision += 1
-        vectors = self._vectors
-        if changes.reset:
-            self._index.reset()
-            self._known.clear()
-            self._ids.clear()
-            self._newest = None
-            self._grades.clear()
-            self._graded_by.clear()
-            self._runs.clear()
-            self._conversations.clear()
-            if vectors is not None:
-                vectors.reset()
-        for seq in changes.removed:
-            self._index.remove(seq)
-            if vectors is not None:
-                vectors.remove(seq)
-            gone = self._known.pop(seq, None)
-            if gone is not None and self._ids.get(gone.id) == seq:
-                del self._ids[gone.id]
-            if gone is not None and gone.run_id:
-                run = self._runs.get(gone.run_id, [])
-                if seq in run:
-                    run.remove(seq)
-                if not run:
-                    self._runs.pop(gone.run_id, None)
-            if gone is not None and gone.conversation_id:
-                turns = self._conversations.get(gone.conversation_id, [])
-                if seq in turns:
-                    turns.remove(seq)
-                if not turns:
-                    self._conversations.pop(gone.conversation_id, None)
-        if changes.uses is not None:
-            self._uses = changes.uses
-        if vectors is not None and changes.vectors:
-            self._add_vectors(changes)
-        regraded = self._add_grades(changes.grades) if changes.grades else set()
-        if not changes.added:
-            for episode_id in regraded:
-                found = self._ids.get(episode_id)
-                if found is not None:
-                    seq = found
-                    self._index.add(
-                        seq, self._view(self._log.episode(seq)), when=self._known[seq].recorded
-                    )
-            return
-        # An episode whose timestamp cannot be used (garbled, or in the future) takes the time
-        # of the newest dated episode before it in the log: it was recorded after that one, so
-        # it still ages and expires, and it never ranks as the newest for ever.
-        now = self._clock()
-        added = sorted(changes.added, key=lambda item: item[0])
-        first = added[0][0]
-        if self._newest is not None and self._newest[0] < first:
-            previous = self._newest[1]  # the usual case: appended after everything known
-        else:
-            earlier = [s for s in self._known if s < first]
-            previous = self._known[max(earlier)].recorded if earlier else _UNDATED
-        for seq, episode in added:
-            recorded = _time_or_none(episode.timestamp)
-            dated = recorded is not None and recorded <= now + FUTURE_SKEW_SECONDS
-            if not dated or recorded is None:
-                recorded = previous
-            previous = recorded
-            self._index.add(seq, self._view(episode), when=recorded)
-            self._ids[episode.id] = seq
-            self._known[seq] = _Known(
-                episode.id,
-                _time_or_none(episode.forget_after),
-                recorded,
-                dated,
-                run_key(episode),
-                episode.conversation_id,
-            )
-            if run_key(episode):
-                self._runs.setdefault(run_key(episode), []).append(seq)
-            if episode.conversation_id:
-                self._conversations.setdefault(episode.conversation_id, []).append(seq)
-        if self._newest is None or added[-1][0] > self._newest[0]:
-            self._newest = (added[-1][0], previous)
-        fresh = {seq for seq, _ in added}
-        for episode_id in regraded:
-            again = self._ids.get(episode_id)
-            if again is not None and again not in fresh:
-                seq = again
-                self._index.add(
-                    seq, self._view(self._log.episode(seq)), when=self._known[seq].recorded
-                )
-        for run in self._runs.values():
-            run.sort()
-        for conversation in {ep.conversation_id for _, ep in added if ep.conversation_id}:
-            self._conversations[conversation].sort()
-
-    def _add_grades(self, records: list[tuple[int, str]]) -> set[str]:
-        """Take in new grade records; return the ids of the episodes they grade."""
-        touched: set[str] = set()
-        top = max(self._graded_by, default=0)
-        for position, raw in records:
-            try:
-                grade = Grade.from_json(raw)
-            except ValueError as exc:
-                self.counters.corrupt_records += 1
-                log.warning("episodic log %r: skipping grade %d: %s", self.namespace, position, exc)
-                continue
-            # Kept in grade-number order: a grade read late (its writer was between its two
-            # steps at the last sync) still takes its place among the others.
-            mine = self._grades.setdefault(grade.episode_id, [])
-            if position < top:
-                later = [n for n, i in self._graded_by.items() if i == grade.episode_id]
-                mine.insert(len(mine) - sum(1 for n in later if n > position), grade)
-            else:
-                mine.append(grade)
-            self._graded_by[position] = grade.episode_id
-            top = max(top, position)
-            touched.add(grade.episode_id)
-        return touched
+        await self._held.sync()
 
     async def _time(self, name: str, value: TimeLike | None) -> float | None:
         """A ``since``/``before`` (the start of the span *value* names) or an ``until`` (its
@@ -1938,7 +1029,7 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"searched_text() takes an Episode, not {type(episode).__name__}"
             )
-        return self._text_of(episode)
+        return self._held.text_of(episode)
 
     def recorded_at(self, episode: Episode) -> float | None:
         """The time, as POSIX seconds, that every ``since``/``until``/``before`` of this memory
@@ -1951,317 +1042,23 @@ class EpisodicMemory:
             raise ConfigurationError(
                 f"recorded_at() takes an Episode, not {type(episode).__name__}"
             )
-        seq = self._ids.get(episode.id) if episode.id else None
-        known = self._known.get(seq) if seq is not None else None
-        if known is None or known.recorded == _UNDATED:
+        seq = self._held.ids.get(episode.id) if episode.id else None
+        known = self._held.known.get(seq) if seq is not None else None
+        if known is None or known.recorded == UNDATED:
             return None
         return known.recorded
 
-    def _text_of(self, episode: Episode) -> str:
-        """Every text stored for *episode*, its own and its grades', each in its search form
-        (one line each: a needle never spans two texts)."""
-        grades = [g for g in self._grades.get(episode.id, ()) if g.applies_to(episode)]
-        texts = [*stored_texts(episode), *(t for g in grades for t in stored_texts(g))]
-        return "\n".join(search_form(t) for t in texts)
-
-    def _view(self, episode: Episode) -> Episode:
-        """*episode* as its grades make it (see _grade.py)."""
-        return graded(episode, self._grades.get(episode.id, ()))
-
-    async def _everything(self) -> list[tuple[int, Episode]]:
-        """Every episode the log keeps, oldest first: the cache (this memory's range, synced
-        by the caller) and, when a larger ring keeps more, the episodes below it."""
-        beyond, _ = await self._log.beyond_view()
-        return [(seq, self._view(ep)) for seq, ep in [*beyond, *self._log.cached()]]
-
-    def _recorded(self, seq: int, episode: Episode) -> float:
-        known = self._known.get(seq)
-        if known is not None:
-            return known.recorded
-        when = _time_or_none(episode.timestamp)
-        return _UNDATED if when is None else when
-
     def _expired(self, seq: int, now: float) -> bool:
-        known = self._known.get(seq)
-        return known is not None and self._past(known.forget_at, known.recorded, now)
+        return self._retention.expired(seq, now)
 
     def _expired_episode(self, episode: Episode, now: float) -> bool:
-        recorded = _time_or_none(episode.timestamp)
-        if recorded is None or recorded > now + FUTURE_SKEW_SECONDS:
-            recorded = _UNDATED
-        return self._past(_time_or_none(episode.forget_after), recorded, now)
-
-    def _past(self, forget_at: float | None, recorded: float, now: float) -> bool:
-        """The retention rule, the one place it is stated: past ``forget_after``, or older
-        than ``max_age``."""
-        if forget_at is not None and forget_at <= now:
-            return True
-        return self._max_age is not None and recorded < now - self._max_age.total_seconds()
+        return self._retention.expired_episode(episode, now)
 
 
-# Passes of backfill/reembed after the first, for what was recorded meanwhile (see _embed_log).
-_CATCH_UP_PASSES = 8
 # The largest use count restore() takes (a counter holds at most 18 digits).
 MAX_USES = 10**15
-# A timestamp this far ahead of the clock is accepted (clocks differ); past it, it is refused on
-# record and, when read from storage, replaced as an unusable one is.
-FUTURE_SKEW_SECONDS = 86400.0
-# The time of an episode with no usable timestamp and no dated episode before it: the oldest
-# possible, so that it ranks last and expires under any max_age.
-_UNDATED = -math.inf
-
-
-class _ProcessView:
-    """The ranking rules' view of the log this memory holds (see _ranking.py)."""
-
-    __slots__ = ("_memory", "reinforce")
-
-    def __init__(self, memory: EpisodicMemory) -> None:
-        self._memory = memory
-        self.reinforce = memory._reinforce
-
-    def any_uses(self) -> bool:
-        return bool(self._memory._uses)
-
-    def any_runs(self) -> bool:
-        return any(len(seqs) > 1 for seqs in self._memory._runs.values())
-
-    def uses(self, seq: int) -> int:
-        return self._memory._uses.get(seq, 0)
-
-    def recorded(self, seq: int) -> float:
-        return self._memory._known[seq].recorded
-
-    def run(self, key: str) -> list[int]:
-        return self._memory._runs.get(key, [])
-
-    def indexed(self, seq: int) -> bool:
-        return seq in self._memory._index
-
-    def episode(self, seq: int) -> Episode:
-        return self._memory._index.episode(seq)
-
-    def expired(self, seq: int, now: float) -> bool:
-        return self._memory._expired(seq, now)
-
-    def outcome(self, seq: int) -> str:
-        return self._memory._index.episode(seq).outcome
-
-    def tags(self, seq: int) -> frozenset[str]:
-        return frozenset(t.casefold() for t in self._memory._index.episode(seq).tags)
-
-
-class _StoreView:
-    """The ranking rules' view of a store's index, for one search (see _index.py)."""
-
-    __slots__ = ("_index", "_memory", "_runs", "_used", "reinforce")
-
-    def __init__(self, memory: EpisodicMemory, index: Any, used: bool, runs: bool = True) -> None:
-        self._memory = memory
-        self._index = index
-        self._used = used
-        self._runs = runs
-        self.reinforce = memory._reinforce
-
-    def any_uses(self) -> bool:
-        return self._used
-
-    def any_runs(self) -> bool:
-        return self._runs  # a run in view (of one iteration or more: exact either way)
-
-    def uses(self, seq: int) -> int:
-        found: int = self._index.uses(seq)
-        return found
-
-    def recorded(self, seq: int) -> float:
-        when: float = self._index.when(seq)
-        return when
-
-    def run(self, key: str) -> list[int]:
-        seqs: list[int] = self._index.run(key)
-        return seqs
-
-    def indexed(self, seq: int) -> bool:
-        return seq in self._index
-
-    def episode(self, seq: int) -> Episode:
-        found: Episode = self._index.episode(seq)
-        return found
-
-    def expired(self, seq: int, now: float) -> bool:
-        entry = self._index.facts(seq)
-        return entry is not None and self._memory._past(
-            entry.facts.forget_at, entry.facts.when, now
-        )
-
-    def outcome(self, seq: int) -> str:
-        outcome: str = self._index.facts(seq).graded_as[0]
-        return outcome
-
-    def tags(self, seq: int) -> frozenset[str]:
-        import json
-
-        return frozenset(json.loads(self._index.facts(seq).facts.tags))
-
-
-@dataclass(frozen=True, slots=True)
-class _Known:
-    """What the read paths need of one cached episode."""
-
-    id: str
-    forget_at: float | None
-    recorded: float  # POSIX seconds; see _apply for an unusable timestamp
-    dated: bool  # the episode's own timestamp was usable
-    run_id: str = ""  # its run_key: the run and the phase
-    conversation_id: str = ""
-
-
-def _checked_copy(episode: Any) -> Episode:
-    if isinstance(episode, Episode):
-        # Check every field again: a list may have been edited since construction.
-        return Episode(**{name: getattr(episode, name) for name in FIELDS})
-    return Episode.coerce(episode).copy()
-
-
-async def _quietly(awaitable: Any) -> None:
-    try:
-        await awaitable
-    except Exception as exc:
-        log.warning("could not release an id claim (%s: %s)", type(exc).__name__, exc)
-
-
-@dataclass(frozen=True)
-class MemoryStats:
-    """What :meth:`EpisodicMemory.stats` reports for one namespace."""
-
-    total: int
-    """Episodes that read paths return (expired and corrupt ones excluded)."""
-    by_outcome: dict[str, int] = field(default_factory=dict)
-    expired: int = 0
-    """Past ``forget_after`` or ``max_age``: hidden, deleted by :meth:`EpisodicMemory.sweep`."""
-    corrupt: int = 0
-    """Records that cannot be decoded: skipped, counted, left in place."""
-    oldest: str | None = None
-    newest: str | None = None
-    capacity: int = 0
-    """``max_episodes``: the ring keeps the newest this many."""
-    stored_bytes: int = 0
-    """Keys and values of this namespace, in bytes."""
-    vectors: int = 0
-    """Episodes counted in ``total`` that have a usable vector (with an embedder; the others
-    are found by keywords until :meth:`EpisodicMemory.backfill` embeds them)."""
-    embedder: str | None = None
-    """The embedder that wrote the log's vectors, with their dimension (``None``: none yet)."""
-    grades: int = 0
-    """Grades given to the episodes counted in ``total``."""
-    most_used: list[tuple[str, int]] = field(default_factory=list)
-    """The ids of the (at most five) episodes used most in runs, with their use counts."""
-    warnings: list[str] = field(default_factory=list)
-    """What looks wrong, in words: an outcome signal that is not wired (nearly every episode
-    ``unknown`` or ``claimed_success``), or one wired to no check (nearly every episode a
-    success, and nearly none of those successes from a verifier or the user)."""
-    by_source: dict[str, int] = field(default_factory=dict)
-    """Episodes by where their outcome (grades applied) is read as coming from: ``verifier``,
-    ``user``, ``agent``, ``judge``, and ``""`` (no source recorded, or an ``unknown`` outcome)."""
-    unknown_sources: int = 0
-    """Episodes naming an outcome source this version does not know (another tool's): shown
-    as stored, ranked as no source."""
-
-
-# stats() warns when at least this share of at least UNWIRED_MIN episodes carry no verified label.
-UNWIRED_SHARE = 0.9
-UNWIRED_MIN = 10
-
-
-# stats() warns that everything is success when at least this share of at least UNWIRED_MIN
-# episodes are successes (claimed or not) and fewer than CHECKED_SUCCESS_SHARE of them came
-# from a verifier or the user: a store that looks informative and carries no information.
-ALL_SUCCESS_SHARE = 0.9
-CHECKED_SUCCESS_SHARE = 0.1
-
-
-def _success_warnings(total: int, successes: int, checked: int) -> list[str]:
-    if (
-        total < UNWIRED_MIN
-        or successes < ALL_SUCCESS_SHARE * total
-        or checked >= CHECKED_SUCCESS_SHARE * successes
-    ):
-        return []
-    return [
-        f"everything is success: {successes} of {total} episodes are successes and "
-        f"{successes - checked} of those come from no verifier or user (the agent's claim, a "
-        f"model judging, or no recorded source), so the labels carry no information; record "
-        f"your tests' or the user's verdict with its source, or grade runs later (see "
-        f"docs/recall.md#outcome-sources)"
-    ]
-
-
-def _label_warnings(by_outcome: dict[str, int]) -> list[str]:
-    total = sum(by_outcome.values())
-    unlabelled = by_outcome.get("unknown", 0) + by_outcome.get("claimed_success", 0)
-    if total < UNWIRED_MIN or unlabelled < UNWIRED_SHARE * total:
-        return []
-    return [
-        f"outcome signal not wired: {unlabelled} of {total} episodes are unknown or "
-        f"claimed_success, so outcome-aware recall (what_worked, what_failed) has nothing to "
-        f"go on; record a verified outcome or grade runs later (see docs/recall.md#outcomes)"
-    ]
-
-
-def _grade_source(verified: bool | None, source: str | None) -> tuple[bool, OutcomeSource]:
-    """``grade()``'s *verified* flag and *source*, checked against each other."""
-    if verified is not None:
-        verified = boolean("verified", verified)
-    if source is None:
-        return (True if verified is None else verified), ""
-    try:
-        said = check_source(source)
-    except ValueError as exc:
-        raise ConfigurationError(f"source: {exc}") from None
-    if not said:
-        return (True if verified is None else verified), ""
-    checked = said in CHECKED_SOURCES
-    if verified is not None and verified != checked:
-        raise ConfigurationError(
-            f"verified={verified} contradicts source={said!r} (a grade from a verifier or "
-            f"the user is verified; the agent's claim or a model's judgement is not): give one"
-        )
-    return checked, said
 
 
 def _floor(name: str, value: Any) -> float:
     """A relevance floor: a number from 0 to 1."""
     return number(name, value, minimum=0.0, maximum=1.0)
-
-
-def _ranking(found: Iterable[Scored], floor: float, under: Iterable[Scored]) -> Ranking:
-    """A :class:`Ranking` of copies (nothing a caller changes reaches the cache)."""
-    ranking = Ranking(dataclasses.replace(s, episode=s.episode.copy()) for s in found)
-    ranking.min_relevance = floor
-    ranking.under_floor = tuple(dataclasses.replace(s, episode=s.episode.copy()) for s in under)
-    return ranking
-
-
-def _time_or_none(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
-
-
-def _tags(tags: Collection[str] | None) -> set[str] | None:
-    if tags is None:
-        return None
-    return {t.casefold() for t in strings("tags", tags)}
-
-
-def _outcomes(outcome: str | Collection[str] | None) -> set[str] | None:
-    if outcome is None:
-        return None
-    chosen = set(strings("outcome", outcome, one=True))
-    bad = chosen - set(OUTCOMES)
-    if bad:
-        raise ConfigurationError(f"unknown outcome {sorted(bad)}; expected one of {OUTCOMES}")
-    return chosen

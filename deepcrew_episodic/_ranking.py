@@ -11,14 +11,26 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from itertools import chain
 from typing import Protocol
 
-from ._episode import Episode, run_key
-from ._recall import Postings, Scored
+from ._episode import OUTCOMES, Episode, run_key
+from ._exceptions import ConfigurationError
+from ._recall import Postings, Ranking, Scored
+from ._validate import strings
 
-__all__ = ["LESSONS_CHARS", "MAX_BOOST", "View", "keyword_ranking", "rank", "under_floor"]
+__all__ = [
+    "LESSONS_CHARS",
+    "MAX_BOOST",
+    "View",
+    "copied_ranking",
+    "keyword_ranking",
+    "outcome_filter",
+    "rank",
+    "tag_filter",
+    "under_floor",
+]
 
 # The largest reinforcement factor (see boost).
 MAX_BOOST = 1.2
@@ -279,3 +291,27 @@ def _as_run(view: View, seq: int, scored: Scored, now: float) -> Scored:
     if fitting:
         shown.reflection = head + "; ".join(fitting)
     return dataclasses.replace(scored, episode=shown, iterations=len(seqs))
+
+
+def copied_ranking(found: Iterable[Scored], floor: float, under: Iterable[Scored]) -> Ranking:
+    """A :class:`Ranking` of copies (nothing a caller changes reaches the cache)."""
+    ranking = Ranking(dataclasses.replace(s, episode=s.episode.copy()) for s in found)
+    ranking.min_relevance = floor
+    ranking.under_floor = tuple(dataclasses.replace(s, episode=s.episode.copy()) for s in under)
+    return ranking
+
+
+def tag_filter(tags: Collection[str] | None) -> set[str] | None:
+    if tags is None:
+        return None
+    return {t.casefold() for t in strings("tags", tags)}
+
+
+def outcome_filter(outcome: str | Collection[str] | None) -> set[str] | None:
+    if outcome is None:
+        return None
+    chosen = set(strings("outcome", outcome, one=True))
+    bad = chosen - set(OUTCOMES)
+    if bad:
+        raise ConfigurationError(f"unknown outcome {sorted(bad)}; expected one of {OUTCOMES}")
+    return chosen

@@ -1,0 +1,330 @@
+"""Reads from the index a store keeps beside the log (a provider with ``recall_index``): a
+ranking, an episode's grades, a conversation's latest episode and an id check, each answered
+without reading the whole log into this process. ``None`` (or ``False``) from any of them means
+"read the log in process" (see _held.py): deepcrew-ai's layout, or an index that disagrees."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ._episode import Episode
+from ._grade import Grade
+from ._held import FUTURE_SKEW_SECONDS
+from ._log import Counters, EpisodeLog
+from ._ranking import copied_ranking, keyword_ranking
+from ._recall import DEFAULT_FIELDS, Ranking, RecallIndex
+
+__all__ = ["StoreReads", "StoreView"]
+
+log = logging.getLogger("deepcrew_episodic")
+
+
+class StoreReads:
+    """The read paths of one memory that the store's index answers."""
+
+    def __init__(
+        self,
+        episodes: EpisodeLog,
+        index: RecallIndex,
+        embedder: Any,
+        clock: Callable[[], float],
+        half_life_days: float,
+        reinforce: bool,
+        past: Callable[[float | None, float, float], bool],
+    ) -> None:
+        self._log = episodes
+        self._provider = episodes.provider  # (its declared capability only: no call)
+        self._index = index  # the in-process index: its fields say what this memory ranks by
+        self._embedder = embedder
+        self._clock = clock
+        self._half_life = half_life_days
+        self._reinforce = reinforce
+        self._past = past  # the retention rule (see _retention.py)
+        self.semantic: Any = None  # the memory's Semantic, with an embedder (set after it)
+
+    @property
+    def namespace(self) -> str:
+        return self._log.namespace
+
+    @property
+    def counters(self) -> Counters:
+        return self._log.counters
+
+    def reads_store(self) -> bool:
+        """Whether recall reads the index the store keeps (instead of reading the whole log
+        into this process): the store keeps one, for the fields and weights this memory
+        ranks by, and this memory does not hold the log already (a memory that read it for
+        another call ranks from what it holds, kept up to date at each call)."""
+        return (
+            self._provider.recall_index
+            and not self._log.synced
+            and self._index.fields == DEFAULT_FIELDS
+        )
+
+    async def stored_id(self, episode_id: str) -> bool | None:
+        """Whether this memory shows an episode with id *episode_id* (record() refuses to
+        store a second one), read from the store's index (``None``: read the log)."""
+        if self.reads_store():
+            head = await self._log.read_head()
+            if head.legacy is None:
+                live = self._log.live_range(head)
+
+                def run(reader: Any) -> bool:
+                    return any(seq in live for seq in reader.with_id(episode_id))
+
+                return await self._log.read_index(run)
+        return None
+
+    async def latest_in_store(self, conversation_id: str) -> Episode | bool | None:
+        """latest() read from the store's index (``False``: read the log in process)."""
+        from ._index import StaleIndexError, StoreIndex
+
+        head = await self._log.read_head()
+        if head.legacy is not None:
+            return False
+        live = self._log.live_range(head)
+        now = self._clock()
+
+        def run(reader: Any) -> Episode | bool | None:
+            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
+                return False
+            index = StoreIndex(reader, live)
+            view = StoreView(self, index, False)
+            for seq in reversed(reader.conversation(conversation_id)):
+                if seq in live and view.indexed(seq) and not view.expired(seq, now):
+                    return view.episode(seq).copy()
+            return None
+
+        try:
+            found: Episode | bool | None = await self._log.read_index(run)
+        except StaleIndexError:
+            return False
+        return found
+
+    async def explain_in_store(
+        self,
+        query: str,
+        k: int,
+        *,
+        intent: str,
+        outcomes: set[str] | None,
+        tags: set[str] | None,
+        since: float | None,
+        until: float | None,
+        floor: float,
+    ) -> Ranking | None:
+        """The ranking read from the store's index (``None``: this log is read in process:
+        deepcrew-ai's own layout, or an episode dated in the future, which the in-process
+        index files under the episode before it)."""
+        from ._index import StaleIndexError, StoreIndex
+
+        await self._log.check_settings()
+        head = await self._log.read_head()
+        if head.legacy is not None:
+            return None
+        live = self._log.live_range(head)
+        semantic = self.semantic
+        query_vector: Any = None
+        error: str | None = None
+        if semantic is not None:
+            self._log.embedder = head.embedder  # what a sync would have read
+            semantic.check_embedder()
+            query_vector, error = await semantic.query_vector(query)
+        now = self._clock()
+
+        def run(reader: Any) -> tuple[Any, Any, list[int]] | None:
+            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
+                return None
+            index = StoreIndex(reader, live)
+            view = StoreView(self, index, head.uses is not None, reader.any_run(live))
+            search: Any = None
+            score: Any = None
+            if query_vector is not None:
+                vectors = self._store_vectors(reader, index, live, len(query_vector))
+                if vectors is None:
+                    return None  # this store keeps no vectors: they are read in process
+                from ._vectors import hybrid_rules
+
+                search, score = hybrid_rules(
+                    index,
+                    vectors,
+                    query,
+                    query_vector,
+                    now=now,
+                    intent=intent,
+                    half_life_days=self._half_life,
+                    similarity_floor=semantic.similarity_floor,
+                    min_similarity=semantic.min_similarity,
+                    since=since,
+                    floor=floor,
+                )
+            found, under = keyword_ranking(
+                view,
+                index,
+                query,
+                k,
+                now=now,
+                intent=intent,
+                half_life_days=self._half_life,
+                outcomes=outcomes,
+                tags=tags,
+                since=since,
+                until=until,
+                floor=floor,
+                search=search,
+                score=score,
+            )
+            return found, under, reader.corrupt(live)
+
+        try:
+            result = await self._log.read_index(run)
+        except StaleIndexError as exc:
+            self.counters.recovered_indexes += 1
+            log.warning(
+                "episodic log %r: the store's recall index disagrees with the log (%s); "
+                "recalling from the log read in this process",
+                self.namespace,
+                exc,
+            )
+            return None
+        if result is None:
+            return None
+        found, under, corrupt = result
+        self._log.note_corrupt(corrupt)
+        ranking = copied_ranking([scored for _, scored in found], floor, under)
+        if semantic is not None:
+            ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
+            ranking.embedder_error = error
+        return ranking
+
+    def _store_vectors(self, reader: Any, index: Any, live: range, dimension: int) -> Any:
+        """The vectors of the store's index this memory may use, for one search (``None``:
+        the store keeps none). Only the log's embedder's, and only those it made from an
+        episode's current text, as in process (see Semantic.apply)."""
+        from ._embed import decode_identity, fingerprint
+        from ._vectors import StoreVectors
+
+        semantic = self.semantic
+        vectors = reader.vectors() if hasattr(reader, "vectors") else None
+        if vectors is None or semantic is None:
+            return None
+        identity = decode_identity(self._log.embedder)
+        if identity is None or identity[0] != semantic.embedder.name:
+            dimension = 0  # none of the stored vectors can be ours
+        elif identity[1] != dimension:
+            dimension = 0  # (the query then failed already: see dimension_problem)
+
+        def usable(seq: int, raw: str) -> Any:
+            if seq not in index:
+                return None
+            return semantic.usable_vector(raw, index.episode(seq), identity)
+
+        mark = fingerprint(semantic.embedder.name, dimension)
+        return StoreVectors(vectors, mark, dimension, live, semantic._background, usable)
+
+    async def page_in_store(self, limit: int, offset: int, max_age: float | None) -> Any:
+        """page() read from the store's index (``None``: read the log in process). *max_age*
+        in seconds."""
+        import math
+
+        from ._index import StaleIndexError, StoreIndex
+        from ._listing import Page
+
+        head = await self._log.read_head()
+        if head.legacy is not None:
+            return None
+        live = self._log.live_range(head)
+        now = self._clock()
+        oldest = -math.inf if max_age is None else now - max_age
+
+        def run(reader: Any) -> Page | None:
+            if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
+                return None
+            found = reader.newest(live, now, oldest, limit, offset)
+            if found is None:
+                return None  # this store lists from the log
+            seqs, total = found
+            index = StoreIndex(reader, live)
+            return Page([index.episode(s).copy() for s in seqs], total, offset)
+
+        try:
+            listed: Page | None = await self._log.read_index(run)
+        except StaleIndexError:
+            return None
+        return listed
+
+    async def grades_in_store(self, episode_id: str) -> list[Grade] | None:
+        """grades() of one episode read from the store's index (``None``: read the log)."""
+        head = await self._log.read_head()
+        if head.legacy is not None:
+            return None
+        live = self._log.live_range(head)
+
+        def run(reader: Any) -> tuple[list[str], list[str]]:
+            seqs = [s for s in reader.with_id(episode_id) if s in live]
+            stamps = [f.timestamp for f in reader.facts(seqs).values()]
+            return reader.grades(episode_id), stamps
+
+        records, stamps = await self._log.read_index(run)
+        grades: list[Grade] = []
+        for raw in records:
+            try:
+                grades.append(Grade.from_json(raw))
+            except ValueError as exc:
+                self.counters.corrupt_records += 1
+                log.warning("episodic log %r: skipping a grade: %s", self.namespace, exc)
+        # As _applies: the grades of the episode shown, or every one when none is shown.
+        return [g for g in grades if not stamps or not g.stamp or g.stamp == stamps[-1]]
+
+
+class StoreView:
+    """The ranking rules' view of a store's index, for one search (see _index.py)."""
+
+    __slots__ = ("_index", "_past", "_runs", "_used", "reinforce")
+
+    def __init__(self, reads: StoreReads, index: Any, used: bool, runs: bool = True) -> None:
+        self._past = reads._past
+        self._index = index
+        self._used = used
+        self._runs = runs
+        self.reinforce = reads._reinforce
+
+    def any_uses(self) -> bool:
+        return self._used
+
+    def any_runs(self) -> bool:
+        return self._runs  # a run in view (of one iteration or more: exact either way)
+
+    def uses(self, seq: int) -> int:
+        found: int = self._index.uses(seq)
+        return found
+
+    def recorded(self, seq: int) -> float:
+        when: float = self._index.when(seq)
+        return when
+
+    def run(self, key: str) -> list[int]:
+        seqs: list[int] = self._index.run(key)
+        return seqs
+
+    def indexed(self, seq: int) -> bool:
+        return seq in self._index
+
+    def episode(self, seq: int) -> Episode:
+        found: Episode = self._index.episode(seq)
+        return found
+
+    def expired(self, seq: int, now: float) -> bool:
+        entry = self._index.facts(seq)
+        return entry is not None and self._past(entry.facts.forget_at, entry.facts.when, now)
+
+    def outcome(self, seq: int) -> str:
+        outcome: str = self._index.facts(seq).graded_as[0]
+        return outcome
+
+    def tags(self, seq: int) -> frozenset[str]:
+        import json
+
+        return frozenset(json.loads(self._index.facts(seq).facts.tags))
