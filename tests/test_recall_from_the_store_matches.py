@@ -390,7 +390,7 @@ async def compare(provider: MemoryProvider, namespace: str, case: Case, written:
     many the fresh memory answered from the store."""
     loaded = reader(provider, namespace, case)
     await loaded.load()
-    held = {seq: known.recorded for seq, known in loaded._known.items()}
+    held = {seq: known.recorded for seq, known in loaded._held.known.items()}
     # The store hands a log to the process when an episode it shows is filed under a time
     # past the clock's skew (the in-process index files it under the one before it), and
     # deepcrew-ai's layout always.
