@@ -1,0 +1,372 @@
+"""Attacks on recall from the store's index: a memory that has not read the log must answer
+exactly as one that read it in process (``load()`` first, same clock), whatever was done to the
+store behind the library's back (raw SQL on the SQLite file, raw Redis commands).
+
+Each test edits the store the way another program (or a hand in the ``sqlite3`` shell or
+``redis-cli``) would, then compares a fresh memory with a loaded one on recall, ``latest``,
+``page`` and the duplicate-id refusal of ``record``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Clock
+
+from deepcrew_episodic import Episode, EpisodicMemory, InvalidEpisodeError
+from deepcrew_episodic.providers import MemoryProvider, RedisMemoryProvider, SQLiteMemoryProvider
+
+pytestmark = pytest.mark.anyio
+
+NS = "ns"
+SQL_PREFIX = f"episodic:{NS}:"
+REDIS_PREFIX = f"deepcrew:episodic:{NS}:"
+PAGES = [(10, 0), (3, 1), (2, 2)]
+
+
+def _iso(when: float) -> str:
+    return dt.datetime.fromtimestamp(when, dt.UTC).isoformat()
+
+
+def ranked(ranking: Any) -> list[tuple[str, float, tuple[str, ...]]]:
+    return [(s.episode.query, s.score, s.matched) for s in ranking]
+
+
+async def answers(backend: MemoryProvider, clock: Clock, query: str) -> dict[str, Any]:
+    """What a memory shows of the log, every read path from its own fresh memory."""
+
+    def fresh() -> EpisodicMemory:
+        return EpisodicMemory(backend, namespace=NS, clock=clock)
+
+    pages = [await fresh().page(limit, offset) for limit, offset in PAGES]
+    latest = await fresh().latest("chat")
+    return {
+        "recall": ranked(await fresh().explain(query, top_k=10)),
+        "page": [([e.query for e in p.episodes], p.total) for p in pages],
+        "latest": latest.query if latest else None,
+    }
+
+
+async def loaded_answers(backend: MemoryProvider, clock: Clock, query: str) -> dict[str, Any]:
+    loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+    await loaded.load()
+    pages = [await loaded.page(limit, offset) for limit, offset in PAGES]
+    latest = await loaded.latest("chat")
+    return {
+        "recall": ranked(await loaded.explain(query, top_k=10)),
+        "page": [([e.query for e in p.episodes], p.total) for p in pages],
+        "latest": latest.query if latest else None,
+    }
+
+
+async def six_episodes(backend: MemoryProvider, clock: Clock) -> list[Episode]:
+    writer = EpisodicMemory(backend, namespace=NS, clock=clock)
+    return [
+        await writer.record(
+            Episode(
+                query=f"item {i} refund",
+                response="done",
+                timestamp=_iso(clock.now - 1000 + i),
+                conversation_id="chat",
+            )
+        )
+        for i in range(1, 7)
+    ]
+
+
+# --- SQLite: raw SQL on the file ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def sqlite_path(tmp_path: Path) -> Path:
+    return tmp_path / "log.db"
+
+
+def raw_sql(path: Path, statement: str, *args: Any) -> None:
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute(statement, args)
+        connection.commit()
+    finally:
+        connection.close()
+
+
+async def sqlite_case(
+    path: Path, clock: Clock, edit: Callable[[list[Episode]], None], query: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    async with SQLiteMemoryProvider(path) as backend:
+        episodes = await six_episodes(backend, clock)
+    edit(episodes)
+    async with SQLiteMemoryProvider(path) as backend:
+        fresh = await answers(backend, clock, query)
+        loaded = await loaded_answers(backend, clock, query)
+    return fresh, loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the store path trusts a lowered __seq__: it ranks, pages and finds the latest "
+    "only below the counter, while the log read in process reads by the records past it",
+)
+async def test_sqlite_a_lowered_sequence_counter_hides_no_episode_from_the_store_path(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(sqlite_path, "UPDATE kv SET value = '3' WHERE key = ?", SQL_PREFIX + "__seq__"),
+        "item refund",
+    )
+    assert len(loaded["recall"]) == 6
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the store path trusts a raised __seq__ (300 for 6 episodes): recall, page and "
+    "latest show nothing, while the log read in process finds the episodes below the range",
+)
+async def test_sqlite_a_raised_sequence_counter_hides_no_episode_from_the_store_path(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(
+            sqlite_path, "UPDATE kv SET value = '300' WHERE key = ?", SQL_PREFIX + "__seq__"
+        ),
+        "item refund",
+    )
+    assert len(loaded["recall"]) == 6
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a record stored just past __seq__ (counter behind) is read by the log in process "
+    "but not by the store path (recall, page total, latest)",
+)
+async def test_sqlite_a_record_past_the_sequence_counter_is_seen_by_the_store_path(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    record = {"query": "zebra new", "response": "r", "id": "n7", "conversation_id": "chat"}
+    record["timestamp"] = _iso(clock.now)
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(
+            sqlite_path, "INSERT INTO kv VALUES (?, ?)", SQL_PREFIX + "e:7", json.dumps(record)
+        ),
+        "item refund zebra",
+    )
+    assert loaded["latest"] == "zebra new"
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with __seq__ lowered, record() from a fresh memory does not refuse an id stored "
+    "above the counter (the store path looks it up only in the range the counter names)",
+)
+async def test_sqlite_a_lowered_sequence_counter_still_refuses_a_stored_id(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        episodes = await six_episodes(backend, clock)
+    raw_sql(sqlite_path, "UPDATE kv SET value = '3' WHERE key = ?", SQL_PREFIX + "__seq__")
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+        await loaded.load()
+        with pytest.raises(InvalidEpisodeError):
+            await loaded.record(Episode(query="again", response="r", id=episodes[-1].id))
+        fresh = EpisodicMemory(backend, namespace=NS, clock=clock)
+        with pytest.raises(InvalidEpisodeError):
+            await fresh.record(Episode(query="again", response="r", id=episodes[-1].id))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="INSERT OR REPLACE of a record does not fire the kv delete trigger (SQLite fires "
+    "delete triggers of REPLACE only under recursive_triggers), so its old postings stay: the "
+    "store path ranks the rewritten record by its old words and misses its new ones",
+)
+async def test_sqlite_a_record_replaced_by_raw_sql_ranks_by_its_new_text(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    def rewrite(episodes: list[Episode]) -> None:
+        record = episodes[3].to_dict() | {"query": "zebra rewritten"}
+        record = {k: v for k, v in record.items() if v not in (None, "", [])}
+        raw_sql(
+            sqlite_path,
+            "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)",
+            SQL_PREFIX + "e:4",
+            json.dumps(record),
+        )
+
+    fresh, loaded = await sqlite_case(sqlite_path, clock, rewrite, "zebra item")
+    assert fresh == loaded
+
+
+async def test_sqlite_a_replaced_record_leaves_no_trace_of_its_old_text_once_forgotten(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        writer = EpisodicMemory(backend, namespace=NS, clock=clock)
+        stored = await writer.record(Episode(query="quokkaburger secretive", response="r"))
+    record = stored.to_dict() | {"query": "plain words"}
+    record = {k: v for k, v in record.items() if v not in (None, "", [])}
+    raw_sql(
+        sqlite_path,
+        "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)",
+        SQL_PREFIX + "e:1",
+        json.dumps(record),
+    )
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        memory = EpisodicMemory(backend, namespace=NS, clock=clock)
+        await memory.recall("plain")  # indexes what was queued
+        assert await memory.forget(containing="plain") == 1
+    connection = sqlite3.connect(sqlite_path)
+    try:
+        dump = "\n".join(connection.iterdump())
+    finally:
+        connection.close()
+    assert "quokkaburg" not in dump
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a record whose key is renamed with UPDATE kv SET key=... keeps its ix_episode row "
+    "(no trigger covers UPDATE OF key): page() past it repeats an episode and counts one too many",
+)
+async def test_sqlite_a_record_renamed_away_by_raw_sql_is_not_counted_by_page(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(
+            sqlite_path,
+            "UPDATE kv SET key = ? WHERE key = ?",
+            SQL_PREFIX + "moved",
+            SQL_PREFIX + "e:5",
+        ),
+        "item refund",
+    )
+    assert loaded["page"][0][1] == 5
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a row deleted from ix_episode (the index edited, the log intact) hides the episode "
+    "from the store path without being noticed (no recovered_indexes)",
+)
+async def test_sqlite_an_index_row_deleted_by_raw_sql_hides_no_episode(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(sqlite_path, "DELETE FROM ix_episode WHERE seq = 4"),
+        "item refund",
+    )
+    assert fresh == loaded
+
+
+# --- Redis: raw commands -----------------------------------------------------------------------
+
+
+@pytest.fixture
+async def redis_backend(clean_redis: str) -> AsyncIterator[tuple[MemoryProvider, Any]]:
+    import redis
+
+    raw = redis.Redis.from_url(clean_redis, decode_responses=True)
+    async with RedisMemoryProvider(clean_redis) as backend:
+        yield backend, raw
+    raw.close()
+
+
+async def redis_case(
+    redis_backend: tuple[MemoryProvider, Any],
+    clock: Clock,
+    edit: Callable[[Any, list[Episode]], None],
+    query: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    backend, raw = redis_backend
+    episodes = await six_episodes(backend, clock)
+    edit(raw, episodes)
+    return await answers(backend, clock, query), await loaded_answers(backend, clock, query)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the Redis store path trusts a lowered __seq__: recall and latest see only the "
+    "episodes below it",
+)
+async def test_redis_a_lowered_sequence_counter_hides_no_episode_from_the_store_path(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    fresh, loaded = await redis_case(
+        redis_backend, clock, lambda r, _: r.set(REDIS_PREFIX + "__seq__", "3"), "item refund"
+    )
+    assert len(loaded["recall"]) == 6
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the Redis store path trusts a raised __seq__ (300 for 6 episodes): recall and "
+    "latest show nothing",
+)
+async def test_redis_a_raised_sequence_counter_hides_no_episode_from_the_store_path(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    fresh, loaded = await redis_case(
+        redis_backend, clock, lambda r, _: r.set(REDIS_PREFIX + "__seq__", "300"), "item refund"
+    )
+    assert len(loaded["recall"]) == 6
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a record SET just past __seq__ is read by the log in process but not by the Redis "
+    "store path (recall, latest)",
+)
+async def test_redis_a_record_past_the_sequence_counter_is_seen_by_the_store_path(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    record = {"query": "zebra new", "response": "r", "id": "n7", "conversation_id": "chat"}
+    record["timestamp"] = _iso(clock.now)
+    fresh, loaded = await redis_case(
+        redis_backend,
+        clock,
+        lambda r, _: r.set(REDIS_PREFIX + "e:7", json.dumps(record)),
+        "item refund zebra",
+    )
+    assert loaded["latest"] == "zebra new"
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a record rewritten with a raw SET keeps its old facts in the Redis index (no "
+    "watermark moves, nothing checks the record against its facts): the store path ranks it by "
+    "its old words",
+)
+async def test_redis_a_record_rewritten_by_a_raw_set_ranks_by_its_new_text(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    def rewrite(raw: Any, episodes: list[Episode]) -> None:
+        record = json.loads(raw.get(REDIS_PREFIX + "e:4"))
+        record["query"] = "zebra rewritten"
+        raw.set(REDIS_PREFIX + "e:4", json.dumps(record))
+
+    fresh, loaded = await redis_case(redis_backend, clock, rewrite, "zebra item")
+    assert fresh == loaded
