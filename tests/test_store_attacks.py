@@ -502,3 +502,57 @@ async def test_redis_an_index_entry_deleted_by_a_raw_command_hides_no_episode(
         redis_backend, clock, lambda r, _: r.delete(redis_index_base(r) + "f:4"), "item refund"
     )
     assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a garbled watermark makes the record script fail in Lua (attempt to perform "
+    "arithmetic): the namespace can no longer be written to",
+)
+async def test_redis_a_garbled_index_watermark_does_not_stop_records(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    backend, raw = redis_backend
+    await six_episodes(backend, clock)
+    raw.hset(redis_index_base(raw) + "w", "e", "zz")
+    memory = EpisodicMemory(backend, namespace=NS, clock=clock)
+    stored = await memory.record(Episode(query="after the edit", response="done"))
+    loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+    assert stored.id in {e.id for e in await loaded.load()}
+
+
+# --- SQLite: the index tables edited -----------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a negative count in ix_count reaches Python's len() in the search: recall raises a "
+    "bare ValueError ('__len__() should return >= 0'), outside the library's exception root, "
+    "instead of ranking from the log",
+)
+async def test_sqlite_a_negative_posting_count_in_the_index_still_recalls(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path, clock, lambda _: raw_sql(sqlite_path, "UPDATE ix_count SET n = -5"), "item refund"
+    )
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="garbled terms in an ix_episode row make the kv delete trigger's json_each fail: "
+    "forget() of that episode raises StorageError (malformed JSON) and the text cannot be "
+    "forgotten; recall raises too instead of ranking from the log",
+)
+async def test_sqlite_garbled_terms_in_the_index_do_not_stop_forget(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        await six_episodes(backend, clock)
+    raw_sql(sqlite_path, "UPDATE ix_episode SET terms = 'garbage' WHERE seq = 4")
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        memory = EpisodicMemory(backend, namespace=NS, clock=clock)
+        assert await memory.forget(containing="item 4") == 1
+        loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+        assert "item 4 refund" not in {e.query for e in await loaded.load()}
