@@ -120,7 +120,9 @@ async def test_sqlite_a_lowered_sequence_counter_hides_no_episode_from_the_store
     fresh, loaded = await sqlite_case(
         sqlite_path,
         clock,
-        lambda _: raw_sql(sqlite_path, "UPDATE kv SET value = '3' WHERE key = ?", SQL_PREFIX + "__seq__"),
+        lambda _: raw_sql(
+            sqlite_path, "UPDATE kv SET value = '3' WHERE key = ?", SQL_PREFIX + "__seq__"
+        ),
         "item refund",
     )
     assert len(loaded["recall"]) == 6
@@ -534,7 +536,10 @@ async def test_sqlite_a_negative_posting_count_in_the_index_still_recalls(
     sqlite_path: Path, clock: Clock
 ) -> None:
     fresh, loaded = await sqlite_case(
-        sqlite_path, clock, lambda _: raw_sql(sqlite_path, "UPDATE ix_count SET n = -5"), "item refund"
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(sqlite_path, "UPDATE ix_count SET n = -5"),
+        "item refund",
     )
     assert fresh == loaded
 
@@ -556,3 +561,57 @@ async def test_sqlite_garbled_terms_in_the_index_do_not_stop_forget(
         assert await memory.forget(containing="item 4") == 1
         loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
         assert "item 4 refund" not in {e.query for e in await loaded.load()}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with __seq__ lowered on Redis, record() from a fresh memory stores a second "
+    "episode with an id already stored above the counter",
+)
+async def test_redis_a_lowered_sequence_counter_still_refuses_a_stored_id(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    backend, raw = redis_backend
+    episodes = await six_episodes(backend, clock)
+    raw.set(REDIS_PREFIX + "__seq__", "3")
+    loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+    await loaded.load()
+    with pytest.raises(InvalidEpisodeError):
+        await loaded.record(Episode(query="again", response="r", id=episodes[-1].id))
+    fresh = EpisodicMemory(backend, namespace=NS, clock=clock)
+    with pytest.raises(InvalidEpisodeError):
+        await fresh.record(Episode(query="again", response="r", id=episodes[-1].id))
+
+
+# --- What held: raw records of every odd kind rank the same on both paths ----------------------
+
+
+ODD_RECORDS = [
+    {"timestamp": 1790000000},
+    {"timestamp": "2026-09-01 08:00"},
+    {"timestamp": "2026-09-01T08:00:00-23:59"},
+    {"timestamp": "2026-13-45"},
+    {"timestamp": "2099-01-01T00:00:00Z"},  # far in the future: ranked from the log
+    {"timestamp": ""},
+    {"forget_after": "soon"},
+    {"query": "refund \ud800 lone surrogate"},
+    {"query": "refund \x00 nul 退款 שלום 🎉 zero\u200bwidth café"},
+]
+
+
+@pytest.mark.parametrize("odd", ODD_RECORDS, ids=lambda odd: repr(odd)[:40])
+async def test_sqlite_a_raw_record_of_any_shape_ranks_as_the_log(
+    sqlite_path: Path, clock: Clock, odd: dict[str, Any]
+) -> None:
+    def insert(_: list[Episode]) -> None:
+        record = {"query": "refund odd", "response": "x", "id": "odd", "conversation_id": "chat"}
+        raw_sql(
+            sqlite_path,
+            "INSERT INTO kv VALUES (?, ?)",
+            SQL_PREFIX + "e:7",
+            json.dumps(record | odd),
+        )
+        raw_sql(sqlite_path, "UPDATE kv SET value = '7' WHERE key = ?", SQL_PREFIX + "__seq__")
+
+    fresh, loaded = await sqlite_case(sqlite_path, clock, insert, "refund odd item")
+    assert fresh == loaded
