@@ -1,0 +1,617 @@
+"""Attacks on recall from the store's index: a memory that has not read the log must answer
+exactly as one that read it in process (``load()`` first, same clock), whatever was done to the
+store behind the library's back (raw SQL on the SQLite file, raw Redis commands).
+
+Each test edits the store the way another program (or a hand in the ``sqlite3`` shell or
+``redis-cli``) would, then compares a fresh memory with a loaded one on recall, ``latest``,
+``page`` and the duplicate-id refusal of ``record``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Clock
+
+from deepcrew_episodic import Episode, EpisodicMemory, InvalidEpisodeError
+from deepcrew_episodic.providers import MemoryProvider, RedisMemoryProvider, SQLiteMemoryProvider
+
+pytestmark = pytest.mark.anyio
+
+NS = "ns"
+SQL_PREFIX = f"episodic:{NS}:"
+REDIS_PREFIX = f"deepcrew:episodic:{NS}:"
+PAGES = [(10, 0), (3, 1), (2, 2)]
+
+
+def _iso(when: float) -> str:
+    return dt.datetime.fromtimestamp(when, dt.UTC).isoformat()
+
+
+def ranked(ranking: Any) -> list[tuple[str, float, tuple[str, ...]]]:
+    return [(s.episode.query, s.score, s.matched) for s in ranking]
+
+
+async def answers(backend: MemoryProvider, clock: Clock, query: str) -> dict[str, Any]:
+    """What a memory shows of the log, every read path from its own fresh memory."""
+
+    def fresh() -> EpisodicMemory:
+        return EpisodicMemory(backend, namespace=NS, clock=clock)
+
+    pages = [await fresh().page(limit, offset) for limit, offset in PAGES]
+    latest = await fresh().latest("chat")
+    return {
+        "recall": ranked(await fresh().explain(query, top_k=10)),
+        "page": [([e.query for e in p.episodes], p.total) for p in pages],
+        "latest": latest.query if latest else None,
+    }
+
+
+async def loaded_answers(backend: MemoryProvider, clock: Clock, query: str) -> dict[str, Any]:
+    loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+    await loaded.load()
+    pages = [await loaded.page(limit, offset) for limit, offset in PAGES]
+    latest = await loaded.latest("chat")
+    return {
+        "recall": ranked(await loaded.explain(query, top_k=10)),
+        "page": [([e.query for e in p.episodes], p.total) for p in pages],
+        "latest": latest.query if latest else None,
+    }
+
+
+async def six_episodes(backend: MemoryProvider, clock: Clock) -> list[Episode]:
+    writer = EpisodicMemory(backend, namespace=NS, clock=clock)
+    return [
+        await writer.record(
+            Episode(
+                query=f"item {i} refund",
+                response="done",
+                timestamp=_iso(clock.now - 1000 + i),
+                conversation_id="chat",
+            )
+        )
+        for i in range(1, 7)
+    ]
+
+
+# --- SQLite: raw SQL on the file ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def sqlite_path(tmp_path: Path) -> Path:
+    return tmp_path / "log.db"
+
+
+def raw_sql(path: Path, statement: str, *args: Any) -> None:
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute(statement, args)
+        connection.commit()
+    finally:
+        connection.close()
+
+
+async def sqlite_case(
+    path: Path, clock: Clock, edit: Callable[[list[Episode]], None], query: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    async with SQLiteMemoryProvider(path) as backend:
+        episodes = await six_episodes(backend, clock)
+    edit(episodes)
+    async with SQLiteMemoryProvider(path) as backend:
+        fresh = await answers(backend, clock, query)
+        loaded = await loaded_answers(backend, clock, query)
+    return fresh, loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the store path trusts a lowered __seq__: it ranks, pages and finds the latest "
+    "only below the counter, while the log read in process reads by the records past it",
+)
+async def test_sqlite_a_lowered_sequence_counter_hides_no_episode_from_the_store_path(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(
+            sqlite_path, "UPDATE kv SET value = '3' WHERE key = ?", SQL_PREFIX + "__seq__"
+        ),
+        "item refund",
+    )
+    assert len(loaded["recall"]) == 6
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the store path trusts a raised __seq__ (300 for 6 episodes): recall, page and "
+    "latest show nothing, while the log read in process finds the episodes below the range",
+)
+async def test_sqlite_a_raised_sequence_counter_hides_no_episode_from_the_store_path(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(
+            sqlite_path, "UPDATE kv SET value = '300' WHERE key = ?", SQL_PREFIX + "__seq__"
+        ),
+        "item refund",
+    )
+    assert len(loaded["recall"]) == 6
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a record stored just past __seq__ (counter behind) is read by the log in process "
+    "but not by the store path (recall, page total, latest)",
+)
+async def test_sqlite_a_record_past_the_sequence_counter_is_seen_by_the_store_path(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    record = {"query": "zebra new", "response": "r", "id": "n7", "conversation_id": "chat"}
+    record["timestamp"] = _iso(clock.now)
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(
+            sqlite_path, "INSERT INTO kv VALUES (?, ?)", SQL_PREFIX + "e:7", json.dumps(record)
+        ),
+        "item refund zebra",
+    )
+    assert loaded["latest"] == "zebra new"
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with __seq__ lowered, record() from a fresh memory does not refuse an id stored "
+    "above the counter (the store path looks it up only in the range the counter names): a second episode with that id is stored",
+)
+async def test_sqlite_a_lowered_sequence_counter_still_refuses_a_stored_id(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        episodes = await six_episodes(backend, clock)
+    raw_sql(sqlite_path, "UPDATE kv SET value = '3' WHERE key = ?", SQL_PREFIX + "__seq__")
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+        await loaded.load()
+        with pytest.raises(InvalidEpisodeError):
+            await loaded.record(Episode(query="again", response="r", id=episodes[-1].id))
+        fresh = EpisodicMemory(backend, namespace=NS, clock=clock)
+        with pytest.raises(InvalidEpisodeError):
+            await fresh.record(Episode(query="again", response="r", id=episodes[-1].id))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="INSERT OR REPLACE of a record does not fire the kv delete trigger (SQLite fires "
+    "delete triggers of REPLACE only under recursive_triggers), so its old postings stay: the "
+    "store path ranks the rewritten record by its old words and misses its new ones",
+)
+async def test_sqlite_a_record_replaced_by_raw_sql_ranks_by_its_new_text(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    def rewrite(episodes: list[Episode]) -> None:
+        record = episodes[3].to_dict() | {"query": "zebra rewritten"}
+        record = {k: v for k, v in record.items() if v not in (None, "", [])}
+        raw_sql(
+            sqlite_path,
+            "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)",
+            SQL_PREFIX + "e:4",
+            json.dumps(record),
+        )
+
+    fresh, loaded = await sqlite_case(sqlite_path, clock, rewrite, "zebra item")
+    assert fresh == loaded
+
+
+async def test_sqlite_a_replaced_record_leaves_no_trace_of_its_old_text_once_forgotten(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        writer = EpisodicMemory(backend, namespace=NS, clock=clock)
+        stored = await writer.record(Episode(query="quokkaburger secretive", response="r"))
+    record = stored.to_dict() | {"query": "plain words"}
+    record = {k: v for k, v in record.items() if v not in (None, "", [])}
+    raw_sql(
+        sqlite_path,
+        "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)",
+        SQL_PREFIX + "e:1",
+        json.dumps(record),
+    )
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        memory = EpisodicMemory(backend, namespace=NS, clock=clock)
+        await memory.recall("plain")  # indexes what was queued
+        assert await memory.forget(containing="plain") == 1
+    connection = sqlite3.connect(sqlite_path)
+    try:
+        dump = "\n".join(connection.iterdump())
+    finally:
+        connection.close()
+    assert "quokkaburg" not in dump
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a record whose key is renamed with UPDATE kv SET key=... keeps its ix_episode row "
+    "(no trigger covers UPDATE OF key): page() past it repeats an episode and counts one too many",
+)
+async def test_sqlite_a_record_renamed_away_by_raw_sql_is_not_counted_by_page(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(
+            sqlite_path,
+            "UPDATE kv SET key = ? WHERE key = ?",
+            SQL_PREFIX + "moved",
+            SQL_PREFIX + "e:5",
+        ),
+        "item refund",
+    )
+    assert loaded["page"][0][1] == 5
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a row deleted from ix_episode (the index edited, the log intact) hides the episode "
+    "from the store path without being noticed (no recovered_indexes)",
+)
+async def test_sqlite_an_index_row_deleted_by_raw_sql_hides_no_episode(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(sqlite_path, "DELETE FROM ix_episode WHERE seq = 4"),
+        "item refund",
+    )
+    assert fresh == loaded
+
+
+# --- Redis: raw commands -----------------------------------------------------------------------
+
+
+@pytest.fixture
+async def redis_backend(clean_redis: str) -> AsyncIterator[tuple[MemoryProvider, Any]]:
+    import redis
+
+    raw = redis.Redis.from_url(clean_redis, decode_responses=True)
+    async with RedisMemoryProvider(clean_redis) as backend:
+        yield backend, raw
+    raw.close()
+
+
+async def redis_case(
+    redis_backend: tuple[MemoryProvider, Any],
+    clock: Clock,
+    edit: Callable[[Any, list[Episode]], None],
+    query: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    backend, raw = redis_backend
+    episodes = await six_episodes(backend, clock)
+    edit(raw, episodes)
+    return await answers(backend, clock, query), await loaded_answers(backend, clock, query)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the Redis store path trusts a lowered __seq__: recall and latest see only the "
+    "episodes below it",
+)
+async def test_redis_a_lowered_sequence_counter_hides_no_episode_from_the_store_path(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    fresh, loaded = await redis_case(
+        redis_backend, clock, lambda r, _: r.set(REDIS_PREFIX + "__seq__", "3"), "item refund"
+    )
+    assert len(loaded["recall"]) == 6
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the Redis store path trusts a raised __seq__ (300 for 6 episodes): recall and "
+    "latest show nothing",
+)
+async def test_redis_a_raised_sequence_counter_hides_no_episode_from_the_store_path(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    fresh, loaded = await redis_case(
+        redis_backend, clock, lambda r, _: r.set(REDIS_PREFIX + "__seq__", "300"), "item refund"
+    )
+    assert len(loaded["recall"]) == 6
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a record SET just past __seq__ is read by the log in process but not by the Redis "
+    "store path (recall, latest)",
+)
+async def test_redis_a_record_past_the_sequence_counter_is_seen_by_the_store_path(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    record = {"query": "zebra new", "response": "r", "id": "n7", "conversation_id": "chat"}
+    record["timestamp"] = _iso(clock.now)
+    fresh, loaded = await redis_case(
+        redis_backend,
+        clock,
+        lambda r, _: r.set(REDIS_PREFIX + "e:7", json.dumps(record)),
+        "item refund zebra",
+    )
+    assert loaded["latest"] == "zebra new"
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a record rewritten with a raw SET keeps its old facts in the Redis index (no "
+    "watermark moves, nothing checks the record against its facts): the store path ranks it by "
+    "its old words",
+)
+async def test_redis_a_record_rewritten_by_a_raw_set_ranks_by_its_new_text(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    def rewrite(raw: Any, episodes: list[Episode]) -> None:
+        record = json.loads(raw.get(REDIS_PREFIX + "e:4"))
+        record["query"] = "zebra rewritten"
+        raw.set(REDIS_PREFIX + "e:4", json.dumps(record))
+
+    fresh, loaded = await redis_case(redis_backend, clock, rewrite, "zebra item")
+    assert fresh == loaded
+
+
+# --- The command line: the same break, where a user sees it -------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="`recall` on the command line reads the store's index and trusts a lowered "
+    "__seq__: it lists only the episodes below the counter, while `stats` (which reads the log) "
+    "warns and counts all six",
+)
+def test_cli_recall_with_a_lowered_sequence_counter_lists_every_matching_episode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import anyio
+
+    from deepcrew_episodic.cli import main
+
+    path = tmp_path / "log.db"
+
+    async def write() -> None:
+        async with SQLiteMemoryProvider(path) as backend:
+            writer = EpisodicMemory(backend, namespace=NS)
+            for i in range(1, 7):
+                await writer.record(Episode(query=f"item {i} refund", response="done"))
+
+    anyio.run(write)
+    raw_sql(path, "UPDATE kv SET value = '3' WHERE key = ?", SQL_PREFIX + "__seq__")
+    assert main(["--store", str(path), "-n", NS, "recall", "item refund", "-k", "10"]) == 0
+    shown = capsys.readouterr().out
+    assert all(f"item {i} refund" in shown for i in range(1, 7)), shown
+
+
+# --- A deepcrew-ai log whose name ends in ':g' beside ours ------------------------------------
+
+
+async def _beside_a_legacy_log_named_g(path: Path, clock: Clock) -> Episode:
+    """Our log ``support`` and deepcrew-ai's log ``support:g`` (three slots) in one store: the
+    slots ``episodic:support:g:<slot>`` are spelt like the grades of ``support``."""
+    async with SQLiteMemoryProvider(path) as backend:
+        writer = EpisodicMemory(backend, namespace="support", clock=clock)
+        first = await writer.record(Episode(query="item refund", response="done"))
+        await writer.record(Episode(query="other refund", response="done"))
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute(
+            "INSERT INTO kv VALUES (?, ?)",
+            ("episodic:support:g:__meta__", json.dumps({"count": 3, "next": 3})),
+        )
+        for slot in range(3):
+            record = {"query": f"legacy {slot}", "response": "x", "outcome": "failure"}
+            record |= {"episode": first.id, "timestamp": _iso(clock.now - 100)}
+            connection.execute(
+                "INSERT INTO kv VALUES (?, ?)", (f"episodic:support:g:{slot}", json.dumps(record))
+            )
+        connection.commit()
+    finally:
+        connection.close()
+    return first
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the store path takes slot 0 of deepcrew-ai's log 'support:g' (key "
+    "episodic:support:g:0) as a grade of 'support' (the kv trigger's GLOB matches g:0): three "
+    "grades, where the log read in process finds two",
+)
+async def test_sqlite_grades_from_the_store_match_the_log_beside_a_legacy_log_named_g(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    first = await _beside_a_legacy_log_named_g(sqlite_path, clock)
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        fresh = EpisodicMemory(backend, namespace="support", clock=clock)
+        loaded = EpisodicMemory(backend, namespace="support", clock=clock)
+        await loaded.load()
+        assert await fresh.grades(first.id) == await loaded.grades(first.id)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="on both paths the slots of deepcrew-ai's log 'support:g' are read as grades of "
+    "'support': another log's episodes change this log's outcomes",
+)
+async def test_sqlite_the_slots_of_a_legacy_log_named_g_are_not_grades_of_ours(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    first = await _beside_a_legacy_log_named_g(sqlite_path, clock)
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        loaded = EpisodicMemory(backend, namespace="support", clock=clock)
+        await loaded.load()
+        assert await loaded.grades(first.id) == []
+
+
+# --- Redis: the index keys edited ---------------------------------------------------------------
+
+
+def redis_index_base(raw: Any) -> str:
+    """``deepcrew:ix:<len>{episodic:ns}:``, found from the facts key of episode 1."""
+    (facts,) = [k for k in raw.keys("deepcrew:ix:*") if k.endswith(":f:1")]
+    return str(facts)[: -len("f:1")]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a garbled watermark (HSET <ix>w e zz) makes the catch-up script fail in Lua "
+    "(attempt to compare number with nil): every recall of a fresh memory raises StorageError "
+    "instead of ranking from the log",
+)
+async def test_redis_a_garbled_index_watermark_still_recalls(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    fresh, loaded = await redis_case(
+        redis_backend,
+        clock,
+        lambda r, _: r.hset(redis_index_base(r) + "w", "e", "zz"),
+        "item refund",
+    )
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the facts of one episode deleted from the Redis index (the log intact) hide it "
+    "from the store path's recall without being noticed",
+)
+async def test_redis_an_index_entry_deleted_by_a_raw_command_hides_no_episode(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    fresh, loaded = await redis_case(
+        redis_backend, clock, lambda r, _: r.delete(redis_index_base(r) + "f:4"), "item refund"
+    )
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a garbled watermark makes the record script fail in Lua (attempt to perform "
+    "arithmetic): the namespace can no longer be written to",
+)
+async def test_redis_a_garbled_index_watermark_does_not_stop_records(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    backend, raw = redis_backend
+    await six_episodes(backend, clock)
+    raw.hset(redis_index_base(raw) + "w", "e", "zz")
+    memory = EpisodicMemory(backend, namespace=NS, clock=clock)
+    stored = await memory.record(Episode(query="after the edit", response="done"))
+    loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+    assert stored.id in {e.id for e in await loaded.load()}
+
+
+# --- SQLite: the index tables edited -----------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a negative count in ix_count reaches Python's len() in the search: recall raises a "
+    "bare ValueError ('__len__() should return >= 0'), outside the library's exception root, "
+    "instead of ranking from the log",
+)
+async def test_sqlite_a_negative_posting_count_in_the_index_still_recalls(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    fresh, loaded = await sqlite_case(
+        sqlite_path,
+        clock,
+        lambda _: raw_sql(sqlite_path, "UPDATE ix_count SET n = -5"),
+        "item refund",
+    )
+    assert fresh == loaded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="garbled terms in an ix_episode row make the kv delete trigger's json_each fail: "
+    "forget() of that episode raises StorageError (malformed JSON) and the text cannot be "
+    "forgotten; recall raises too instead of ranking from the log",
+)
+async def test_sqlite_garbled_terms_in_the_index_do_not_stop_forget(
+    sqlite_path: Path, clock: Clock
+) -> None:
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        await six_episodes(backend, clock)
+    raw_sql(sqlite_path, "UPDATE ix_episode SET terms = 'garbage' WHERE seq = 4")
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        memory = EpisodicMemory(backend, namespace=NS, clock=clock)
+        assert await memory.forget(containing="item 4") == 1
+        loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+        assert "item 4 refund" not in {e.query for e in await loaded.load()}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with __seq__ lowered on Redis, record() from a fresh memory stores a second "
+    "episode with an id already stored above the counter",
+)
+async def test_redis_a_lowered_sequence_counter_still_refuses_a_stored_id(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    backend, raw = redis_backend
+    episodes = await six_episodes(backend, clock)
+    raw.set(REDIS_PREFIX + "__seq__", "3")
+    loaded = EpisodicMemory(backend, namespace=NS, clock=clock)
+    await loaded.load()
+    with pytest.raises(InvalidEpisodeError):
+        await loaded.record(Episode(query="again", response="r", id=episodes[-1].id))
+    fresh = EpisodicMemory(backend, namespace=NS, clock=clock)
+    with pytest.raises(InvalidEpisodeError):
+        await fresh.record(Episode(query="again", response="r", id=episodes[-1].id))
+
+
+# --- What held: raw records of every odd kind rank the same on both paths ----------------------
+
+
+ODD_RECORDS = [
+    {"timestamp": 1790000000},
+    {"timestamp": "2026-09-01 08:00"},
+    {"timestamp": "2026-09-01T08:00:00-23:59"},
+    {"timestamp": "2026-13-45"},
+    {"timestamp": "2099-01-01T00:00:00Z"},  # far in the future: ranked from the log
+    {"timestamp": ""},
+    {"forget_after": "soon"},
+    {"query": "refund \ud800 lone surrogate"},
+    {"query": "refund \x00 nul 退款 שלום 🎉 zero\u200bwidth café"},
+]
+
+
+@pytest.mark.parametrize("odd", ODD_RECORDS, ids=lambda odd: repr(odd)[:40])
+async def test_sqlite_a_raw_record_of_any_shape_ranks_as_the_log(
+    sqlite_path: Path, clock: Clock, odd: dict[str, Any]
+) -> None:
+    def insert(_: list[Episode]) -> None:
+        record = {"query": "refund odd", "response": "x", "id": "odd", "conversation_id": "chat"}
+        raw_sql(
+            sqlite_path,
+            "INSERT INTO kv VALUES (?, ?)",
+            SQL_PREFIX + "e:7",
+            json.dumps(record | odd),
+        )
+        raw_sql(sqlite_path, "UPDATE kv SET value = '7' WHERE key = ?", SQL_PREFIX + "__seq__")
+
+    fresh, loaded = await sqlite_case(sqlite_path, clock, insert, "refund odd item")
+    assert fresh == loaded
