@@ -119,6 +119,9 @@ class IndexReader(Protocol):
     """The reads a store answers for one namespace, synchronously, inside the provider's worker
     thread (so a search is one trip to it, whatever it reads)."""
 
+    def newest_seq(self) -> int:
+        """The newest sequence number the index holds (0: none)."""
+
     def set_query(self, terms: Collection[str]) -> None:
         """The query's terms: :meth:`facts` reports which of them each episode holds."""
 
@@ -346,6 +349,8 @@ class StoreIndex(Postings):
         postings = cast("dict[str, Any]", self._postings)
         df = cast("dict[str, int]", self._df)
         for term, sizes in counts.items():
+            if any(n < 0 for n in sizes.values()):
+                raise StaleIndexError(f"the index counts fewer than no postings of {term!r}")
             postings[term] = {s: _Tail(self, term, s, n) for s, n in sizes.items() if n}
             df[term] = sum(sizes.values())
 

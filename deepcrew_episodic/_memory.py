@@ -433,6 +433,11 @@ class EpisodicMemory:
         seq = self._held.ids.get(episode.id) if episode.id else None
         if seq is not None:
             return self._expired(seq, now)
+        known = self._store.times_of(episode)
+        if known is not None:
+            # Read from the store's index (this memory does not hold the log): its time as
+            # the index files it (an undated episode: the time of the one before it).
+            return self._retention.past(known[0], known[1], now)
         return self._expired_episode(episode, now)
 
     async def latest(self, conversation_id: str) -> Episode | None:

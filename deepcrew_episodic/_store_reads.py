@@ -5,7 +5,9 @@ without reading the whole log into this process. ``None`` (or ``False``) from an
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,9 @@ from ._recall import DEFAULT_FIELDS, Ranking, RecallIndex
 __all__ = ["StoreReads", "StoreView"]
 
 log = logging.getLogger("deepcrew_episodic")
+
+# How many returned episodes' times a memory keeps for is_expired() (see StoreReads._times).
+_TIMES = 4096
 
 
 class StoreReads:
@@ -43,10 +48,58 @@ class StoreReads:
         self._reinforce = reinforce
         self._past = past  # the retention rule (see _retention.py)
         self.semantic: Any = None  # the memory's Semantic, with an embedder (set after it)
+        self._off: list[tuple[str | None, int]] = []  # counters found off their records
+        # (id, timestamp) -> (forget_at, recorded) of the episodes the latest reads returned:
+        # what is_expired() and render() judge them by (bounded: the newest _TIMES only).
+        self._times: OrderedDict[tuple[str, str], tuple[float | None, float]] = OrderedDict()
+        self._noted: set[tuple[str | None, int]] = set()
 
     @property
     def namespace(self) -> str:
         return self._log.namespace
+
+    def _shown(self, reader: Any, head: Any) -> range:
+        """The sequence numbers this memory shows, by the records the index holds rather than
+        the counter alone (never trusted over them): a counter behind the newest record, or a
+        whole view past every record, is read as the log's sync reads it (up to the newest
+        record), and noted once per state."""
+        live = self._log.live_range(head)
+        newest = reader.newest_seq()
+        if newest > head.last or 0 < newest < live.start:
+            self._off.append((head.raw_seq, newest))
+            return self._log.live_range(dataclasses.replace(head, last=newest))
+        return live
+
+    def times_of(self, episode: Episode) -> tuple[float | None, float] | None:
+        """``(forget_at, recorded)`` of *episode* as the index filed it, when a recent read
+        from the store returned it (``None``: not known here)."""
+        return self._times.get((episode.id, episode.timestamp))
+
+    def _remember(self, index: Any, seqs: Any) -> None:
+        for seq in seqs:
+            entry = index.facts(seq)
+            if entry is None:
+                continue
+            facts = entry.facts
+            key = (facts.episode_id, facts.timestamp)
+            self._times[key] = (facts.forget_at, facts.when)
+            self._times.move_to_end(key)
+        while len(self._times) > _TIMES:
+            self._times.popitem(last=False)
+
+    def _note_counter(self) -> None:
+        for raw, newest in self._off:
+            if (raw, newest) not in self._noted:
+                self._noted.add((raw, newest))
+                self.counters.recovered_indexes += 1
+                log.warning(
+                    "episodic log %r: episode counter %r disagrees with the records it "
+                    "numbers; reading up to %d (the next write repairs it)",
+                    self.namespace,
+                    raw,
+                    newest,
+                )
+        self._off.clear()
 
     @property
     def counters(self) -> Counters:
@@ -69,12 +122,14 @@ class StoreReads:
         if self.reads_store():
             head = await self._log.read_head()
             if head.legacy is None:
-                live = self._log.live_range(head)
 
                 def run(reader: Any) -> bool:
+                    live = self._shown(reader, head)
                     return any(seq in live for seq in reader.with_id(episode_id))
 
-                return await self._log.read_index(run)
+                found: bool = await self._log.read_index(run)
+                self._note_counter()
+                return found
         return None
 
     async def latest_in_store(self, conversation_id: str) -> Episode | bool | None:
@@ -84,16 +139,17 @@ class StoreReads:
         head = await self._log.read_head()
         if head.legacy is not None:
             return False
-        live = self._log.live_range(head)
         now = self._clock()
 
         def run(reader: Any) -> Episode | bool | None:
+            live = self._shown(reader, head)
             if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
                 return False
             index = StoreIndex(reader, live)
             view = StoreView(self, index, False)
             for seq in reversed(reader.conversation(conversation_id)):
                 if seq in live and view.indexed(seq) and not view.expired(seq, now):
+                    self._remember(index, [seq])
                     return view.episode(seq).copy()
             return None
 
@@ -101,6 +157,7 @@ class StoreReads:
             found: Episode | bool | None = await self._log.read_index(run)
         except StaleIndexError:
             return False
+        self._note_counter()
         return found
 
     async def explain_in_store(
@@ -124,7 +181,6 @@ class StoreReads:
         head = await self._log.read_head()
         if head.legacy is not None:
             return None
-        live = self._log.live_range(head)
         semantic = self.semantic
         query_vector: Any = None
         error: str | None = None
@@ -135,6 +191,7 @@ class StoreReads:
         now = self._clock()
 
         def run(reader: Any) -> tuple[Any, Any, list[int]] | None:
+            live = self._shown(reader, head)
             if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
                 return None
             index = StoreIndex(reader, live)
@@ -176,6 +233,7 @@ class StoreReads:
                 search=search,
                 score=score,
             )
+            self._remember(index, [seq for seq, _ in found])
             return found, under, reader.corrupt(live)
 
         try:
@@ -189,6 +247,7 @@ class StoreReads:
                 exc,
             )
             return None
+        self._note_counter()
         if result is None:
             return None
         found, under, corrupt = result
@@ -235,11 +294,11 @@ class StoreReads:
         head = await self._log.read_head()
         if head.legacy is not None:
             return None
-        live = self._log.live_range(head)
         now = self._clock()
         oldest = -math.inf if max_age is None else now - max_age
 
         def run(reader: Any) -> Page | None:
+            live = self._shown(reader, head)
             if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
                 return None
             found = reader.newest(live, now, oldest, limit, offset)
@@ -247,12 +306,14 @@ class StoreReads:
                 return None  # this store lists from the log
             seqs, total = found
             index = StoreIndex(reader, live)
+            self._remember(index, seqs)
             return Page([index.episode(s).copy() for s in seqs], total, offset)
 
         try:
             listed: Page | None = await self._log.read_index(run)
         except StaleIndexError:
             return None
+        self._note_counter()
         return listed
 
     async def grades_in_store(self, episode_id: str) -> list[Grade] | None:
@@ -260,14 +321,15 @@ class StoreReads:
         head = await self._log.read_head()
         if head.legacy is not None:
             return None
-        live = self._log.live_range(head)
 
         def run(reader: Any) -> tuple[list[str], list[str]]:
+            live = self._shown(reader, head)
             seqs = [s for s in reader.with_id(episode_id) if s in live]
             stamps = [f.timestamp for f in reader.facts(seqs).values()]
             return reader.grades(episode_id), stamps
 
         records, stamps = await self._log.read_index(run)
+        self._note_counter()
         grades: list[Grade] = []
         for raw in records:
             try:

@@ -109,11 +109,6 @@ async def sqlite_case(
     return fresh, loaded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the store path trusts a lowered __seq__: it ranks, pages and finds the latest "
-    "only below the counter, while the log read in process reads by the records past it",
-)
 async def test_sqlite_a_lowered_sequence_counter_hides_no_episode_from_the_store_path(
     sqlite_path: Path, clock: Clock
 ) -> None:
@@ -129,11 +124,6 @@ async def test_sqlite_a_lowered_sequence_counter_hides_no_episode_from_the_store
     assert fresh == loaded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the store path trusts a raised __seq__ (300 for 6 episodes): recall, page and "
-    "latest show nothing, while the log read in process finds the episodes below the range",
-)
 async def test_sqlite_a_raised_sequence_counter_hides_no_episode_from_the_store_path(
     sqlite_path: Path, clock: Clock
 ) -> None:
@@ -149,11 +139,6 @@ async def test_sqlite_a_raised_sequence_counter_hides_no_episode_from_the_store_
     assert fresh == loaded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a record stored just past __seq__ (counter behind) is read by the log in process "
-    "but not by the store path (recall, page total, latest)",
-)
 async def test_sqlite_a_record_past_the_sequence_counter_is_seen_by_the_store_path(
     sqlite_path: Path, clock: Clock
 ) -> None:
@@ -171,11 +156,6 @@ async def test_sqlite_a_record_past_the_sequence_counter_is_seen_by_the_store_pa
     assert fresh == loaded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with __seq__ lowered, record() from a fresh memory does not refuse an id stored "
-    "above the counter (the store path looks it up only in the range the counter names): a second episode with that id is stored",
-)
 async def test_sqlite_a_lowered_sequence_counter_still_refuses_a_stored_id(
     sqlite_path: Path, clock: Clock
 ) -> None:
@@ -192,12 +172,6 @@ async def test_sqlite_a_lowered_sequence_counter_still_refuses_a_stored_id(
             await fresh.record(Episode(query="again", response="r", id=episodes[-1].id))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="INSERT OR REPLACE of a record does not fire the kv delete trigger (SQLite fires "
-    "delete triggers of REPLACE only under recursive_triggers), so its old postings stay: the "
-    "store path ranks the rewritten record by its old words and misses its new ones",
-)
 async def test_sqlite_a_record_replaced_by_raw_sql_ranks_by_its_new_text(
     sqlite_path: Path, clock: Clock
 ) -> None:
@@ -306,11 +280,6 @@ async def redis_case(
     return await answers(backend, clock, query), await loaded_answers(backend, clock, query)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Redis store path trusts a lowered __seq__: recall and latest see only the "
-    "episodes below it",
-)
 async def test_redis_a_lowered_sequence_counter_hides_no_episode_from_the_store_path(
     redis_backend: tuple[MemoryProvider, Any], clock: Clock
 ) -> None:
@@ -321,11 +290,6 @@ async def test_redis_a_lowered_sequence_counter_hides_no_episode_from_the_store_
     assert fresh == loaded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Redis store path trusts a raised __seq__ (300 for 6 episodes): recall and "
-    "latest show nothing",
-)
 async def test_redis_a_raised_sequence_counter_hides_no_episode_from_the_store_path(
     redis_backend: tuple[MemoryProvider, Any], clock: Clock
 ) -> None:
@@ -377,12 +341,6 @@ async def test_redis_a_record_rewritten_by_a_raw_set_ranks_by_its_new_text(
 # --- The command line: the same break, where a user sees it -------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`recall` on the command line reads the store's index and trusts a lowered "
-    "__seq__: it lists only the episodes below the counter, while `stats` (which reads the log) "
-    "warns and counts all six",
-)
 def test_cli_recall_with_a_lowered_sequence_counter_lists_every_matching_episode(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -474,12 +432,6 @@ def redis_index_base(raw: Any) -> str:
     return str(facts)[: -len("f:1")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a garbled watermark (HSET <ix>w e zz) makes the catch-up script fail in Lua "
-    "(attempt to compare number with nil): every recall of a fresh memory raises StorageError "
-    "instead of ranking from the log",
-)
 async def test_redis_a_garbled_index_watermark_still_recalls(
     redis_backend: tuple[MemoryProvider, Any], clock: Clock
 ) -> None:
@@ -506,11 +458,6 @@ async def test_redis_an_index_entry_deleted_by_a_raw_command_hides_no_episode(
     assert fresh == loaded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a garbled watermark makes the record script fail in Lua (attempt to perform "
-    "arithmetic): the namespace can no longer be written to",
-)
 async def test_redis_a_garbled_index_watermark_does_not_stop_records(
     redis_backend: tuple[MemoryProvider, Any], clock: Clock
 ) -> None:
@@ -526,12 +473,6 @@ async def test_redis_a_garbled_index_watermark_does_not_stop_records(
 # --- SQLite: the index tables edited -----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a negative count in ix_count reaches Python's len() in the search: recall raises a "
-    "bare ValueError ('__len__() should return >= 0'), outside the library's exception root, "
-    "instead of ranking from the log",
-)
 async def test_sqlite_a_negative_posting_count_in_the_index_still_recalls(
     sqlite_path: Path, clock: Clock
 ) -> None:
@@ -544,12 +485,6 @@ async def test_sqlite_a_negative_posting_count_in_the_index_still_recalls(
     assert fresh == loaded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="garbled terms in an ix_episode row make the kv delete trigger's json_each fail: "
-    "forget() of that episode raises StorageError (malformed JSON) and the text cannot be "
-    "forgotten; recall raises too instead of ranking from the log",
-)
 async def test_sqlite_garbled_terms_in_the_index_do_not_stop_forget(
     sqlite_path: Path, clock: Clock
 ) -> None:
@@ -563,11 +498,6 @@ async def test_sqlite_garbled_terms_in_the_index_do_not_stop_forget(
         assert "item 4 refund" not in {e.query for e in await loaded.load()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with __seq__ lowered on Redis, record() from a fresh memory stores a second "
-    "episode with an id already stored above the counter",
-)
 async def test_redis_a_lowered_sequence_counter_still_refuses_a_stored_id(
     redis_backend: tuple[MemoryProvider, Any], clock: Clock
 ) -> None:

@@ -68,7 +68,7 @@ AHEAD = 64
 _UPKEEP = r"""
 local function member_seq(m) return string.sub(m, 2) end
 local function advance(b, field, from)
-  local w = tonumber(redis.call('HGET', b .. 'w', field) or '0')
+  local w = tonumber(redis.call('HGET', b .. 'w', field) or '0') or 0
   if from > w + 1 then return end
   local probe = field == 'e' and function(n) return redis.call('EXISTS', b .. 'f:' .. n) == 1 end
     or function(n) return redis.call('HEXISTS', b .. 'g', n) == 1 end
@@ -163,7 +163,7 @@ local function upkeep(a, i)
       i = i + 3
     elseif op == 'W' then
       local b, field, low, high = a[i + 1], a[i + 2], tonumber(a[i + 3]), tonumber(a[i + 4])
-      local w = tonumber(redis.call('HGET', b .. 'w', field) or '0')
+      local w = tonumber(redis.call('HGET', b .. 'w', field) or '0') or 0
       if w >= low - 1 and high > w then
         redis.call('HSET', b .. 'w', field, string.format('%d', high))
       end
@@ -450,6 +450,11 @@ class RedisIndexReader:
         self._visited: list[int] = []  # the episodes the search asked about, in that order
         self._seen: set[int] = set()
         self._records: dict[int, str | None] = {}
+
+    def newest_seq(self) -> int:
+        """The newest sequence number the index holds (0: none)."""
+        found = self._client.zrevrange(self._base + "s", 0, 0)
+        return int(found[0][1:]) if found else 0
 
     def set_query(self, terms: Collection[str]) -> None:
         """Nothing to do: the facts read carry every term of their episode."""

@@ -74,7 +74,8 @@ TABLES: tuple[str, ...] = (
     "CREATE TRIGGER IF NOT EXISTS ix_record_deleted AFTER DELETE ON kv "
     "WHEN old.key GLOB 'episodic:*:[eg]:[0-9]*' BEGIN "
     "DELETE FROM ix_term WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
-    "e.size, e.recorded, e.seq FROM ix_episode AS e, json_each(e.terms) AS j "
+    "e.size, e.recorded, e.seq FROM ix_episode AS e, "
+    "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j "
     "WHERE e.key = old.key); "
     "DELETE FROM ix_episode WHERE key = old.key; "
     "DELETE FROM ix_grade WHERE key = old.key; "
@@ -140,8 +141,10 @@ def index_pending(conn: sqlite3.Connection, limit: int | None = None) -> int:
 
 
 def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: str) -> None:
-    if conn.execute("SELECT 1 FROM ix_episode WHERE key = ?", (key,)).fetchone():
-        return
+    # Indexed already and queued again: the record was replaced behind the library's back
+    # (an INSERT OR REPLACE fires no delete trigger). Its old rows go; it is indexed as it is.
+    conn.execute(_DROP_POSTINGS, (key,))
+    conn.execute("DELETE FROM ix_episode WHERE key = ?", (key,))
     row = index_row(raw)
     when = row.when if row is not None else None
     if when is None:
@@ -189,6 +192,14 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
     )
 
 
+_DROP_POSTINGS = (
+    "DELETE FROM ix_term WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
+    "e.size, e.recorded, e.seq FROM ix_episode AS e, "
+    "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j "
+    "WHERE e.key = ?)"
+)
+
+
 def _index_grade(conn: sqlite3.Connection, key: str, ns: str, number: int, raw: str) -> None:
     try:
         data = json.loads(raw)
@@ -196,8 +207,9 @@ def _index_grade(conn: sqlite3.Connection, key: str, ns: str, number: int, raw: 
         data = None
     episode = data.get("episode") if isinstance(data, dict) else None
     # An unreadable grade is kept under no episode: the read paths skip and count it.
+    conn.execute("DELETE FROM ix_grade WHERE key = ?", (key,))  # replaced: indexed again
     conn.execute(
-        "INSERT OR IGNORE INTO ix_grade (key, ns, n, episode_id, record) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO ix_grade (key, ns, n, episode_id, record) VALUES (?, ?, ?, ?, ?)",
         (key, ns, number, episode if isinstance(episode, str) else "", raw),
     )
 
@@ -213,6 +225,13 @@ class SQLiteIndexReader:
         # (what the search intersects them with), so a row costs what the query needs.
         self._query = "[]"
         self._facts: dict[int, Facts | None] = {}
+
+    def newest_seq(self) -> int:
+        """The newest sequence number the index holds (0: none)."""
+        (newest,) = self._conn.execute(
+            "SELECT max(seq) FROM ix_episode WHERE ns = ?", (self._ns,)
+        ).fetchone()
+        return int(newest or 0)
 
     def set_query(self, terms: Collection[str]) -> None:
         self._query = json.dumps(sorted(terms), ensure_ascii=False)
