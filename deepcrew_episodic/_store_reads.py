@@ -262,7 +262,7 @@ class StoreReads:
         """The vectors of the store's index this memory may use, for one search (``None``:
         the store keeps none). Only the log's embedder's, and only those it made from an
         episode's current text, as in process (see Semantic.apply)."""
-        from ._embed import decode_identity, fingerprint
+        from ._embed import decode_identity, decode_vector, fingerprint
         from ._vectors import StoreVectors
 
         semantic = self.semantic
@@ -276,9 +276,10 @@ class StoreReads:
             dimension = 0  # (the query then failed already: see dimension_problem)
 
         def usable(seq: int, raw: str) -> Any:
-            if seq not in index:
+            decoded = decode_vector(raw)
+            if seq not in index or decoded is None:
                 return None
-            return semantic.usable_vector(raw, index.episode(seq), identity)
+            return semantic.usable_vector(decoded, index.episode(seq), identity)
 
         mark = fingerprint(semantic.embedder.name, dimension)
         return StoreVectors(vectors, mark, dimension, live, semantic._background, usable)

@@ -103,6 +103,7 @@ def test_a_provider_that_fails_one_capability_is_reported_failing_that_one_only(
         "atomic counters",
         "multi-process",
         "episode log",
+        "in-store index",
     ]
     assert counts(by_name["atomic counters"])["failed"] == outcomes["failed"]
     assert counts(by_name["atomic counters"])["passed"] >= 5
@@ -111,8 +112,9 @@ def test_a_provider_that_fails_one_capability_is_reported_failing_that_one_only(
         assert "required" in by_name[name]
         assert "failed" not in counts(by_name[name]), by_name[name]
         assert counts(by_name[name])["passed"] > 5
-    assert "not declared" in by_name["multi-process"]
-    assert set(counts(by_name["multi-process"])) == {"skipped"}
+    for undeclared in ("multi-process", "in-store index"):
+        assert "not declared" in by_name[undeclared]
+        assert set(counts(by_name[undeclared])) == {"skipped"}
     # every test of the run is counted once, under one capability
     total = {"passed": 0, "failed": 0, "skipped": 0}
     for row in rows:
@@ -166,18 +168,21 @@ def test_the_report_shows_each_class_its_store_and_what_it_did_not_test(
         "  atomic counters     required      not tested (not a base of the class)",
         "  multi-process       declared      not tested (not a base of the class)",
         "  episode log         required      not tested (not a base of the class)",
+        "  in-store index      not declared  not tested (not a base of the class)",
         "TestTwoStores[first] (InMemoryProvider): passed what ran; not shown to pass: "
         "atomic counters, episode log",
         f"  key/value contract  required      {per_class} passed",
         "  atomic counters     required      not tested (not a base of the class)",
         "  multi-process       not declared  not tested (not a base of the class)",
         "  episode log         required      not tested (not a base of the class)",
+        "  in-store index      not declared  not tested (not a base of the class)",
         "TestTwoStores[second] (InMemoryProvider): passed what ran; not shown to pass: "
         "atomic counters, episode log",
         f"  key/value contract  required      {per_class} passed",
         "  atomic counters     required      not tested (not a base of the class)",
         "  multi-process       not declared  not tested (not a base of the class)",
         "  episode log         required      not tested (not a base of the class)",
+        "  in-store index      not declared  not tested (not a base of the class)",
         "TestMissing (the store did not open): FAILED key/value contract",
         f"  key/value contract                {per_class} failed",
     ]
@@ -294,9 +299,9 @@ def test_a_capability_class_of_ones_own_gets_its_line_in_the_report(
         "key/value contract, atomic counters, episode log"
     )
     assert lines[1] == f"  key/value contract  required      {backends} skipped"
-    assert lines[5] == f"  keys in order       declared      {backends} passed"
-    assert lines[6] == "TestPlain (InMemoryProvider): no test passed"
-    assert lines[11] == f"  keys in order       not declared  {backends} skipped"
+    assert lines[6] == f"  keys in order       declared      {backends} passed"
+    assert lines[7] == "TestPlain (InMemoryProvider): no test passed"
+    assert lines[13] == f"  keys in order       not declared  {backends} skipped"
 
 
 def test_a_store_skipped_on_one_backend_is_counted_with_its_provider(
