@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import sqlite3
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -45,6 +46,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
+
+if "asyncio" in sys.modules:
+    # anyio loads the backend of the running event loop on the first call into it (for
+    # asyncio about 25 ms: it imports ssl and socket), which a fresh process's first recall
+    # would pay; loaded here, with the provider, when the process has asyncio loaded.
+    import anyio._backends._asyncio
 
 from .._exceptions import ConfigurationError, CorruptDataError, StorageError
 from .._redact import safe_message
