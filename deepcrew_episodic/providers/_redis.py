@@ -41,6 +41,9 @@ from collections.abc import (
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
+# redis-py is asyncio-only: anyio's asyncio backend is loaded with this module, not by the
+# first recall's thread hop (about 25 ms in a fresh process).
+import anyio._backends._asyncio
 import anyio.to_thread
 
 from .._exceptions import ConfigurationError, CorruptDataError, MissingDependencyError, StorageError
