@@ -336,6 +336,8 @@ class StoreIndex(Postings):
         self._df = {}
         self._episodes: dict[int, Episode] = {}
         self._uses: dict[int, int] = {}
+        # Grade records that do not decode, as met: skipped here, counted by the caller.
+        self.bad_grades: set[str] = set()
         self._query: frozenset[str] = frozenset()
         self.cursor: _Tail | None = None  # the bucket the search read a seq from last
 
@@ -363,7 +365,7 @@ class StoreIndex(Postings):
         grades: tuple[Grade, ...] = ()
         outcome, source = facts.outcome, facts.source
         if facts.graded:
-            grades = tuple(_grades(self.reader.grades(facts.episode_id)))
+            grades = tuple(_grades(self.reader.grades(facts.episode_id), self.bad_grades))
             face = cast("Episode", _Face(facts.outcome, facts.source, facts.timestamp))
             grade = deciding(face, grades)
             if grade is not None:
@@ -417,9 +419,9 @@ class _Face:
     timestamp: str
 
 
-def _grades(records: Sequence[str]) -> Iterator[Grade]:
+def _grades(records: Sequence[str], bad: set[str]) -> Iterator[Grade]:
     for raw in records:
         try:
             yield Grade.from_json(raw)
         except ValueError:
-            continue  # counted where the log reads grades (a sync); skipped here as there
+            bad.add(raw)  # skipped, as a sync skips it; the memory logs and counts it

@@ -49,6 +49,8 @@ class StoreReads:
         self._past = past  # the retention rule (see _retention.py)
         self.semantic: Any = None  # the memory's Semantic, with an embedder (set after it)
         self._off: list[tuple[str | None, int]] = []  # counters found off their records
+        self._bad_grades: set[str] = set()  # undecodable grade records met by a search
+        self._counted_grades: set[str] = set()
         # (id, timestamp) -> (forget_at, recorded) of the episodes the latest reads returned:
         # what is_expired() and render() judge them by (bounded: the newest _TIMES only).
         self._times: OrderedDict[tuple[str, str], tuple[float | None, float]] = OrderedDict()
@@ -86,6 +88,14 @@ class StoreReads:
             self._times.move_to_end(key)
         while len(self._times) > _TIMES:
             self._times.popitem(last=False)
+
+    def _note_grades(self) -> None:
+        """Count and log, once each, the grade records a search skipped (undecodable)."""
+        for raw in self._bad_grades - self._counted_grades:
+            self._counted_grades.add(raw)
+            self.counters.corrupt_records += 1
+            log.warning("episodic log %r: skipping an undecodable grade record", self.namespace)
+        self._bad_grades.clear()
 
     def _note_counter(self) -> None:
         for raw, newest in self._off:
@@ -234,6 +244,7 @@ class StoreReads:
                 score=score,
             )
             self._remember(index, [seq for seq, _ in found])
+            self._bad_grades |= index.bad_grades
             return found, under, reader.corrupt(live)
 
         try:
@@ -248,6 +259,7 @@ class StoreReads:
             )
             return None
         self._note_counter()
+        self._note_grades()
         if result is None:
             return None
         found, under, corrupt = result

@@ -545,3 +545,26 @@ async def test_sqlite_a_raw_record_of_any_shape_ranks_as_the_log(
 
     fresh, loaded = await sqlite_case(sqlite_path, clock, insert, "refund odd item")
     assert fresh == loaded
+
+
+async def test_sqlite_an_undecodable_grade_is_skipped_counted_and_logged_by_the_store_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with SQLiteMemoryProvider(tmp_path / "grades.db") as backend:
+        memory = EpisodicMemory(backend, namespace="g")
+        stored = await memory.record(Episode(query="renew the tls certificate", response="ok"))
+        # A grade another program wrote: it names the episode, its outcome is no outcome.
+        await backend.write(
+            {
+                "episodic:g:__grades__": "1",
+                "episodic:g:g:1": json.dumps({"episode": stored.id, "outcome": "great"}),
+            }
+        )
+        fresh = EpisodicMemory(backend, namespace="g")
+        for _ in range(2):
+            found = await fresh.explain("renew tls certificate")
+            assert [s.episode.id for s in found] == [stored.id]
+            assert found[0].episode.outcome == stored.outcome  # the bad grade changes nothing
+        assert not fresh._log.synced
+        assert fresh.counters.corrupt_records == 1  # once, not once per search
+        assert "undecodable grade" in caplog.text
