@@ -210,12 +210,19 @@ CATCH_UP = _UPKEEP + "\nreturn upkeep(ARGV, 1) or 1\n"
 
 # --- reads (KEYS[1]: the namespace's watermark key, which routes the call to its slot) ------
 
-# ARGV: the log prefix. The counters a catch-up compares with the watermarks, in one read.
+# ARGV: the log prefix. The counters a catch-up compares with the watermarks, in one read,
+# and whether a record lies just past both (a counter that fell behind a record written
+# outside the library: the log read in process reads it, so the index must hold it too).
 HEAD = r"""
 local lp = ARGV[1]
 local function get(k) return redis.call('GET', lp .. k) or '' end
+local function num(v) v = tonumber(v); if v and v >= 0 then return math.floor(v) end return 0 end
 local marks = redis.call('HMGET', KEYS[1], 'e', 'g')
-return {get('__seq__'), get('__grades__'), get('__max__'), marks[1] or '', marks[2] or ''}
+local seq, grades = get('__seq__'), get('__grades__')
+local next_e = math.max(num(seq), num(marks[1])) + 1
+local next_g = math.max(num(grades), num(marks[2])) + 1
+return {seq, grades, get('__max__'), marks[1] or '', marks[2] or '',
+        redis.call('EXISTS', lp .. 'e:' .. next_e), redis.call('EXISTS', lp .. 'g:' .. next_g)}
 """
 _FACTS_OF = r"""
 local function facts_of(b, lp, m)
@@ -475,9 +482,14 @@ class RedisIndexReader:
         """Index the records above the watermarks (written by an older version, or outside
         the library); return how many records were read."""
         c = self._client
-        seq_raw, grades_raw, ring_raw, mark_e, mark_g = _HEAD(c, [self._route], [self._log])
+        head = _HEAD(c, [self._route], [self._log])
+        seq_raw, grades_raw, ring_raw, mark_e, mark_g, past_e, past_g = head
         last, grades, ring = _number(seq_raw), _number(grades_raw), _number(ring_raw)
         done_e, done_g = _number(mark_e), _number(mark_g)
+        if int(past_e):
+            last = self._last_past("e:", max(last, done_e))
+        if int(past_g):
+            grades = self._last_past("g:", max(grades, done_g))
         low = done_e + 1
         if ring:
             low = max(low, last - ring + 1)
@@ -518,6 +530,19 @@ class RedisIndexReader:
             if progress is not None:
                 progress(done, todo)
         return done
+
+    def _last_past(self, kind: str, start: int) -> int:
+        """The last of the records stored one after another just past ``start`` (the first
+        is known to exist): where a counter that fell behind them should be."""
+        last = start
+        while True:
+            values = self._client.mget(
+                [f"{self._log}{kind}{last + i}" for i in range(1, BATCH + 1)]
+            )
+            for value in values:
+                if value is None:
+                    return last
+                last += 1
 
     # --- IndexReader ------------------------------------------------------------------------
 
