@@ -380,6 +380,25 @@ async def test_redis_a_record_rewritten_by_a_raw_set_ranks_by_its_new_text(
     assert fresh == loaded
 
 
+async def test_redis_an_index_deleted_by_hand_is_rebuilt_from_the_records(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock
+) -> None:
+    """The documented remedy for an edit the index cannot see: delete the namespace's index
+    keys, and the next reader indexes the whole log again, as it now is."""
+
+    def rewrite_then_drop_the_index(raw: Any, episodes: list[Episode]) -> None:
+        record = json.loads(raw.get(REDIS_PREFIX + "e:4"))
+        record["query"] = "zebra rewritten"
+        raw.set(REDIS_PREFIX + "e:4", json.dumps(record))
+        raw.delete(*raw.keys(redis_index_base(raw) + "*"))
+
+    fresh, loaded = await redis_case(
+        redis_backend, clock, rewrite_then_drop_the_index, "zebra item"
+    )
+    assert ("zebra rewritten", ("zebra",)) in [(q, m) for q, _, m in fresh["recall"]]
+    assert fresh == loaded
+
+
 # --- The command line: the same break, where a user sees it -------------------------------------
 
 
