@@ -12,10 +12,8 @@ from typing import Any
 
 from ._embed import (
     DEFAULT_EMBED_FIELDS,
-    EMBEDDABLE_FIELDS,
     SIMILARITY_FLOOR,
     Embedder,
-    as_embedder,
 )
 from ._episode import (
     Episode,
@@ -32,6 +30,7 @@ from ._held import UNDATED, HeldLog, ProcessView
 from ._history import History
 from ._listing import Page
 from ._log import Counters, EpisodeLog, list_namespaces
+from ._options import Options, relevance_floor
 from ._ranking import copied_ranking, keyword_ranking, outcome_filter, tag_filter
 from ._recall import (
     DEFAULT_FIELDS,
@@ -42,19 +41,16 @@ from ._recall import (
     RecallIndex,
     Scored,
 )
-from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
+from ._redact import Redactor, redact_then_cut, safe_message
 from ._render import fit_block
 from ._retention import Retention
 from ._stats import MemoryStats, count_stats
 from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
-from ._time import TimeLike, needs_reading, span, zone, zone_given
+from ._time import TimeLike, needs_reading, span, zone
 from ._validate import (
     boolean,
     integer,
-    number,
-    optional_number,
-    positive_duration,
     shown,
     strings,
 )
@@ -183,59 +179,34 @@ class EpisodicMemory:
     ) -> None:
         self._provider = as_provider(backend)
         self._log = EpisodeLog(self._provider, namespace, max_episodes)
-        recall_k = integer("recall_k", recall_k, minimum=1)
-        if max_age is not None:
-            max_age = positive_duration("max_age", max_age)
-        half_life_days = number("half_life_days", half_life_days, minimum=0, exclusive_minimum=True)
-        fields = strings("recall_fields", recall_fields)
-        if len(set(fields)) != len(fields):
-            raise ConfigurationError(f"recall_fields names a field twice: {fields!r}")
-        try:
-            self._index = RecallIndex(fields)
-        except ValueError as exc:
-            raise ConfigurationError(f"recall_fields: {exc}") from None
-        self._recall_k = recall_k
-        if reflect_model is not None and (not isinstance(reflect_model, str) or not reflect_model):
-            raise ConfigurationError(
-                f"reflect_model must be a litellm model name or None, not {reflect_model!r}"
-            )
-        if reflect_params is not None and not isinstance(reflect_params, dict):
-            raise ConfigurationError(
-                f"reflect_params must be a dict of litellm arguments, not "
-                f"{type(reflect_params).__name__}"
-            )
-        self._reflect_model = reflect_model
-        self._reflect_timeout = number(
-            "reflect_timeout", reflect_timeout, minimum=0, exclusive_minimum=True
+        self._options = options = Options.checked(
+            recall_k=recall_k,
+            reflect_model=reflect_model,
+            reflect_timeout=reflect_timeout,
+            reflect_params=reflect_params,
+            recall_fields=recall_fields,
+            max_age=max_age,
+            half_life_days=half_life_days,
+            redact=redact,
+            clock=clock,
+            embedder=embedder,
+            embed_fields=embed_fields,
+            similarity_floor=similarity_floor,
+            min_similarity=min_similarity,
+            min_relevance=min_relevance,
+            embed_timeout=embed_timeout,
+            reinforce=reinforce,
+            tz=tz,
         )
-        self._reflect_params = dict(reflect_params or {})
-        self._max_age = max_age
-        self._half_life = half_life_days
-        self._redactor = as_redactor(redact)
-        if not callable(clock):
-            raise ConfigurationError(f"clock must be a callable returning seconds, not {clock!r}")
         self._clock = clock
         # A zone name is loaded (a file read) when a time first needs it, off the event loop.
-        self._tz: tzinfo | str = zone_given(tz)
-        self._reinforce = boolean("reinforce", reinforce)
-        self._embedder = as_embedder(embedder)
-        fields = strings("embed_fields", embed_fields)
-        if not fields or set(fields) - set(EMBEDDABLE_FIELDS) or len(set(fields)) != len(fields):
-            raise ConfigurationError(
-                f"embed_fields must name each of {EMBEDDABLE_FIELDS} at most once, not {fields!r}"
-            )
-        self._embed_fields = fields
-        self._similarity_floor = number("similarity_floor", similarity_floor)
-        self._min_similarity = optional_number(
-            "min_similarity", min_similarity, minimum=-1.0, maximum=1.0
-        )
-        self._min_relevance = _floor("min_relevance", min_relevance)
-        self._embed_timeout = number(
-            "embed_timeout", embed_timeout, minimum=0, exclusive_minimum=True
-        )
+        self._tz: tzinfo | str = options.tz
+        self._redactor = options.redactor
+        self._embedder = options.embedding.embedder if options.embedding else None
+        self._index = RecallIndex(options.recall_fields)
         # The log as this process holds it (read whole only when the store keeps no index).
         self._held = HeldLog(self._log, self._index, clock)
-        self._retention = Retention(self._log, self._held, clock, max_age, self._time)
+        self._retention = Retention(self._log, self._held, clock, options.max_age, self._time)
         self._grading = Grading(self._log, self._held, self._retention, clock, self._redactor)
         # Reads from the index the store keeps, for a provider that keeps one.
         self._store = StoreReads(
@@ -243,29 +214,31 @@ class EpisodicMemory:
             self._index,
             self._embedder,
             clock,
-            half_life_days,
-            self._reinforce,
+            options.half_life_days,
+            options.reinforce,
             self._retention.past,
         )
         # Recall by meaning: only with an embedder (numpy is imported by it, never otherwise).
         self._semantic: Semantic | None = None
         self._vectors: Any = None  # the semantic part's VectorIndex, with an embedder
-        if self._embedder is not None:
+        if options.embedding is not None:
             from ._semantic import Semantic
 
+            embedding = options.embedding
             self._semantic = Semantic(
                 self._log,
-                self._embedder,
-                self._embed_fields,
+                embedding.embedder,
+                embedding.fields,
                 self._redactor,
-                self._embed_timeout,
+                embedding.timeout,
                 self._held.sync,
-                self._similarity_floor,
-                self._min_similarity,
+                embedding.similarity_floor,
+                embedding.min_similarity,
             )
             self._vectors = self._semantic.vectors
             self._held.vectors = self._semantic
             self._store.semantic = self._semantic
+        reflection = options.reflection
         self._writer = Writer(
             self._log,
             self._semantic,
@@ -273,9 +246,9 @@ class EpisodicMemory:
             self._held,
             clock,
             self._redactor,
-            self._reflect_model,
-            self._reflect_timeout,
-            self._reflect_params,
+            reflection.model,
+            reflection.timeout,
+            reflection.params,
         )
         self._telemetry = tracing(
             telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
@@ -293,7 +266,7 @@ class EpisodicMemory:
 
     @property
     def recall_k(self) -> int:
-        return self._recall_k
+        return self._options.recall_k
 
     @property
     def tz(self) -> tzinfo | str:
@@ -303,12 +276,12 @@ class EpisodicMemory:
 
     @property
     def reflect_model(self) -> str | None:
-        return self._reflect_model
+        return self._options.reflection.model
 
     @property
     def max_age(self) -> timedelta | None:
         """The retention policy: episodes older than this are hidden and swept."""
-        return self._max_age
+        return self._options.max_age
 
     @property
     def redactor(self) -> Redactor | None:
@@ -572,8 +545,9 @@ class EpisodicMemory:
         limit = integer("limit", limit, minimum=0)
         offset = integer("offset", offset, minimum=0)
         if self._store.reads_store():
-            max_age = None if self._max_age is None else self._max_age.total_seconds()
-            found: Page | None = await self._store.page_in_store(limit, offset, max_age)
+            max_age = self._options.max_age
+            seconds = None if max_age is None else max_age.total_seconds()
+            found: Page | None = await self._store.page_in_store(limit, offset, seconds)
             if found is not None:
                 return found
         await self._sync()
@@ -649,7 +623,7 @@ class EpisodicMemory:
         started = time.perf_counter()
         if not isinstance(query, str):
             raise ConfigurationError(f"query must be a string, not {type(query).__name__}")
-        k = self._recall_k if top_k is None else integer("top_k", top_k, minimum=0)
+        k = self._options.recall_k if top_k is None else integer("top_k", top_k, minimum=0)
         if intent not in INTENTS:
             raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
         outcomes = outcome_filter(outcome)
@@ -657,7 +631,9 @@ class EpisodicMemory:
         after = await self._time("since", since)
         cutoff = await self._time("until", until)
         floor = (
-            self._min_relevance if min_relevance is None else _floor("min_relevance", min_relevance)
+            self._options.min_relevance
+            if min_relevance is None
+            else relevance_floor("min_relevance", min_relevance)
         )
         if k > 0 and self._store.reads_store():
             in_store = await self._store.explain_in_store(
@@ -692,7 +668,7 @@ class EpisodicMemory:
                 k,
                 now=now,
                 intent=intent,
-                half_life_days=self._half_life,
+                half_life_days=self._options.half_life_days,
                 outcomes=outcomes,
                 tags=wanted_tags,
                 since=after,
@@ -707,7 +683,7 @@ class EpisodicMemory:
                 k,
                 now=now,
                 intent=intent,
-                half_life_days=self._half_life,
+                half_life_days=self._options.half_life_days,
                 outcomes=outcomes,
                 tags=wanted_tags,
                 since=after,
@@ -734,7 +710,7 @@ class EpisodicMemory:
 
     @property
     def _process_view(self) -> ProcessView:
-        return ProcessView(self._held, self._reinforce, self._expired)
+        return ProcessView(self._held, self._options.reinforce, self._expired)
 
     async def history(
         self,
@@ -1062,8 +1038,3 @@ class EpisodicMemory:
 
 # The largest use count restore() takes (a counter holds at most 18 digits).
 MAX_USES = 10**15
-
-
-def _floor(name: str, value: Any) -> float:
-    """A relevance floor: a number from 0 to 1."""
-    return number(name, value, minimum=0.0, maximum=1.0)

@@ -23,6 +23,7 @@ CORE = {
     "_render",
     "_log",
     "_memory",
+    "_options",
     "_held",
     "_semantic",
     "_store_reads",
