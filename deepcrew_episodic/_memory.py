@@ -7,7 +7,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from datetime import UTC, timedelta, tzinfo
+from datetime import timedelta, tzinfo
 from typing import Any
 
 from ._embed import (
@@ -47,7 +47,7 @@ from ._retention import Retention
 from ._stats import MemoryStats, count_stats
 from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
-from ._time import TimeLike, needs_reading, span, zone
+from ._time import TimeLike, TimeReader
 from ._validate import (
     boolean,
     integer,
@@ -199,14 +199,13 @@ class EpisodicMemory:
             tz=tz,
         )
         self._clock = clock
-        # A zone name is loaded (a file read) when a time first needs it, off the event loop.
-        self._tz: tzinfo | str = options.tz
+        self._times = TimeReader(options.tz, clock)
         self._redactor = options.redactor
         self._embedder = options.embedding.embedder if options.embedding else None
         self._index = RecallIndex(options.recall_fields)
         # The log as this process holds it (read whole only when the store keeps no index).
         self._held = HeldLog(self._log, self._index, clock)
-        self._retention = Retention(self._log, self._held, clock, options.max_age, self._time)
+        self._retention = Retention(self._log, self._held, clock, options.max_age, self._times.read)
         self._grading = Grading(self._log, self._held, self._retention, clock, self._redactor)
         # Reads from the index the store keeps, for a provider that keeps one.
         self._store = StoreReads(
@@ -272,7 +271,7 @@ class EpisodicMemory:
     def tz(self) -> tzinfo | str:
         """The time zone of dates and phrases given without one, as given (an IANA name or a
         ``tzinfo``; ``datetime.UTC`` unless set)."""
-        return self._tz
+        return self._times.tz
 
     @property
     def reflect_model(self) -> str | None:
@@ -628,8 +627,8 @@ class EpisodicMemory:
             raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
         outcomes = outcome_filter(outcome)
         wanted_tags = tag_filter(tags)
-        after = await self._time("since", since)
-        cutoff = await self._time("until", until)
+        after = await self._times.read("since", since)
+        cutoff = await self._times.read("until", until)
         floor = (
             self._options.min_relevance
             if min_relevance is None
@@ -979,27 +978,6 @@ class EpisodicMemory:
 
     async def _sync(self) -> None:
         await self._held.sync()
-
-    async def _time(self, name: str, value: TimeLike | None) -> float | None:
-        """A ``since``/``before`` (the start of the span *value* names) or an ``until`` (its
-        end) as POSIX seconds, read in this memory's time zone and relative to its clock;
-        ``None`` for ``None``. See _time.py. A phrase, or a zone not loaded yet, is read in a
-        worker thread: dateparser's import and the zone database are file reads."""
-        if value is None:
-            return None
-        if needs_reading(value, self._tz):
-            import anyio.to_thread
-
-            start, end = await anyio.to_thread.run_sync(self._span, name, value)
-        else:
-            start, end = self._span(name, value)
-        return end if name == "until" else start
-
-    def _span(self, name: str, value: TimeLike) -> tuple[float, float]:
-        if isinstance(self._tz, str) and needs_reading(value, self._tz):
-            self._tz = zone(self._tz)
-        tz = self._tz if not isinstance(self._tz, str) else UTC  # a moment needs no zone
-        return span(value, name=name, now=self._clock(), tz=tz)
 
     def searched_text(self, episode: Episode) -> str:
         """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), in its
