@@ -26,16 +26,15 @@ from ._exceptions import (
 )
 from ._grade import NOTE_CHARS, Grade
 from ._grading import Grading
-from ._held import UNDATED, HeldLog, ProcessView
+from ._held import UNDATED, HeldLog
 from ._history import History
 from ._listing import Page
 from ._log import Counters, EpisodeLog, list_namespaces
-from ._options import Options, relevance_floor
-from ._ranking import copied_ranking, keyword_ranking, outcome_filter, tag_filter
+from ._options import Options
+from ._query import Searcher
 from ._recall import (
     DEFAULT_FIELDS,
     HALF_LIFE_DAYS,
-    INTENTS,
     MIN_RELEVANCE,
     Ranking,
     RecallIndex,
@@ -248,6 +247,15 @@ class EpisodicMemory:
             reflection.model,
             reflection.timeout,
             reflection.params,
+        )
+        self._searcher = Searcher(
+            self._held,
+            self._store,
+            self._semantic,
+            self._retention.expired,
+            self._times,
+            options,
+            clock,
         )
         self._telemetry = tracing(
             telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
@@ -619,97 +627,17 @@ class EpisodicMemory:
             for hit in await memory.explain("refund a duplicate charge", intent="what_failed"):
                 print(f"{hit.score:.3f} {hit.episode.query!r}: {hit.why()}")
         """
-        started = time.perf_counter()
-        if not isinstance(query, str):
-            raise ConfigurationError(f"query must be a string, not {type(query).__name__}")
-        k = self._options.recall_k if top_k is None else integer("top_k", top_k, minimum=0)
-        if intent not in INTENTS:
-            raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
-        outcomes = outcome_filter(outcome)
-        wanted_tags = tag_filter(tags)
-        after = await self._times.read("since", since)
-        cutoff = await self._times.read("until", until)
-        floor = (
-            self._options.min_relevance
-            if min_relevance is None
-            else relevance_floor("min_relevance", min_relevance)
+        checked = await self._searcher.query(
+            query,
+            top_k,
+            intent=intent,
+            tags=tags,
+            outcome=outcome,
+            since=since,
+            until=until,
+            min_relevance=min_relevance,
         )
-        if k > 0 and self._store.reads_store():
-            in_store = await self._store.explain_in_store(
-                query,
-                k,
-                intent=intent,
-                outcomes=outcomes,
-                tags=wanted_tags,
-                since=after,
-                until=cutoff,
-                floor=floor,
-            )
-            if in_store is not None:
-                self._debug_recall(in_store, started)
-                return in_store
-        await self._sync()
-        if k == 0:
-            return copied_ranking((), floor, ())
-        query_vector: Any = None
-        error: str | None = None
-        if self._semantic is not None:
-            self._semantic.check_embedder()
-            query_vector, error = await self._semantic.query_vector(query)
-        now = self._clock()
-        index = self._index
-        if self._semantic is not None and query_vector is not None:
-            found, under = self._semantic.ranking(
-                self._process_view,
-                index,
-                query,
-                query_vector,
-                k,
-                now=now,
-                intent=intent,
-                half_life_days=self._options.half_life_days,
-                outcomes=outcomes,
-                tags=wanted_tags,
-                since=after,
-                until=cutoff,
-                floor=floor,
-            )
-        else:
-            found, under = keyword_ranking(
-                self._process_view,
-                index,
-                query,
-                k,
-                now=now,
-                intent=intent,
-                half_life_days=self._options.half_life_days,
-                outcomes=outcomes,
-                tags=wanted_tags,
-                since=after,
-                until=cutoff,
-                floor=floor,
-            )
-        ranking = copied_ranking([scored for _, scored in found], floor, under)
-        if self._embedder is not None:
-            ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
-            ranking.embedder_error = error
-        self._debug_recall(ranking, started)
-        return ranking
-
-    def _debug_recall(self, ranking: Ranking, started: float) -> None:
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "recall in %r (%s): %d episodes in %.2f ms: %s",
-                self.namespace,
-                ranking.by,
-                len(ranking),
-                (time.perf_counter() - started) * 1000,
-                [scored.episode.id for scored in ranking],
-            )
-
-    @property
-    def _process_view(self) -> ProcessView:
-        return ProcessView(self._held, self._options.reinforce, self._expired)
+        return await self._searcher.explain(checked)
 
     async def history(
         self,

@@ -24,6 +24,7 @@ CORE = {
     "_log",
     "_memory",
     "_options",
+    "_query",
     "_held",
     "_semantic",
     "_store_reads",
