@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -206,6 +206,14 @@ class HeldLog:
             top = max(top, position)
             touched.add(grade.episode_id)
         return touched
+
+    def cached(self) -> Iterator[tuple[int, Episode]]:
+        """The episodes held, oldest first, as recorded (:meth:`view` applies their grades)."""
+        return self._log.cached()
+
+    def episode(self, seq: int) -> Episode:
+        """The episode held as *seq*, as recorded."""
+        return self._log.episode(seq)
 
     def view(self, episode: Episode) -> Episode:
         """*episode* as its grades make it (see _grade.py)."""

@@ -25,6 +25,7 @@ CORE = {
     "_memory",
     "_options",
     "_query",
+    "_shown",
     "_held",
     "_semantic",
     "_store_reads",
