@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta, tzinfo
 from typing import Any
 
@@ -41,7 +41,7 @@ from ._recall import (
     Scored,
 )
 from ._redact import Redactor, redact_then_cut, safe_message
-from ._render import fit_block
+from ._render import fit_recalled
 from ._retention import Retention
 from ._shown import Shown
 from ._stats import MemoryStats, count_stats
@@ -660,16 +660,9 @@ class EpisodicMemory:
     ) -> tuple[str, list[Episode]]:
         """:meth:`render`, and the episodes the block shows (redacted, in the order shown):
         for callers that report exactly what was injected."""
-        if isinstance(episodes, str | bytes | Episode | Scored | dict) or not isinstance(
-            episodes, Iterable
-        ):
-            raise ConfigurationError(
-                f"episodes must be a list of episodes (as recall returns them), not "
-                f"{type(episodes).__name__}"
-            )
-        given = [Episode.coerce(e.episode if isinstance(e, Scored) else e) for e in episodes]
-        shown = [self._redact(e) for e in given if not self.is_expired(e)]
-        return fit_block(shown, max_chars=max_chars)
+        return fit_recalled(
+            episodes, max_chars=max_chars, redactor=self._redactor, expired=self.is_expired
+        )
 
     # --- outcomes learnt later, and uses -----------------------------------------------------
 
@@ -837,9 +830,6 @@ class EpisodicMemory:
         return await self._semantic.query_vector(query)
 
     # --- internals ------------------------------------------------------------------------
-
-    def _redact(self, episode: Episode) -> Episode:
-        return self._redactor.redact_episode(episode) if self._redactor else episode
 
     async def _sync(self) -> None:
         await self._held.sync()
