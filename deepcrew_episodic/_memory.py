@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -18,13 +17,11 @@ from ._embed import (
 from ._episode import (
     Episode,
     Outcome,
-    now_iso,
 )
 from ._exceptions import (
     ConfigurationError,
-    InvalidEpisodeError,
 )
-from ._grade import NOTE_CHARS, Grade
+from ._grade import Grade
 from ._grading import Grading
 from ._held import HeldLog
 from ._history import History
@@ -40,8 +37,9 @@ from ._recall import (
     RecallIndex,
     Scored,
 )
-from ._redact import Redactor, redact_then_cut, safe_message
+from ._redact import Redactor
 from ._render import fit_recalled
+from ._restore import Restorer
 from ._retention import Retention
 from ._shown import Shown
 from ._stats import MemoryStats, count_stats
@@ -49,7 +47,6 @@ from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
 from ._time import TimeLike, TimeReader
 from ._validate import (
-    shown,
     strings,
 )
 from ._write import Writer
@@ -256,6 +253,7 @@ class EpisodicMemory:
             options,
             clock,
         )
+        self._restorer = Restorer(self._log, self._held, clock, self._redactor)
         self._shown = Shown(self._held, self._store, self._retention, options, clock)
         self._telemetry = tracing(
             telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
@@ -736,37 +734,9 @@ class EpisodicMemory:
                                      grades=item.get("grades", []), uses=item.get("uses", 0))
         """
         self.check(episode)
-        if isinstance(uses, bool) or not isinstance(uses, int) or not 0 <= uses <= MAX_USES:
-            raise InvalidEpisodeError(
-                f"invalid episode: uses: a whole number from 0 to {MAX_USES}, not {shown(uses)}"
-            )
-        if isinstance(grades, str | bytes | Mapping) or not isinstance(grades, Sequence):
-            raise InvalidEpisodeError(
-                f"grades must be a list of grades, not {safe_message(repr(grades), 80)}"
-            )
-        kept: list[Grade] = []
-        for i, given in enumerate(grades, 1):
-            try:
-                grade = given if isinstance(given, Grade) else Grade.from_dict(given, "-")
-            except InvalidEpisodeError as exc:
-                raise InvalidEpisodeError(f"grade {i}: {exc}") from None
-            if len(grade.note) > NOTE_CHARS:
-                raise InvalidEpisodeError(f"grade {i}: a note has at most {NOTE_CHARS} characters")
-            kept.append(grade)
+        kept = self._restorer.check(grades, uses)
         stored = await self.record(episode)
-        for grade in kept:
-            restored = dataclasses.replace(
-                grade,
-                episode_id=stored.id,
-                note=redact_then_cut(grade.note, NOTE_CHARS, self._redactor) if grade.note else "",
-                timestamp=grade.timestamp or now_iso(self._clock()),
-                stamp=stored.timestamp,
-            )
-            await self._log.add_grade(restored.to_json())
-        await self._sync()
-        seq = self._held.ids.get(stored.id)
-        if uses and seq is not None:  # (None: a ring too small for it pushed it out at once)
-            await self._log.set_uses(seq, uses)
+        await self._restorer.restore(stored, kept, uses)
         return stored
 
     @traced("used")
@@ -855,7 +825,3 @@ class EpisodicMemory:
 
     def _expired_episode(self, episode: Episode, now: float) -> bool:
         return self._retention.expired_episode(episode, now)
-
-
-# The largest use count restore() takes (a counter holds at most 18 digits).
-MAX_USES = 10**15

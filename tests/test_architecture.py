@@ -26,6 +26,7 @@ CORE = {
     "_options",
     "_query",
     "_shown",
+    "_restore",
     "_held",
     "_semantic",
     "_store_reads",
