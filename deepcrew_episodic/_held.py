@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from ._episode import Episode, parse_time, run_key, stored_texts
 from ._grade import Grade, graded
 from ._log import Changes, EpisodeLog
-from ._recall import RecallIndex
+from ._recall import RecallIndex, Scored
 from ._unicode import search_form
 
 __all__ = ["FUTURE_SKEW_SECONDS", "UNDATED", "HeldLog", "Known", "ProcessView", "time_or_none"]
@@ -236,6 +236,26 @@ class HeldLog:
             return known.recorded
         when = time_or_none(episode.timestamp)
         return UNDATED if when is None else when
+
+    def by_time(self, found: Iterable[Scored]) -> list[Scored]:
+        """*found* in the order the log files its episodes: by the time each is filed under
+        (see :meth:`apply`), then by sequence number; one this memory does not hold first."""
+
+        def when(item: Scored) -> tuple[float, int]:
+            seq = self.ids.get(item.episode.id)
+            known = self.known.get(seq) if seq is not None else None
+            return (
+                (known.recorded, seq) if known is not None and seq is not None else (-math.inf, -1)
+            )
+
+        return sorted(found, key=when)
+
+    async def count_uses(self, ids: Collection[str]) -> None:
+        """Count one use of each episode of *ids* this memory holds (synced first); the
+        others are ignored."""
+        await self.sync()
+        seqs = sorted({self.ids[i] for i in ids if i in self.ids})
+        await self._log.count_use(seqs)
 
     async def everything(self) -> list[tuple[int, Episode]]:
         """Every episode the log keeps, oldest first: the cache (this memory's range, synced

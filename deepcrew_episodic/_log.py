@@ -285,6 +285,16 @@ class EpisodeLog:
         digest = hashlib.blake2b(episode_id.encode("utf-8", "surrogatepass"), digest_size=16)
         return f"{self.prefix}id:{digest.hexdigest()}"
 
+    async def adopt_ring(self) -> None:
+        """Take the log's own ring size as this memory's ``max_episodes``: the one it was
+        written with (a tool that inspects a log neither hides nor shrinks anything)."""
+        head = await self.read_head()
+        if head.ring is not None:
+            self.max = head.ring
+        elif head.legacy is not None:
+            # deepcrew-ai keeps no ring size: its slot count is at least the one it used.
+            self.max = max(self.max, head.legacy.count)
+
     def ring(self, head: Head) -> int:
         """The log's ring size: ours, the largest that recorded, or deepcrew-ai's slot count,
         whichever is largest. Nothing inside it is ever deleted by an append, a sweep or a

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta, tzinfo
@@ -341,8 +340,7 @@ class EpisodicMemory:
     async def clear(self) -> None:
         """Delete every episode of this namespace (payloads included, deepcrew-ai's log too).
         Other namespaces and unrelated keys are untouched."""
-        await self._log.clear()
-        await self._log.purge()
+        await self._retention.clear()
 
     @traced("forget")
     async def forget(
@@ -397,7 +395,7 @@ class EpisodicMemory:
     ) -> list[Episode]:
         """The episodes :meth:`forget` with the same arguments would delete, oldest first:
         across the whole log, expired ones included (see :meth:`is_expired`). Copies."""
-        found = await self._select(
+        found = await self._retention.select(
             ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
         )
         return [ep.copy() for _, ep in found]
@@ -435,12 +433,7 @@ class EpisodicMemory:
         """
         memory = cls(backend, **options)
         if "max_episodes" not in options:
-            head = await memory._log.read_head()
-            if head.ring is not None:
-                memory._log.max = head.ring
-            elif head.legacy is not None:
-                # deepcrew-ai keeps no ring size: its slot count is at least the one it used.
-                memory._log.max = max(memory._log.max, head.legacy.count)
+            await memory._log.adopt_ring()
         return memory
 
     @staticmethod
@@ -468,9 +461,6 @@ class EpisodicMemory:
         """
         return await self._retention.shrink(max_episodes)
 
-    async def _select(self, **criteria: Any) -> list[tuple[int, Episode]]:
-        return await self._retention.select(**criteria)
-
     @traced("sweep")
     async def sweep(self, *, dry_run: bool = False) -> int:
         """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
@@ -487,14 +477,16 @@ class EpisodicMemory:
         only what is new otherwise) and return its revision: a number that changes whenever
         what the memory shows changed (episodes, grades, uses, vectors). For a viewer or a
         cache that wants to redo its work only when the log changed."""
-        await self._sync()
+        await self._held.sync()
         return self._held.revision
 
     async def stats(self) -> MemoryStats:
         """Counts for this namespace: episodes by outcome, expired and corrupt records not
         shown, the oldest and newest timestamps, and the bytes stored."""
-        await self._sync()
-        return await count_stats(self._log, self._held, self._expired, self._clock(), self._vectors)
+        await self._held.sync()
+        return await count_stats(
+            self._log, self._held, self._retention.expired, self._clock(), self._vectors
+        )
 
     async def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
         """Every stored episode this memory shows, oldest first; expired ones only with
@@ -620,18 +612,10 @@ class EpisodicMemory:
         """
         if not isinstance(task, str):
             raise ConfigurationError(f"task must be a string, not {type(task).__name__}")
-        await self._sync()
-        everything = max(1, self._log.max, len(self._held.known))
+        await self._held.sync()
+        everything = max(1, self._log.max, len(self._held.known))  # recall with no limit
         found = await self.explain(task, everything, tags=tags, since=since, until=until)
-
-        def when(item: Scored) -> tuple[float, int]:
-            seq = self._held.ids.get(item.episode.id)
-            known = self._held.known.get(seq) if seq is not None else None
-            return (
-                (known.recorded, seq) if known is not None and seq is not None else (-math.inf, -1)
-            )
-
-        return History(sorted(found, key=when), task=task)
+        return History(self._held.by_time(found), task=task)
 
     def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
         """The ``## Relevant past experience`` block for *episodes* (best first, as
@@ -745,10 +729,7 @@ class EpisodicMemory:
         the episodes they injected into a run). With ``reinforce`` (the default), an episode
         that was used ranks a little higher: at most 20% more. The count is kept beside the
         episode, which is never rewritten; ids no longer in the log are ignored."""
-        wanted = set(strings("ids", ids, one=True))
-        await self._sync()
-        seqs = sorted({self._held.ids[i] for i in wanted if i in self._held.ids})
-        await self._log.count_use(seqs)
+        await self._held.count_uses(set(strings("ids", ids, one=True)))
 
     # --- recall by meaning -----------------------------------------------------------------
 
@@ -801,9 +782,6 @@ class EpisodicMemory:
 
     # --- internals ------------------------------------------------------------------------
 
-    async def _sync(self) -> None:
-        await self._held.sync()
-
     def searched_text(self, episode: Episode) -> str:
         """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), in its
         search form (``search_form``: white space, hidden characters, Unicode forms and case
@@ -819,9 +797,3 @@ class EpisodicMemory:
         episode before it). No I/O, as of the last read: for a tool that filters a listing
         by time as :meth:`recall` does (the command line's and the viewer's timeline)."""
         return self._shown.recorded_at(episode)
-
-    def _expired(self, seq: int, now: float) -> bool:
-        return self._retention.expired(seq, now)
-
-    def _expired_episode(self, episode: Episode, now: float) -> bool:
-        return self._retention.expired_episode(episode, now)

@@ -44,6 +44,11 @@ class Retention:
     def namespace(self) -> str:
         return self._log.namespace
 
+    async def clear(self) -> None:
+        """Delete every episode of the namespace, with everything stored for it."""
+        await self._log.clear()
+        await self._log.purge()
+
     async def forget(
         self,
         ids: str | Collection[str] | None = None,
