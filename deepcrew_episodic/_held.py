@@ -5,7 +5,6 @@ must read the whole log (see _store_reads.py for the other path)."""
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -18,8 +17,6 @@ from ._recall import RecallIndex, Scored
 from ._unicode import search_form
 
 __all__ = ["FUTURE_SKEW_SECONDS", "UNDATED", "HeldLog", "Known", "ProcessView", "time_or_none"]
-
-log = logging.getLogger("deepcrew_episodic")
 
 # A timestamp this far ahead of the clock is accepted (clocks differ); past it, it is refused on
 # record and, when read from storage, replaced as an unusable one is.
@@ -181,19 +178,12 @@ class HeldLog:
         for conversation in {ep.conversation_id for _, ep in added if ep.conversation_id}:
             self.conversations[conversation].sort()
 
-    def add_grades(self, records: list[tuple[int, str]]) -> set[str]:
-        """Take in new grade records; return the ids of the episodes they grade."""
+    def add_grades(self, graded: list[tuple[int, Grade]]) -> set[str]:
+        """Take in new grades (with their numbers); return the ids of the episodes they
+        grade."""
         touched: set[str] = set()
         top = max(self.graded_by, default=0)
-        for position, raw in records:
-            try:
-                grade = Grade.from_json(raw)
-            except ValueError as exc:
-                self._log.counters.corrupt_records += 1
-                log.warning(
-                    "episodic log %r: skipping grade %d: %s", self._log.namespace, position, exc
-                )
-                continue
+        for position, grade in graded:
             # Kept in grade-number order: a grade read late (its writer was between its two
             # steps at the last sync) still takes its place among the others.
             mine = self.grades.setdefault(grade.episode_id, [])

@@ -71,7 +71,7 @@ class Restorer:
                 timestamp=grade.timestamp or now_iso(self._clock()),
                 stamp=stored.timestamp,
             )
-            await self._log.add_grade(restored.to_json())
+            await self._log.add_grade(restored)
         await self._held.sync()
         seq = self._held.ids.get(stored.id)
         if uses and seq is not None:  # (None: a ring too small for it pushed it out at once)
