@@ -8,18 +8,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta, tzinfo
 from typing import Any
 
-from ._embed import (
-    DEFAULT_EMBED_FIELDS,
-    SIMILARITY_FLOOR,
-    Embedder,
-)
-from ._episode import (
-    Episode,
-    Outcome,
-)
-from ._exceptions import (
-    ConfigurationError,
-)
+from ._embed import DEFAULT_EMBED_FIELDS, SIMILARITY_FLOOR, Embedder
+from ._episode import Episode, Outcome
+from ._exceptions import ConfigurationError
 from ._grade import Grade
 from ._grading import Grading
 from ._held import HeldLog
@@ -28,14 +19,7 @@ from ._listing import Page
 from ._log import Counters, EpisodeLog, list_namespaces
 from ._options import Options
 from ._query import Searcher
-from ._recall import (
-    DEFAULT_FIELDS,
-    HALF_LIFE_DAYS,
-    MIN_RELEVANCE,
-    Ranking,
-    RecallIndex,
-    Scored,
-)
+from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, MIN_RELEVANCE, Ranking, RecallIndex, Scored
 from ._redact import Redactor
 from ._render import fit_recalled
 from ._restore import Restorer
@@ -45,9 +29,7 @@ from ._stats import MemoryStats, count_stats
 from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
 from ._time import TimeLike, TimeReader
-from ._validate import (
-    strings,
-)
+from ._validate import strings
 from ._write import Writer
 from .providers._base import MemoryProvider, as_provider
 
@@ -231,7 +213,6 @@ class EpisodicMemory:
             self._vectors = self._semantic.vectors
             self._held.vectors = self._semantic
             self._store.semantic = self._semantic
-        reflection = options.reflection
         self._writer = Writer(
             self._log,
             self._semantic,
@@ -239,9 +220,7 @@ class EpisodicMemory:
             self._held,
             clock,
             self._redactor,
-            reflection.model,
-            reflection.timeout,
-            reflection.params,
+            options.reflection,
         )
         self._searcher = Searcher(
             self._held,

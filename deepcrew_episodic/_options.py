@@ -1,8 +1,8 @@
 """An :class:`~deepcrew_episodic.EpisodicMemory`'s configuration: small frozen objects, each value
 checked once, here, when the memory is built (see the memory's docstring for what each means).
 
-Recall by meaning is one object (:class:`Embedding`), as is the lesson a model writes
-(:class:`Reflection`): the parts that use them take the object, not a row of arguments.
+Recall by meaning is one object (:class:`Embedding`: present only with an embedder), and so is
+the lesson a model writes (:class:`Reflection`, which the write path takes whole).
 """
 
 from __future__ import annotations
