@@ -1506,10 +1506,6 @@ class EpisodeLog:
         numbered = [self.grade_key(n) for n in grades]
         await self.delete_seqs(seqs, also=[*also, *claims, *numbered])
 
-    def grade_record_keys(self, numbers: Collection[int]) -> list[str]:
-        """The keys of the grade records numbered *numbers* (strays a sweep counts)."""
-        return [self.grade_key(n) for n in numbers]
-
     async def purge(self) -> None:
         """Drop what the store keeps of deleted keys beyond them (a journal's copies)."""
         await self.provider.purge()
