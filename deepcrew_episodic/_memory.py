@@ -759,7 +759,7 @@ class EpisodicMemory:
         assert self._semantic is not None  # (a memory without an embedder has no query vector)
         return await self._semantic.query_vector(query)
 
-    # --- internals ------------------------------------------------------------------------
+    # --- the rules a tool filters a listing by (no I/O) -------------------------------------
 
     def searched_text(self, episode: Episode) -> str:
         """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), in its
