@@ -401,7 +401,8 @@ async def child_build(spec: dict[str, Any]) -> dict[str, Any]:
         stored.id = episode_id(seq)
         items[log.entry_key(seq, None)] = stored.to_json()
         if embedder is not None:
-            texts.append((seq, embed_text(stored, memory._embed_fields, memory._redactor)))
+            fields = memory._options.embedding.fields
+            texts.append((seq, embed_text(stored, fields, memory._redactor)))
         if len(items) >= batch_size:
             await flush()
             if seq % 100_000 < batch_size:

@@ -102,7 +102,7 @@ class Grading:
             target.timestamp,
             source,
         )
-        await self._log.add_grade(grade.to_json())
+        await self._log.add_grade(grade)
         log.info(
             "episode graded",
             extra={"namespace": self._log.namespace, "id": episode_id, "outcome": chosen},

@@ -5,21 +5,18 @@ must read the whole log (see _store_reads.py for the other path)."""
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from ._episode import Episode, parse_time, run_key, stored_texts
 from ._grade import Grade, graded
 from ._log import Changes, EpisodeLog
-from ._recall import RecallIndex
+from ._recall import RecallIndex, Scored
 from ._unicode import search_form
 
 __all__ = ["FUTURE_SKEW_SECONDS", "UNDATED", "HeldLog", "Known", "ProcessView", "time_or_none"]
-
-log = logging.getLogger("deepcrew_episodic")
 
 # A timestamp this far ahead of the clock is accepted (clocks differ); past it, it is refused on
 # record and, when read from storage, replaced as an unusable one is.
@@ -181,19 +178,12 @@ class HeldLog:
         for conversation in {ep.conversation_id for _, ep in added if ep.conversation_id}:
             self.conversations[conversation].sort()
 
-    def add_grades(self, records: list[tuple[int, str]]) -> set[str]:
-        """Take in new grade records; return the ids of the episodes they grade."""
+    def add_grades(self, graded: list[tuple[int, Grade]]) -> set[str]:
+        """Take in new grades (with their numbers); return the ids of the episodes they
+        grade."""
         touched: set[str] = set()
         top = max(self.graded_by, default=0)
-        for position, raw in records:
-            try:
-                grade = Grade.from_json(raw)
-            except ValueError as exc:
-                self._log.counters.corrupt_records += 1
-                log.warning(
-                    "episodic log %r: skipping grade %d: %s", self._log.namespace, position, exc
-                )
-                continue
+        for position, grade in graded:
             # Kept in grade-number order: a grade read late (its writer was between its two
             # steps at the last sync) still takes its place among the others.
             mine = self.grades.setdefault(grade.episode_id, [])
@@ -206,6 +196,14 @@ class HeldLog:
             top = max(top, position)
             touched.add(grade.episode_id)
         return touched
+
+    def cached(self) -> Iterator[tuple[int, Episode]]:
+        """The episodes held, oldest first, as recorded (:meth:`view` applies their grades)."""
+        return self._log.cached()
+
+    def episode(self, seq: int) -> Episode:
+        """The episode held as *seq*, as recorded."""
+        return self._log.episode(seq)
 
     def view(self, episode: Episode) -> Episode:
         """*episode* as its grades make it (see _grade.py)."""
@@ -228,6 +226,26 @@ class HeldLog:
             return known.recorded
         when = time_or_none(episode.timestamp)
         return UNDATED if when is None else when
+
+    def by_time(self, found: Iterable[Scored]) -> list[Scored]:
+        """*found* in the order the log files its episodes: by the time each is filed under
+        (see :meth:`apply`), then by sequence number; one this memory does not hold first."""
+
+        def when(item: Scored) -> tuple[float, int]:
+            seq = self.ids.get(item.episode.id)
+            known = self.known.get(seq) if seq is not None else None
+            return (
+                (known.recorded, seq) if known is not None and seq is not None else (-math.inf, -1)
+            )
+
+        return sorted(found, key=when)
+
+    async def count_uses(self, ids: Collection[str]) -> None:
+        """Count one use of each episode of *ids* this memory holds (synced first); the
+        others are ignored."""
+        await self.sync()
+        seqs = sorted({self.ids[i] for i in ids if i in self.ids})
+        await self._log.count_use(seqs)
 
     async def everything(self) -> list[tuple[int, Episode]]:
         """Every episode the log keeps, oldest first: the cache (this memory's range, synced

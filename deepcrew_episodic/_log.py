@@ -69,6 +69,7 @@ from urllib.parse import quote, unquote
 from ._embed import decode_identity, decode_vector
 from ._episode import Episode
 from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeError
+from ._grade import Grade
 from ._mutex import Mutex
 from ._redact import safe_message
 from ._unicode import escape_hidden, is_hidden
@@ -193,8 +194,9 @@ class Changes:
     reset: bool = False
     added: list[tuple[int, Episode]] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
-    vectors: dict[int, str] = field(default_factory=dict)  # stored vectors of added episodes
-    grades: list[tuple[int, str]] = field(default_factory=list)  # new grade records, in order
+    # The stored vectors of added episodes, decoded: (fingerprint, text digest, unit vector).
+    vectors: dict[int, tuple[str, str, Any]] = field(default_factory=dict)
+    grades: list[tuple[int, Grade]] = field(default_factory=list)  # new grades, by number
     uses: dict[int, int] | None = None  # every use count, when one changed since the last sync
 
 
@@ -284,6 +286,16 @@ class EpisodeLog:
         """Where the claim on an explicit episode id is kept (a hash: ids may hold anything)."""
         digest = hashlib.blake2b(episode_id.encode("utf-8", "surrogatepass"), digest_size=16)
         return f"{self.prefix}id:{digest.hexdigest()}"
+
+    async def adopt_ring(self) -> None:
+        """Take the log's own ring size as this memory's ``max_episodes``: the one it was
+        written with (a tool that inspects a log neither hides nor shrinks anything)."""
+        head = await self.read_head()
+        if head.ring is not None:
+            self.max = head.ring
+        elif head.legacy is not None:
+            # deepcrew-ai keeps no ring size: its slot count is at least the one it used.
+            self.max = max(self.max, head.legacy.count)
 
     def ring(self, head: Head) -> int:
         """The log's ring size: ours, the largest that recorded, or deepcrew-ai's slot count,
@@ -781,12 +793,15 @@ class EpisodeLog:
                 if seq < EXTRA and (self._anchor is None or seq >= self._anchor[0]):
                     self._anchor = (seq, raw)
         for seq, vector in zip(wanted, vectors, strict=False):
-            if vector and seq in self._cache:
-                changes.vectors[seq] = vector
+            decoded = decode_vector(vector) if vector and seq in self._cache else None
+            if decoded is not None:  # (one that is no vector is ignored: backfill rebuilds it)
+                changes.vectors[seq] = decoded
         for number, raw in zip(numbers, graded, strict=True):
             if raw:
                 grade_holes.pop(number, None)
-                changes.grades.append((number, raw))
+                grade = self._decode_grade(number, raw)
+                if grade is not None:
+                    changes.grades.append((number, grade))
                 if self._grade_anchor is None or number >= self._grade_anchor[0]:
                     self._grade_anchor = (number, raw)
                 continue
@@ -888,6 +903,26 @@ class EpisodeLog:
             return None
         self._bad.discard(seq)  # repaired by hand since
         return episode
+
+    def _decode_grade(self, number: int, raw: str) -> Grade | None:
+        try:
+            return Grade.from_json(raw)
+        except ValueError as exc:
+            self.counters.corrupt_records += 1
+            log.warning("episodic log %r: skipping grade %d: %s", self.namespace, number, exc)
+            return None
+
+    def decode_grades(self, records: Sequence[str]) -> list[Grade]:
+        """*records* (grade records the store's index read) decoded, in order; one that
+        cannot be decoded is skipped, counted and logged."""
+        grades: list[Grade] = []
+        for raw in records:
+            try:
+                grades.append(Grade.from_json(raw))
+            except ValueError as exc:
+                self.counters.corrupt_records += 1
+                log.warning("episodic log %r: skipping a grade: %s", self.namespace, exc)
+        return grades
 
     async def beyond_view(self) -> tuple[list[tuple[int, Episode]], list[str]]:
         """The episodes the log keeps below this memory's range (for a memory with a larger
@@ -1362,8 +1397,10 @@ class EpisodeLog:
             strays.append(key)
         return strays
 
-    async def add_grade(self, record: str) -> int:
-        """Append one grade record; return its number. Grades are never rewritten."""
+    async def add_grade(self, grade: Grade) -> int:
+        """Append *grade* as a record of its own; return its number. Grades are never
+        rewritten."""
+        record = grade.to_json()
 
         def place(
             number: int, values: Mapping[str, str | None]
@@ -1468,10 +1505,6 @@ class EpisodeLog:
         claims = [self.claim_key(i) for i in ids]
         numbered = [self.grade_key(n) for n in grades]
         await self.delete_seqs(seqs, also=[*also, *claims, *numbered])
-
-    def grade_record_keys(self, numbers: Collection[int]) -> list[str]:
-        """The keys of the grade records numbered *numbers* (strays a sweep counts)."""
-        return [self.grade_key(n) for n in numbers]
 
     async def purge(self) -> None:
         """Drop what the store keeps of deleted keys beyond them (a journal's copies)."""

@@ -2,62 +2,34 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from datetime import UTC, timedelta, tzinfo
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import timedelta, tzinfo
 from typing import Any
 
-from ._embed import (
-    DEFAULT_EMBED_FIELDS,
-    EMBEDDABLE_FIELDS,
-    SIMILARITY_FLOOR,
-    Embedder,
-    as_embedder,
-)
-from ._episode import (
-    Episode,
-    Outcome,
-    now_iso,
-)
-from ._exceptions import (
-    ConfigurationError,
-    InvalidEpisodeError,
-)
-from ._grade import NOTE_CHARS, Grade
+from ._embed import DEFAULT_EMBED_FIELDS, SIMILARITY_FLOOR, Embedder
+from ._episode import Episode, Outcome
+from ._exceptions import ConfigurationError
+from ._grade import Grade
 from ._grading import Grading
-from ._held import UNDATED, HeldLog, ProcessView
+from ._held import HeldLog
 from ._history import History
 from ._listing import Page
 from ._log import Counters, EpisodeLog, list_namespaces
-from ._ranking import copied_ranking, keyword_ranking, outcome_filter, tag_filter
-from ._recall import (
-    DEFAULT_FIELDS,
-    HALF_LIFE_DAYS,
-    INTENTS,
-    MIN_RELEVANCE,
-    Ranking,
-    RecallIndex,
-    Scored,
-)
-from ._redact import Redactor, as_redactor, redact_then_cut, safe_message
-from ._render import fit_block
+from ._options import Options
+from ._query import Searcher
+from ._recall import DEFAULT_FIELDS, HALF_LIFE_DAYS, MIN_RELEVANCE, Ranking, RecallIndex, Scored
+from ._redact import Redactor
+from ._render import fit_recalled
+from ._restore import Restorer
 from ._retention import Retention
+from ._shown import Shown
 from ._stats import MemoryStats, count_stats
 from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
-from ._time import TimeLike, needs_reading, span, zone, zone_given
-from ._validate import (
-    boolean,
-    integer,
-    number,
-    optional_number,
-    positive_duration,
-    shown,
-    strings,
-)
+from ._time import TimeLike, TimeReader
+from ._validate import strings
 from ._write import Writer
 from .providers._base import MemoryProvider, as_provider
 
@@ -183,59 +155,33 @@ class EpisodicMemory:
     ) -> None:
         self._provider = as_provider(backend)
         self._log = EpisodeLog(self._provider, namespace, max_episodes)
-        recall_k = integer("recall_k", recall_k, minimum=1)
-        if max_age is not None:
-            max_age = positive_duration("max_age", max_age)
-        half_life_days = number("half_life_days", half_life_days, minimum=0, exclusive_minimum=True)
-        fields = strings("recall_fields", recall_fields)
-        if len(set(fields)) != len(fields):
-            raise ConfigurationError(f"recall_fields names a field twice: {fields!r}")
-        try:
-            self._index = RecallIndex(fields)
-        except ValueError as exc:
-            raise ConfigurationError(f"recall_fields: {exc}") from None
-        self._recall_k = recall_k
-        if reflect_model is not None and (not isinstance(reflect_model, str) or not reflect_model):
-            raise ConfigurationError(
-                f"reflect_model must be a litellm model name or None, not {reflect_model!r}"
-            )
-        if reflect_params is not None and not isinstance(reflect_params, dict):
-            raise ConfigurationError(
-                f"reflect_params must be a dict of litellm arguments, not "
-                f"{type(reflect_params).__name__}"
-            )
-        self._reflect_model = reflect_model
-        self._reflect_timeout = number(
-            "reflect_timeout", reflect_timeout, minimum=0, exclusive_minimum=True
+        self._options = options = Options.checked(
+            recall_k=recall_k,
+            reflect_model=reflect_model,
+            reflect_timeout=reflect_timeout,
+            reflect_params=reflect_params,
+            recall_fields=recall_fields,
+            max_age=max_age,
+            half_life_days=half_life_days,
+            redact=redact,
+            clock=clock,
+            embedder=embedder,
+            embed_fields=embed_fields,
+            similarity_floor=similarity_floor,
+            min_similarity=min_similarity,
+            min_relevance=min_relevance,
+            embed_timeout=embed_timeout,
+            reinforce=reinforce,
+            tz=tz,
         )
-        self._reflect_params = dict(reflect_params or {})
-        self._max_age = max_age
-        self._half_life = half_life_days
-        self._redactor = as_redactor(redact)
-        if not callable(clock):
-            raise ConfigurationError(f"clock must be a callable returning seconds, not {clock!r}")
         self._clock = clock
-        # A zone name is loaded (a file read) when a time first needs it, off the event loop.
-        self._tz: tzinfo | str = zone_given(tz)
-        self._reinforce = boolean("reinforce", reinforce)
-        self._embedder = as_embedder(embedder)
-        fields = strings("embed_fields", embed_fields)
-        if not fields or set(fields) - set(EMBEDDABLE_FIELDS) or len(set(fields)) != len(fields):
-            raise ConfigurationError(
-                f"embed_fields must name each of {EMBEDDABLE_FIELDS} at most once, not {fields!r}"
-            )
-        self._embed_fields = fields
-        self._similarity_floor = number("similarity_floor", similarity_floor)
-        self._min_similarity = optional_number(
-            "min_similarity", min_similarity, minimum=-1.0, maximum=1.0
-        )
-        self._min_relevance = _floor("min_relevance", min_relevance)
-        self._embed_timeout = number(
-            "embed_timeout", embed_timeout, minimum=0, exclusive_minimum=True
-        )
+        self._times = TimeReader(options.tz, clock)
+        self._redactor = options.redactor
+        self._embedder = options.embedding.embedder if options.embedding else None
+        self._index = RecallIndex(options.recall_fields)
         # The log as this process holds it (read whole only when the store keeps no index).
         self._held = HeldLog(self._log, self._index, clock)
-        self._retention = Retention(self._log, self._held, clock, max_age, self._time)
+        self._retention = Retention(self._log, self._held, clock, options.max_age, self._times.read)
         self._grading = Grading(self._log, self._held, self._retention, clock, self._redactor)
         # Reads from the index the store keeps, for a provider that keeps one.
         self._store = StoreReads(
@@ -243,25 +189,26 @@ class EpisodicMemory:
             self._index,
             self._embedder,
             clock,
-            half_life_days,
-            self._reinforce,
+            options.half_life_days,
+            options.reinforce,
             self._retention.past,
         )
         # Recall by meaning: only with an embedder (numpy is imported by it, never otherwise).
         self._semantic: Semantic | None = None
         self._vectors: Any = None  # the semantic part's VectorIndex, with an embedder
-        if self._embedder is not None:
+        if options.embedding is not None:
             from ._semantic import Semantic
 
+            embedding = options.embedding
             self._semantic = Semantic(
                 self._log,
-                self._embedder,
-                self._embed_fields,
+                embedding.embedder,
+                embedding.fields,
                 self._redactor,
-                self._embed_timeout,
+                embedding.timeout,
                 self._held.sync,
-                self._similarity_floor,
-                self._min_similarity,
+                embedding.similarity_floor,
+                embedding.min_similarity,
             )
             self._vectors = self._semantic.vectors
             self._held.vectors = self._semantic
@@ -273,10 +220,19 @@ class EpisodicMemory:
             self._held,
             clock,
             self._redactor,
-            self._reflect_model,
-            self._reflect_timeout,
-            self._reflect_params,
+            options.reflection,
         )
+        self._searcher = Searcher(
+            self._held,
+            self._store,
+            self._semantic,
+            self._retention.expired,
+            self._times,
+            options,
+            clock,
+        )
+        self._restorer = Restorer(self._log, self._held, clock, self._redactor)
+        self._shown = Shown(self._held, self._store, self._retention, options, clock)
         self._telemetry = tracing(
             telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
         )
@@ -293,22 +249,22 @@ class EpisodicMemory:
 
     @property
     def recall_k(self) -> int:
-        return self._recall_k
+        return self._options.recall_k
 
     @property
     def tz(self) -> tzinfo | str:
         """The time zone of dates and phrases given without one, as given (an IANA name or a
         ``tzinfo``; ``datetime.UTC`` unless set)."""
-        return self._tz
+        return self._times.tz
 
     @property
     def reflect_model(self) -> str | None:
-        return self._reflect_model
+        return self._options.reflection.model
 
     @property
     def max_age(self) -> timedelta | None:
         """The retention policy: episodes older than this are hidden and swept."""
-        return self._max_age
+        return self._options.max_age
 
     @property
     def redactor(self) -> Redactor | None:
@@ -363,8 +319,7 @@ class EpisodicMemory:
     async def clear(self) -> None:
         """Delete every episode of this namespace (payloads included, deepcrew-ai's log too).
         Other namespaces and unrelated keys are untouched."""
-        await self._log.clear()
-        await self._log.purge()
+        await self._retention.clear()
 
     @traced("forget")
     async def forget(
@@ -419,7 +374,7 @@ class EpisodicMemory:
     ) -> list[Episode]:
         """The episodes :meth:`forget` with the same arguments would delete, oldest first:
         across the whole log, expired ones included (see :meth:`is_expired`). Copies."""
-        found = await self._select(
+        found = await self._retention.select(
             ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
         )
         return [ep.copy() for _, ep in found]
@@ -427,18 +382,7 @@ class EpisodicMemory:
     def is_expired(self, episode: Episode) -> bool:
         """Whether *episode* is past its ``forget_after`` or older than ``max_age`` now: hidden
         from every read path and deleted by :meth:`sweep`."""
-        if not isinstance(episode, Episode):
-            raise ConfigurationError(f"is_expired() takes an Episode, not {type(episode).__name__}")
-        now = self._clock()
-        seq = self._held.ids.get(episode.id) if episode.id else None
-        if seq is not None:
-            return self._expired(seq, now)
-        known = self._store.times_of(episode)
-        if known is not None:
-            # Read from the store's index (this memory does not hold the log): its time as
-            # the index files it (an undated episode: the time of the one before it).
-            return self._retention.past(known[0], known[1], now)
-        return self._expired_episode(episode, now)
+        return self._shown.is_expired(episode)
 
     async def latest(self, conversation_id: str) -> Episode | None:
         """The newest unexpired episode recorded in conversation *conversation_id* (its
@@ -453,20 +397,7 @@ class EpisodicMemory:
             if previous is not None:
                 await memory.grade(previous.id, outcome="success", note="user: that worked")
         """
-        if not isinstance(conversation_id, str) or not conversation_id:
-            raise ConfigurationError(
-                f"conversation_id must be a non-empty string, not {shown(conversation_id)}"
-            )
-        if self._store.reads_store():
-            found = await self._store.latest_in_store(conversation_id)
-            if found is None or isinstance(found, Episode):
-                return found
-        await self._sync()
-        now = self._clock()
-        for seq in reversed(self._held.conversations.get(conversation_id, [])):
-            if seq in self._held.known and not self._expired(seq, now):
-                return self._held.view(self._log.episode(seq)).copy()
-        return None
+        return await self._shown.latest(conversation_id)
 
     @classmethod
     async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:
@@ -481,12 +412,7 @@ class EpisodicMemory:
         """
         memory = cls(backend, **options)
         if "max_episodes" not in options:
-            head = await memory._log.read_head()
-            if head.ring is not None:
-                memory._log.max = head.ring
-            elif head.legacy is not None:
-                # deepcrew-ai keeps no ring size: its slot count is at least the one it used.
-                memory._log.max = max(memory._log.max, head.legacy.count)
+            await memory._log.adopt_ring()
         return memory
 
     @staticmethod
@@ -514,9 +440,6 @@ class EpisodicMemory:
         """
         return await self._retention.shrink(max_episodes)
 
-    async def _select(self, **criteria: Any) -> list[tuple[int, Episode]]:
-        return await self._retention.select(**criteria)
-
     @traced("sweep")
     async def sweep(self, *, dry_run: bool = False) -> int:
         """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
@@ -533,14 +456,16 @@ class EpisodicMemory:
         only what is new otherwise) and return its revision: a number that changes whenever
         what the memory shows changed (episodes, grades, uses, vectors). For a viewer or a
         cache that wants to redo its work only when the log changed."""
-        await self._sync()
+        await self._held.sync()
         return self._held.revision
 
     async def stats(self) -> MemoryStats:
         """Counts for this namespace: episodes by outcome, expired and corrupt records not
         shown, the oldest and newest timestamps, and the bytes stored."""
-        await self._sync()
-        return await count_stats(self._log, self._held, self._expired, self._clock(), self._vectors)
+        await self._held.sync()
+        return await count_stats(
+            self._log, self._held, self._retention.expired, self._clock(), self._vectors
+        )
 
     async def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
         """Every stored episode this memory shows, oldest first; expired ones only with
@@ -548,15 +473,7 @@ class EpisodicMemory:
         *graded* (the default) each reads as its grades make it (see :meth:`grade`);
         ``graded=False`` gives the episodes as they were recorded (for a backup that keeps the
         grades beside them). The episodes are copies: changing them changes nothing stored."""
-        include_expired = boolean("include_expired", include_expired)
-        graded_view = boolean("graded", graded)
-        await self._sync()
-        now = self._clock()
-        return [
-            (self._held.view(ep) if graded_view else ep).copy()
-            for seq, ep in self._log.cached()
-            if include_expired or not self._expired(seq, now)
-        ]
+        return await self._shown.load(include_expired=include_expired, graded=graded)
 
     async def page(self, limit: int = 50, offset: int = 0) -> Page:
         """The newest *limit* episodes this memory shows after skipping the *offset* newest,
@@ -569,19 +486,7 @@ class EpisodicMemory:
             first = await memory.page(20)
             second = await memory.page(20, offset=20)
         """
-        limit = integer("limit", limit, minimum=0)
-        offset = integer("offset", offset, minimum=0)
-        if self._store.reads_store():
-            max_age = None if self._max_age is None else self._max_age.total_seconds()
-            found: Page | None = await self._store.page_in_store(limit, offset, max_age)
-            if found is not None:
-                return found
-        await self._sync()
-        now = self._clock()
-        # Only the page is copied (a copy costs about 11 µs, a check 0.3 µs).
-        shown = [(seq, ep) for seq, ep in self._log.cached() if not self._expired(seq, now)]
-        chosen = shown[::-1][offset : offset + limit]
-        return Page([self._held.view(ep).copy() for _, ep in chosen], len(shown), offset)
+        return await self._shown.page(limit, offset)
 
     async def recall(
         self,
@@ -646,95 +551,17 @@ class EpisodicMemory:
             for hit in await memory.explain("refund a duplicate charge", intent="what_failed"):
                 print(f"{hit.score:.3f} {hit.episode.query!r}: {hit.why()}")
         """
-        started = time.perf_counter()
-        if not isinstance(query, str):
-            raise ConfigurationError(f"query must be a string, not {type(query).__name__}")
-        k = self._recall_k if top_k is None else integer("top_k", top_k, minimum=0)
-        if intent not in INTENTS:
-            raise ConfigurationError(f"intent must be one of {INTENTS}, not {shown(intent)}")
-        outcomes = outcome_filter(outcome)
-        wanted_tags = tag_filter(tags)
-        after = await self._time("since", since)
-        cutoff = await self._time("until", until)
-        floor = (
-            self._min_relevance if min_relevance is None else _floor("min_relevance", min_relevance)
+        checked = await self._searcher.query(
+            query,
+            top_k,
+            intent=intent,
+            tags=tags,
+            outcome=outcome,
+            since=since,
+            until=until,
+            min_relevance=min_relevance,
         )
-        if k > 0 and self._store.reads_store():
-            in_store = await self._store.explain_in_store(
-                query,
-                k,
-                intent=intent,
-                outcomes=outcomes,
-                tags=wanted_tags,
-                since=after,
-                until=cutoff,
-                floor=floor,
-            )
-            if in_store is not None:
-                self._debug_recall(in_store, started)
-                return in_store
-        await self._sync()
-        if k == 0:
-            return copied_ranking((), floor, ())
-        query_vector: Any = None
-        error: str | None = None
-        if self._semantic is not None:
-            self._semantic.check_embedder()
-            query_vector, error = await self._semantic.query_vector(query)
-        now = self._clock()
-        index = self._index
-        if self._semantic is not None and query_vector is not None:
-            found, under = self._semantic.ranking(
-                self._process_view,
-                index,
-                query,
-                query_vector,
-                k,
-                now=now,
-                intent=intent,
-                half_life_days=self._half_life,
-                outcomes=outcomes,
-                tags=wanted_tags,
-                since=after,
-                until=cutoff,
-                floor=floor,
-            )
-        else:
-            found, under = keyword_ranking(
-                self._process_view,
-                index,
-                query,
-                k,
-                now=now,
-                intent=intent,
-                half_life_days=self._half_life,
-                outcomes=outcomes,
-                tags=wanted_tags,
-                since=after,
-                until=cutoff,
-                floor=floor,
-            )
-        ranking = copied_ranking([scored for _, scored in found], floor, under)
-        if self._embedder is not None:
-            ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
-            ranking.embedder_error = error
-        self._debug_recall(ranking, started)
-        return ranking
-
-    def _debug_recall(self, ranking: Ranking, started: float) -> None:
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "recall in %r (%s): %d episodes in %.2f ms: %s",
-                self.namespace,
-                ranking.by,
-                len(ranking),
-                (time.perf_counter() - started) * 1000,
-                [scored.episode.id for scored in ranking],
-            )
-
-    @property
-    def _process_view(self) -> ProcessView:
-        return ProcessView(self._held, self._reinforce, self._expired)
+        return await self._searcher.explain(checked)
 
     async def history(
         self,
@@ -764,18 +591,10 @@ class EpisodicMemory:
         """
         if not isinstance(task, str):
             raise ConfigurationError(f"task must be a string, not {type(task).__name__}")
-        await self._sync()
-        everything = max(1, self._log.max, len(self._held.known))
+        await self._held.sync()
+        everything = max(1, self._log.max, len(self._held.known))  # recall with no limit
         found = await self.explain(task, everything, tags=tags, since=since, until=until)
-
-        def when(item: Scored) -> tuple[float, int]:
-            seq = self._held.ids.get(item.episode.id)
-            known = self._held.known.get(seq) if seq is not None else None
-            return (
-                (known.recorded, seq) if known is not None and seq is not None else (-math.inf, -1)
-            )
-
-        return History(sorted(found, key=when), task=task)
+        return History(self._held.by_time(found), task=task)
 
     def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
         """The ``## Relevant past experience`` block for *episodes* (best first, as
@@ -802,16 +621,9 @@ class EpisodicMemory:
     ) -> tuple[str, list[Episode]]:
         """:meth:`render`, and the episodes the block shows (redacted, in the order shown):
         for callers that report exactly what was injected."""
-        if isinstance(episodes, str | bytes | Episode | Scored | dict) or not isinstance(
-            episodes, Iterable
-        ):
-            raise ConfigurationError(
-                f"episodes must be a list of episodes (as recall returns them), not "
-                f"{type(episodes).__name__}"
-            )
-        given = [Episode.coerce(e.episode if isinstance(e, Scored) else e) for e in episodes]
-        shown = [self._redact(e) for e in given if not self.is_expired(e)]
-        return fit_block(shown, max_chars=max_chars)
+        return fit_recalled(
+            episodes, max_chars=max_chars, redactor=self._redactor, expired=self.is_expired
+        )
 
     # --- outcomes learnt later, and uses -----------------------------------------------------
 
@@ -854,30 +666,12 @@ class EpisodicMemory:
     async def grades(self, episode_id: str | None = None) -> list[Grade]:
         """The grades of an episode, oldest first (``[]`` when it has none); without an id,
         every grade of the log, oldest first (one read for a listing of many episodes)."""
-        if episode_id is not None and not isinstance(episode_id, str):
-            raise ConfigurationError(
-                f"grades() takes one episode id (a string) or none, not {type(episode_id).__name__}"
-            )
-        if episode_id is not None and self._store.reads_store():
-            found = await self._store.grades_in_store(episode_id)
-            if found is not None:
-                return found
-        await self._sync()
-        if episode_id is None:
-            return [
-                g for grades in self._held.grades.values() for g in grades if self._held.applies(g)
-            ]
-        return [g for g in self._held.grades.get(episode_id, ()) if self._held.applies(g)]
+        return await self._shown.grades(episode_id)
 
     async def uses(self) -> dict[str, int]:
         """How many times each episode this memory keeps was used (see :meth:`used`), by id;
         episodes never used are left out. For a backup: :meth:`restore` takes the count."""
-        await self._sync()
-        return {
-            self._held.known[seq].id: count
-            for seq, count in sorted(self._held.uses.items())
-            if count > 0 and seq in self._held.known
-        }
+        return await self._shown.uses()
 
     async def restore(
         self,
@@ -903,37 +697,9 @@ class EpisodicMemory:
                                      grades=item.get("grades", []), uses=item.get("uses", 0))
         """
         self.check(episode)
-        if isinstance(uses, bool) or not isinstance(uses, int) or not 0 <= uses <= MAX_USES:
-            raise InvalidEpisodeError(
-                f"invalid episode: uses: a whole number from 0 to {MAX_USES}, not {shown(uses)}"
-            )
-        if isinstance(grades, str | bytes | Mapping) or not isinstance(grades, Sequence):
-            raise InvalidEpisodeError(
-                f"grades must be a list of grades, not {safe_message(repr(grades), 80)}"
-            )
-        kept: list[Grade] = []
-        for i, given in enumerate(grades, 1):
-            try:
-                grade = given if isinstance(given, Grade) else Grade.from_dict(given, "-")
-            except InvalidEpisodeError as exc:
-                raise InvalidEpisodeError(f"grade {i}: {exc}") from None
-            if len(grade.note) > NOTE_CHARS:
-                raise InvalidEpisodeError(f"grade {i}: a note has at most {NOTE_CHARS} characters")
-            kept.append(grade)
+        kept = self._restorer.check(grades, uses)
         stored = await self.record(episode)
-        for grade in kept:
-            restored = dataclasses.replace(
-                grade,
-                episode_id=stored.id,
-                note=redact_then_cut(grade.note, NOTE_CHARS, self._redactor) if grade.note else "",
-                timestamp=grade.timestamp or now_iso(self._clock()),
-                stamp=stored.timestamp,
-            )
-            await self._log.add_grade(restored.to_json())
-        await self._sync()
-        seq = self._held.ids.get(stored.id)
-        if uses and seq is not None:  # (None: a ring too small for it pushed it out at once)
-            await self._log.set_uses(seq, uses)
+        await self._restorer.restore(stored, kept, uses)
         return stored
 
     @traced("used")
@@ -942,10 +708,7 @@ class EpisodicMemory:
         the episodes they injected into a run). With ``reinforce`` (the default), an episode
         that was used ranks a little higher: at most 20% more. The count is kept beside the
         episode, which is never rewritten; ids no longer in the log are ignored."""
-        wanted = set(strings("ids", ids, one=True))
-        await self._sync()
-        seqs = sorted({self._held.ids[i] for i in wanted if i in self._held.ids})
-        await self._log.count_use(seqs)
+        await self._held.count_uses(set(strings("ids", ids, one=True)))
 
     # --- recall by meaning -----------------------------------------------------------------
 
@@ -996,45 +759,14 @@ class EpisodicMemory:
         assert self._semantic is not None  # (a memory without an embedder has no query vector)
         return await self._semantic.query_vector(query)
 
-    # --- internals ------------------------------------------------------------------------
-
-    def _redact(self, episode: Episode) -> Episode:
-        return self._redactor.redact_episode(episode) if self._redactor else episode
-
-    async def _sync(self) -> None:
-        await self._held.sync()
-
-    async def _time(self, name: str, value: TimeLike | None) -> float | None:
-        """A ``since``/``before`` (the start of the span *value* names) or an ``until`` (its
-        end) as POSIX seconds, read in this memory's time zone and relative to its clock;
-        ``None`` for ``None``. See _time.py. A phrase, or a zone not loaded yet, is read in a
-        worker thread: dateparser's import and the zone database are file reads."""
-        if value is None:
-            return None
-        if needs_reading(value, self._tz):
-            import anyio.to_thread
-
-            start, end = await anyio.to_thread.run_sync(self._span, name, value)
-        else:
-            start, end = self._span(name, value)
-        return end if name == "until" else start
-
-    def _span(self, name: str, value: TimeLike) -> tuple[float, float]:
-        if isinstance(self._tz, str) and needs_reading(value, self._tz):
-            self._tz = zone(self._tz)
-        tz = self._tz if not isinstance(self._tz, str) else UTC  # a moment needs no zone
-        return span(value, name=name, now=self._clock(), tz=tz)
+    # --- the rules a tool filters a listing by (no I/O) -------------------------------------
 
     def searched_text(self, episode: Episode) -> str:
         """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), in its
         search form (``search_form``: white space, hidden characters, Unicode forms and case
         folded): every text field of the episode and its grades' notes, as of the last read.
         No I/O: for a tool that filters a listing by the same rule (the viewer's search)."""
-        if not isinstance(episode, Episode):
-            raise ConfigurationError(
-                f"searched_text() takes an Episode, not {type(episode).__name__}"
-            )
-        return self._held.text_of(episode)
+        return self._shown.searched_text(episode)
 
     def recorded_at(self, episode: Episode) -> float | None:
         """The time, as POSIX seconds, that every ``since``/``until``/``before`` of this memory
@@ -1043,27 +775,4 @@ class EpisodicMemory:
         when no time is known (an episode this memory has not read, or one with no dated
         episode before it). No I/O, as of the last read: for a tool that filters a listing
         by time as :meth:`recall` does (the command line's and the viewer's timeline)."""
-        if not isinstance(episode, Episode):
-            raise ConfigurationError(
-                f"recorded_at() takes an Episode, not {type(episode).__name__}"
-            )
-        seq = self._held.ids.get(episode.id) if episode.id else None
-        known = self._held.known.get(seq) if seq is not None else None
-        if known is None or known.recorded == UNDATED:
-            return None
-        return known.recorded
-
-    def _expired(self, seq: int, now: float) -> bool:
-        return self._retention.expired(seq, now)
-
-    def _expired_episode(self, episode: Episode, now: float) -> bool:
-        return self._retention.expired_episode(episode, now)
-
-
-# The largest use count restore() takes (a counter holds at most 18 digits).
-MAX_USES = 10**15
-
-
-def _floor(name: str, value: Any) -> float:
-    """A relevance floor: a number from 0 to 1."""
-    return number(name, value, minimum=0.0, maximum=1.0)
+        return self._shown.recorded_at(episode)

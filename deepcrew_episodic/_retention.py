@@ -44,6 +44,11 @@ class Retention:
     def namespace(self) -> str:
         return self._log.namespace
 
+    async def clear(self) -> None:
+        """Delete every episode of the namespace, with everything stored for it."""
+        await self._log.clear()
+        await self._log.purge()
+
     async def forget(
         self,
         ids: str | Collection[str] | None = None,
@@ -165,23 +170,24 @@ class Retention:
         strays = await self._log.stray_keys()
         # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
         kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}
-        strays += self._log.grade_record_keys(
-            [n for n, i in self._held.graded_by.items() if i not in kept]
-        )
+        orphans = [n for n, i in self._held.graded_by.items() if i not in kept]
         if dry_run:
-            return len(expired) + len(strays)
-        if expired or strays:
+            return len(expired) + len(strays) + len(orphans)
+        if expired or strays or orphans:
             await self._log.delete_episodes(
-                [seq for seq, _ in expired], ids=[ep.id for _, ep in expired], also=strays
+                [seq for seq, _ in expired],
+                ids=[ep.id for _, ep in expired],
+                grades=orphans,
+                also=strays,
             )
         await self._log.purge()  # and what ring evictions left in a journal
         log.info(
             "sweep of %r: %d expired episodes, %d stray keys deleted",
             self.namespace,
             len(expired),
-            len(strays),
+            len(strays) + len(orphans),
         )
-        return len(expired) + len(strays)
+        return len(expired) + len(strays) + len(orphans)
 
     def expired(self, seq: int, now: float) -> bool:
         known = self._held.known.get(seq)

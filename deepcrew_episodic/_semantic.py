@@ -14,7 +14,6 @@ from ._embed import (
     check_vectors,
     clean_text,
     decode_identity,
-    decode_vector,
     digest,
     embed_text,
     encode_identity,
@@ -334,12 +333,11 @@ class Semantic:
         if identity is None or identity[0] != self.embedder.name:
             return  # none of these vectors can be ours (see _check_embedder)
         episodes = dict(changes.added)
-        for seq, raw in changes.vectors.items():
+        for seq, decoded in changes.vectors.items():
             episode = episodes.get(seq)
             if episode is None:
                 continue
-            decoded = decode_vector(raw)
-            vector = None if decoded is None else self.usable_vector(decoded, episode, identity)
+            vector = self.usable_vector(decoded, episode, identity)
             if vector is not None:
                 self.vectors.add(seq, vector)
 

@@ -343,13 +343,7 @@ class StoreReads:
 
         records, stamps = await self._log.read_index(run)
         self._note_counter()
-        grades: list[Grade] = []
-        for raw in records:
-            try:
-                grades.append(Grade.from_json(raw))
-            except ValueError as exc:
-                self.counters.corrupt_records += 1
-                log.warning("episodic log %r: skipping a grade: %s", self.namespace, exc)
+        grades = self._log.decode_grades(records)
         # As _applies: the grades of the episode shown, or every one when none is shown.
         return [g for g in grades if not stamps or not g.stamp or g.stamp == stamps[-1]]
 

@@ -19,13 +19,23 @@ import calendar
 import math
 import re
 import unicodedata
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 
 from ._exceptions import ConfigurationError, MissingDependencyError
 from ._validate import number, shown
 
-__all__ = ["FORMS", "TimeLike", "needs_reading", "parse_time", "span", "zone", "zone_given"]
+__all__ = [
+    "FORMS",
+    "TimeLike",
+    "TimeReader",
+    "needs_reading",
+    "parse_time",
+    "span",
+    "zone",
+    "zone_given",
+]
 
 TimeLike = datetime | date | timedelta | str | float
 
@@ -437,3 +447,33 @@ def _months_back(name: str, value: str, months: int, now: float, tz: tzinfo) -> 
     day = min(wall.day, calendar.monthrange(year, month + 1)[1])
     back = wall.replace(year=year, month=month + 1, day=day, tzinfo=tz, fold=0)
     return _moment(name, value, _timestamp(name, value, back))
+
+
+class TimeReader:
+    """The times one memory is given (``since``, ``until``, ``before``), read in its time zone
+    and relative to its clock. A zone name is loaded (a file read) when a time first needs it,
+    in a worker thread, and kept."""
+
+    def __init__(self, tz: tzinfo | str, clock: Callable[[], float]) -> None:
+        self.tz = tz  # as given (see zone_given) until a time needs the zone loaded
+        self._clock = clock
+
+    async def read(self, name: str, value: TimeLike | None) -> float | None:
+        """A ``since``/``before`` (the start of the span *value* names) or an ``until`` (its
+        end) as POSIX seconds; ``None`` for ``None``. A phrase, or a zone not loaded yet, is
+        read in a worker thread: dateparser's import and the zone database are file reads."""
+        if value is None:
+            return None
+        if needs_reading(value, self.tz):
+            import anyio.to_thread
+
+            start, end = await anyio.to_thread.run_sync(self._span, name, value)
+        else:
+            start, end = self._span(name, value)
+        return end if name == "until" else start
+
+    def _span(self, name: str, value: TimeLike) -> tuple[float, float]:
+        if isinstance(self.tz, str) and needs_reading(value, self.tz):
+            self.tz = zone(self.tz)
+        tz = self.tz if not isinstance(self.tz, str) else UTC  # a moment needs no zone
+        return span(value, name=name, now=self._clock(), tz=tz)

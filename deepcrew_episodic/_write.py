@@ -11,6 +11,7 @@ from ._episode import FIELDS, Episode, new_id, now_iso, outcome_for_score, parse
 from ._exceptions import InvalidEpisodeError
 from ._held import FUTURE_SKEW_SECONDS, HeldLog
 from ._log import EpisodeLog
+from ._options import Reflection
 from ._redact import Redactor, safe_message
 from ._store_reads import StoreReads
 from ._unicode import escape_hidden
@@ -34,9 +35,7 @@ class Writer:
         held: HeldLog,
         clock: Callable[[], float],
         redactor: Redactor | None,
-        reflect_model: str | None,
-        reflect_timeout: float,
-        reflect_params: dict[str, Any],
+        reflection: Reflection,
     ) -> None:
         self._log = episodes
         self._semantic = semantic
@@ -44,9 +43,7 @@ class Writer:
         self._held = held
         self._clock = clock
         self._redactor = redactor
-        self._reflect_model = reflect_model
-        self._reflect_timeout = reflect_timeout
-        self._reflect_params = reflect_params
+        self._reflection = reflection  # reflect_model: the lesson a model writes
 
     async def record(self, episode: Episode | Any) -> Episode:
         """See :meth:`EpisodicMemory.record`."""
@@ -68,7 +65,7 @@ class Writer:
                 stored.timestamp = now_iso(self._clock())
             # A distilled run (it has an approach) already got its lesson, or declined one
             # (NONE): a second model must not invent it.
-            if self._reflect_model and stored.reflection is None and not stored.approach:
+            if self._reflection.model and stored.reflection is None and not stored.approach:
                 lesson = await self.reflect(stored)
                 if lesson:
                     stored.reflection = lesson
@@ -131,16 +128,17 @@ class Writer:
 
     async def reflect(self, episode: Episode) -> str | None:
         """See :meth:`EpisodicMemory.reflect`."""
-        if not self._reflect_model:
+        model = self._reflection.model
+        if not model:
             return None
         from ._reflect import ask_for_lesson
 
         try:
             lesson = await ask_for_lesson(
-                self._reflect_model,
+                model,
                 self._redact(Episode.coerce(episode)),
-                timeout_s=self._reflect_timeout,
-                params=self._reflect_params,
+                timeout_s=self._reflection.timeout,
+                params=self._reflection.params,
                 redactor=self._redactor,
             )
             # The model may echo a secret it was never shown (from its own context).
@@ -149,7 +147,7 @@ class Writer:
             self._log.counters.reflection_failures += 1
             log.warning(
                 "reflection with %s failed (%s); recording without a lesson",
-                self._reflect_model,
+                model,
                 safe_message(f"{type(exc).__name__}: {exc}"),
             )
             return None
