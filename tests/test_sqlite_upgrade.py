@@ -247,3 +247,23 @@ async def test_postings_left_behind_by_an_index_edit_are_not_counted_twice(
     await _record(path, 13, 14)
     assert _index_counts(path) == (0, 14, 4)
     assert _counts_are_exact(path)
+
+
+async def test_an_episode_with_postings_lost_to_an_index_edit_leaves_exact_counts(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "edited.db"
+    await _record(path, 1, 12)
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM ix_term WHERE seq = 5 AND term = 'ledger'")  # the index edited
+    conn.execute(  # and its count with it
+        "UPDATE ix_count SET n = n + 3 WHERE term = 'ledger' "
+        "AND size = (SELECT size FROM ix_episode WHERE seq = 5)"
+    )
+    conn.commit()
+    conn.close()
+    async with SQLiteMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)
+        assert await memory.forget(containing="batch 5)") == 1
+    assert _index_counts(path) == (0, 11, 4)
+    assert _counts_are_exact(path)

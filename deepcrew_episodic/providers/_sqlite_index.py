@@ -42,27 +42,27 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from .._index import Facts, index_row
 
 # What an episode's record takes with it when it goes ({key}: the SQL of its key), in this order:
-# each count of a posting it has is lowered (only for the postings there: a count is exact), the
-# postings go, then the counts they left at zero, then its facts. One statement per table, not a
-# trigger per posting: a ring eviction drops about thirty rows.
-_TERMS_OF = (
-    "SELECT e.ns, j.value, e.size FROM ix_episode AS e, "
-    "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j "
-    "WHERE e.key = {key}"
-)
+# its postings; the count of each lowered by one when every posting of its terms was there (the
+# common case: ``changes()`` is what the statement before deleted), else those counts taken again
+# from the postings that remain (rows lost to an edit of the index: a count stays exact); the
+# counts left at zero; its facts. One statement per table, not a trigger per posting: a ring
+# eviction drops about thirty rows.
+_TERMS = "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j"
+_TERMS_OF = "SELECT e.ns, j.value, e.size FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key}"
 _DROP_EPISODE: tuple[str, ...] = (
-    "UPDATE ix_count SET n = n - 1 WHERE (ns, term, size) IN ("
-    + _TERMS_OF
-    + " AND EXISTS (SELECT 1 FROM ix_term AS t WHERE t.ns = e.ns AND t.term = j.value "
-    "AND t.size = e.size AND t.recorded = e.recorded AND t.seq = e.seq))",
     "DELETE FROM ix_term WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
-    "e.size, e.recorded, e.seq FROM ix_episode AS e, "
-    "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j "
-    "WHERE e.key = {key})",
+    "e.size, e.recorded, e.seq FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key})",
+    "UPDATE ix_count SET n = n - 1 WHERE changes() = (SELECT json_array_length(CASE WHEN "
+    "json_valid(e.terms) THEN e.terms ELSE '[]' END) FROM ix_episode AS e WHERE e.key = {key}) "
+    "AND (ns, term, size) IN (" + _TERMS_OF + ")",
+    # Nothing lowered (changes() is 0): counted again; exact in any case.
+    "UPDATE ix_count SET n = (SELECT count(*) FROM ix_term AS t WHERE t.ns = ix_count.ns "
+    "AND t.term = ix_count.term AND t.size = ix_count.size) "
+    "WHERE (ns, term, size) IN (" + _TERMS_OF + " AND changes() = 0)",
     "DELETE FROM ix_count WHERE n <= 0 AND (ns, term, size) IN (" + _TERMS_OF + ")",
     "DELETE FROM ix_episode WHERE key = {key}",
 )
-_DROP_BY_KEY = tuple(statement.format(key="?") for statement in _DROP_EPISODE)
+_DROP_BY_KEY = tuple(statement.format(key="?1") for statement in _DROP_EPISODE)
 # An episode's postings (?1 ns, ?2 size, ?3 its terms as a JSON array, distinct, ?4 time, ?5
 # seq), then their counts raised: all of them when every posting was new (the common case),
 # else the counts of those terms taken again from the postings (one was there already: rows
