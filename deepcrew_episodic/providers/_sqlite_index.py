@@ -11,7 +11,8 @@ Tables (``ns`` is the namespace as it appears in the log's keys)::
         the postings: one row per term of an episode's default recall fields, in the order a
         search reads them (newest first within a term and length class).
     ix_count(ns, term, size, n)
-        how many postings each term and length class has (kept by triggers, exact).
+        how many postings each term and length class has (exact: kept by the statements that
+        add and drop an episode's postings, see _DROP_EPISODE and _ADD_COUNTS).
     ix_grade(key, ns, n, episode_id, record)
         one row per grade record (``episodic:<ns>:g:<n>``).
     ix_pending(key)
