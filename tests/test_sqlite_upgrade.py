@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deepcrew_episodic import ConfigurationError, EpisodicMemory
+from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory
 from deepcrew_episodic.providers import SQLiteMemoryProvider
 from deepcrew_episodic.providers._sqlite_index import BATCH
 
@@ -89,7 +89,7 @@ async def test_an_older_store_is_indexed_on_first_open_with_progress(tmp_path: P
     await backend.retrieve_many(["x"])  # the first call opens the database
     await backend.aclose()
     assert seen == [(300, 300)]
-    assert _index_counts(path) == (0, 300, 3)
+    assert _index_counts(path) == (0, 300, 4)
     assert await _same_answers(path, "sync the ledger for shop 5")
 
 
@@ -116,10 +116,10 @@ async def test_a_kill_during_the_upgrade_leaves_the_rest_queued_and_the_next_ope
     child.join(120)
     assert child.exitcode == -signal.SIGKILL
     pending, indexed, version = _index_counts(path)
-    assert version == 3
+    assert version == 4
     assert (indexed, pending) == (BATCH, episodes - BATCH)  # one batch in, the rest queued
     assert await _same_answers(path, "sync the ledger for shop 11")
-    assert _index_counts(path) == (0, episodes, 3)
+    assert _index_counts(path) == (0, episodes, 4)
 
 
 async def test_the_page_cache_is_bounded_by_a_setting(tmp_path: Path) -> None:
@@ -130,3 +130,140 @@ async def test_the_page_cache_is_bounded_by_a_setting(tmp_path: Path) -> None:
     async with backend:
         size = await backend._run("read", lambda c: c.execute("PRAGMA cache_size").fetchone()[0])
     assert size == -1024
+
+
+# Schema 3 kept the posting counts with a trigger per posting (schema 4 in the statements that
+# add and drop an episode's postings); its tables are those of schema 4.
+_SCHEMA_3_TRIGGERS = (
+    "CREATE TRIGGER ix_record_deleted AFTER DELETE ON kv "
+    "WHEN old.key GLOB 'episodic:*:[eg]:[0-9]*' BEGIN "
+    "DELETE FROM ix_term WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
+    "e.size, e.recorded, e.seq FROM ix_episode AS e, "
+    "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j "
+    "WHERE e.key = old.key); "
+    "DELETE FROM ix_episode WHERE key = old.key; "
+    "DELETE FROM ix_grade WHERE key = old.key; "
+    "DELETE FROM ix_pending WHERE key = old.key; END",
+    "CREATE TRIGGER ix_posting_added AFTER INSERT ON ix_term BEGIN "
+    "INSERT INTO ix_count (ns, term, size, n) VALUES (new.ns, new.term, new.size, 1) "
+    "ON CONFLICT (ns, term, size) DO UPDATE SET n = n + 1; END",
+    "CREATE TRIGGER ix_posting_deleted AFTER DELETE ON ix_term BEGIN "
+    "UPDATE ix_count SET n = n - 1 WHERE ns = old.ns AND term = old.term AND size = old.size; "
+    "DELETE FROM ix_count WHERE ns = old.ns AND term = old.term AND size = old.size "
+    "AND n <= 0; END",
+)
+
+
+def _counts_are_exact(path: Path) -> bool:
+    """Whether every posting count is the number of postings it counts, and no other is kept."""
+    conn = sqlite3.connect(path)
+    try:
+        counted = set(conn.execute("SELECT ns, term, size, n FROM ix_count"))
+        actual = set(
+            conn.execute("SELECT ns, term, size, count(*) FROM ix_term GROUP BY ns, term, size")
+        )
+        return bool(actual) and counted == actual
+    finally:
+        conn.close()
+
+
+def _triggers(path: Path) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    finally:
+        conn.close()
+
+
+async def _record(path: Path, first: int, last: int) -> None:
+    async with SQLiteMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)
+        for seq in range(first, last + 1):
+            await memory.record(
+                Episode(
+                    query=f"sync the ledger for shop {seq % 7} (batch {seq})",
+                    response="done",
+                    outcome="failure" if seq % 5 == 0 else "success",
+                    tags=[f"shop{seq % 3}"],
+                )
+            )
+
+
+async def test_a_schema_3_store_is_upgraded_in_place_and_its_counts_stay_exact(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v3.db"
+    await _record(path, 1, 30)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER ix_record_deleted")
+    for statement in _SCHEMA_3_TRIGGERS:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 3")
+    conn.execute("DELETE FROM kv WHERE key = 'episodic:default:e:3'")  # schema 3's triggers
+    conn.commit()
+    conn.close()
+    assert _counts_are_exact(path)
+    assert _index_counts(path) == (0, 29, 3)
+
+    await _record(path, 31, 40)  # the first open upgrades; nothing is indexed again
+    assert _index_counts(path) == (0, 39, 4)
+    assert not {"ix_posting_added", "ix_posting_deleted"} & _triggers(path)
+    assert _counts_are_exact(path)
+    async with SQLiteMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)
+        assert await memory.forget(containing="shop 2") == 6
+    assert _counts_are_exact(path)
+    assert await _same_answers(path, "sync the ledger for shop 4")
+
+
+async def test_a_ring_keeps_the_posting_counts_exact(tmp_path: Path) -> None:
+    path = tmp_path / "ring.db"
+    async with SQLiteMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=25)
+        for seq in range(1, 61):
+            await memory.record(
+                Episode(query=f"rotate the keys of vault {seq % 9} ({seq})", response="ok")
+            )
+    _, indexed, _ = _index_counts(path)
+    assert indexed == 25
+    assert _counts_are_exact(path)
+
+
+async def test_postings_left_behind_by_an_index_edit_are_not_counted_twice(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "edited.db"
+    await _record(path, 1, 12)
+    conn = sqlite3.connect(path)
+    (value,) = conn.execute("SELECT value FROM kv WHERE key = 'episodic:default:e:7'").fetchone()
+    # The facts of an episode deleted by hand (its postings stay), then its record written
+    # again behind the library's back: it is indexed again onto postings already there.
+    conn.execute("DELETE FROM ix_episode WHERE seq = 7")
+    conn.execute(
+        "INSERT OR REPLACE INTO kv (key, value) VALUES ('episodic:default:e:7', ?)", (value,)
+    )
+    conn.commit()
+    conn.close()
+    await _record(path, 13, 14)
+    assert _index_counts(path) == (0, 14, 4)
+    assert _counts_are_exact(path)
+
+
+async def test_an_episode_with_postings_lost_to_an_index_edit_leaves_exact_counts(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "edited.db"
+    await _record(path, 1, 12)
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM ix_term WHERE seq = 5 AND term = 'ledger'")  # the index edited
+    conn.execute(  # and its count with it
+        "UPDATE ix_count SET n = n + 3 WHERE term = 'ledger' "
+        "AND size = (SELECT size FROM ix_episode WHERE seq = 5)"
+    )
+    conn.commit()
+    conn.close()
+    async with SQLiteMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)
+        assert await memory.forget(containing="batch 5)") == 1
+    assert _index_counts(path) == (0, 11, 4)
+    assert _counts_are_exact(path)

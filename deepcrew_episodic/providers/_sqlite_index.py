@@ -11,7 +11,8 @@ Tables (``ns`` is the namespace as it appears in the log's keys)::
         the postings: one row per term of an episode's default recall fields, in the order a
         search reads them (newest first within a term and length class).
     ix_count(ns, term, size, n)
-        how many postings each term and length class has (kept by triggers, exact).
+        how many postings each term and length class has (exact: kept by the statements that
+        add and drop an episode's postings, see _DROP_EPISODE and _ADD_COUNTS).
     ix_grade(key, ns, n, episode_id, record)
         one row per grade record (``episodic:<ns>:g:<n>``).
     ix_pending(key)
@@ -37,9 +38,49 @@ import sqlite3
 import struct
 from array import array
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from .._index import Facts, index_row
+
+# What an episode's record takes with it when it goes ({key}: the SQL of its key), in this order:
+# its postings; the count of each lowered by one when every posting of its terms was there (the
+# common case: ``changes()`` is what the statement before deleted), else those counts taken again
+# from the postings that remain (rows lost to an edit of the index: a count stays exact); the
+# counts left at zero; its facts. One statement per table, not a trigger per posting: a ring
+# eviction drops about thirty rows.
+_TERMS = "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j"
+_TERMS_OF = "SELECT e.ns, j.value, e.size FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key}"
+_DROP_EPISODE: tuple[str, ...] = (
+    "DELETE FROM ix_term WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
+    "e.size, e.recorded, e.seq FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key})",
+    "UPDATE ix_count SET n = n - 1 WHERE changes() = (SELECT json_array_length(CASE WHEN "
+    "json_valid(e.terms) THEN e.terms ELSE '[]' END) FROM ix_episode AS e WHERE e.key = {key}) "
+    "AND (ns, term, size) IN (" + _TERMS_OF + ")",
+    # Nothing lowered (changes() is 0): counted again; exact in any case.
+    "UPDATE ix_count SET n = (SELECT count(*) FROM ix_term AS t WHERE t.ns = ix_count.ns "
+    "AND t.term = ix_count.term AND t.size = ix_count.size) "
+    "WHERE (ns, term, size) IN (" + _TERMS_OF + " AND changes() = 0)",
+    "DELETE FROM ix_count WHERE n <= 0 AND (ns, term, size) IN (" + _TERMS_OF + ")",
+    "DELETE FROM ix_episode WHERE key = {key}",
+)
+_DROP_BY_KEY = tuple(statement.format(key="?1") for statement in _DROP_EPISODE)
+# An episode's postings (?1 ns, ?2 size, ?3 its terms as a JSON array, distinct, ?4 time, ?5
+# seq), then their counts raised: all of them when every posting was new (the common case),
+# else the counts of those terms taken again from the postings (one was there already: rows
+# left behind by an edit of the index).
+_ADD_POSTINGS = (
+    "INSERT OR IGNORE INTO ix_term (ns, term, size, recorded, seq) "
+    "SELECT ?1, j.value, ?2, ?4, ?5 FROM json_each(?3) AS j"
+)
+_ADD_COUNTS = (
+    "INSERT INTO ix_count (ns, term, size, n) SELECT ?1, j.value, ?2, 1 FROM json_each(?3) AS j "
+    "WHERE true ON CONFLICT (ns, term, size) DO UPDATE SET n = n + 1"
+)
+_RECOUNT = (
+    "INSERT INTO ix_count (ns, term, size, n) SELECT ns, term, size, count(*) FROM ix_term "
+    "WHERE ns = ?1 AND size = ?2 AND term IN (SELECT value FROM json_each(?3)) GROUP BY term "
+    "ON CONFLICT (ns, term, size) DO UPDATE SET n = excluded.n"
+)
 
 TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS ix_episode (key TEXT NOT NULL UNIQUE, ns TEXT NOT NULL, "
@@ -70,29 +111,27 @@ TABLES: tuple[str, ...] = (
     "CREATE TRIGGER IF NOT EXISTS ix_record_added AFTER INSERT ON kv "
     "WHEN new.key GLOB 'episodic:*:[eg]:[0-9]*' "
     "BEGIN INSERT OR IGNORE INTO ix_pending (key) VALUES (new.key); END",
-    # A deleted one takes its rows with it, in the same statement.
+    # A deleted one takes its rows with it, in the same statement: the counts of the postings
+    # it had, the postings, its facts (see _DROP_EPISODE).
     "CREATE TRIGGER IF NOT EXISTS ix_record_deleted AFTER DELETE ON kv "
     "WHEN old.key GLOB 'episodic:*:[eg]:[0-9]*' BEGIN "
-    "DELETE FROM ix_term WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
-    "e.size, e.recorded, e.seq FROM ix_episode AS e, "
-    "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j "
-    "WHERE e.key = old.key); "
-    "DELETE FROM ix_episode WHERE key = old.key; "
-    "DELETE FROM ix_grade WHERE key = old.key; "
+    + " ".join(f"{statement.format(key='old.key')};" for statement in _DROP_EPISODE)
+    + " DELETE FROM ix_grade WHERE key = old.key; "
     "DELETE FROM ix_pending WHERE key = old.key; END",
-    "CREATE TRIGGER IF NOT EXISTS ix_posting_added AFTER INSERT ON ix_term BEGIN "
-    "INSERT INTO ix_count (ns, term, size, n) VALUES (new.ns, new.term, new.size, 1) "
-    "ON CONFLICT (ns, term, size) DO UPDATE SET n = n + 1; END",
-    "CREATE TRIGGER IF NOT EXISTS ix_posting_deleted AFTER DELETE ON ix_term BEGIN "
-    "UPDATE ix_count SET n = n - 1 WHERE ns = old.ns AND term = old.term AND size = old.size; "
-    "DELETE FROM ix_count WHERE ns = old.ns AND term = old.term AND size = old.size "
-    "AND n <= 0; END",
     "CREATE TRIGGER IF NOT EXISTS ix_grade_added AFTER INSERT ON ix_grade BEGIN "
     "UPDATE ix_episode SET graded = graded + 1 WHERE ns = new.ns "
     "AND episode_id = new.episode_id; END",
     "CREATE TRIGGER IF NOT EXISTS ix_grade_deleted AFTER DELETE ON ix_grade BEGIN "
     "UPDATE ix_episode SET graded = graded - 1 WHERE ns = old.ns "
     "AND episode_id = old.episode_id; END",
+)
+# Schema 3 kept the counts with a trigger per posting; schema 4 in the statements that add and
+# drop an episode's postings (the trigger on kv is replaced: CREATE ... IF NOT EXISTS would keep
+# the old one).
+UPGRADE_FROM_3: tuple[str, ...] = (
+    "DROP TRIGGER IF EXISTS ix_posting_added",
+    "DROP TRIGGER IF EXISTS ix_posting_deleted",
+    "DROP TRIGGER IF EXISTS ix_record_deleted",
 )
 QUEUE_EVERY_RECORD = (
     "INSERT OR IGNORE INTO ix_pending (key) SELECT key FROM kv "
@@ -109,14 +148,26 @@ def pending(conn: sqlite3.Connection) -> int:
     return int(n)
 
 
-def index_pending(conn: sqlite3.Connection, limit: int | None = None) -> int:
+def index_pending(
+    conn: sqlite3.Connection, limit: int | None = None, written: Mapping[str, str] | None = None
+) -> int:
     """Index what is pending (at most *limit* records), inside the caller's transaction; return
-    how many records were taken off the queue."""
-    sql = "SELECT p.key, kv.value FROM ix_pending AS p LEFT JOIN kv ON kv.key = p.key"
-    if limit is not None:
-        # Episodes in log order: an undated one takes the time of the one before it.
-        sql += f" ORDER BY length(p.key), p.key LIMIT {int(limit)}"
-    rows = conn.execute(sql).fetchall()
+    how many records were taken off the queue. *written*: what this transaction wrote (key ->
+    value), so that a record it queued is indexed from there, not read back."""
+    rows: list[tuple[str, str | None]] | None = None
+    if limit is None and written is not None:
+        # The common case: only this transaction's own records are queued.
+        keys = [k for (k,) in conn.execute("SELECT key FROM ix_pending")]
+        if not keys:
+            return 0
+        if all(k in written for k in keys):
+            rows = [(k, written[k]) for k in keys]
+    if rows is None:
+        sql = "SELECT p.key, kv.value FROM ix_pending AS p LEFT JOIN kv ON kv.key = p.key"
+        if limit is not None:
+            # Episodes in log order: an undated one takes the time of the one before it.
+            sql += f" ORDER BY length(p.key), p.key LIMIT {int(limit)}"
+        rows = conn.execute(sql).fetchall()
     if not rows:
         return 0
     index_vectors(conn, rows)
@@ -143,8 +194,9 @@ def index_pending(conn: sqlite3.Connection, limit: int | None = None) -> int:
 def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: str) -> None:
     # Indexed already and queued again: the record was replaced behind the library's back
     # (an INSERT OR REPLACE fires no delete trigger). Its old rows go; it is indexed as it is.
-    conn.execute(_DROP_POSTINGS, (key,))
-    conn.execute("DELETE FROM ix_episode WHERE key = ?", (key,))
+    if conn.execute("SELECT 1 FROM ix_episode WHERE key = ?", (key,)).fetchone() is not None:
+        for statement in _DROP_BY_KEY:
+            conn.execute(statement, (key,))
     row = index_row(raw)
     when = row.when if row is not None else None
     if when is None:
@@ -164,6 +216,7 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
     (graded,) = conn.execute(
         "SELECT count(*) FROM ix_grade WHERE ns = ? AND episode_id = ?", (ns, row.episode_id)
     ).fetchone()
+    terms = row.terms_json()
     conn.execute(
         "INSERT INTO ix_episode (key, ns, seq, episode_id, timestamp, recorded, outcome, source, "
         "size, terms, tags, forget_at, run, conversation, graded) "
@@ -178,7 +231,7 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
             row.outcome,
             row.source,
             row.size,
-            row.terms_json(),
+            terms,
             row.tags_json(),
             row.forget_at,
             row.run,
@@ -186,18 +239,10 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
             graded,
         ),
     )
-    conn.executemany(
-        "INSERT OR IGNORE INTO ix_term (ns, term, size, recorded, seq) VALUES (?, ?, ?, ?, ?)",
-        [(ns, term, row.size, when, seq) for term in row.terms],
-    )
-
-
-_DROP_POSTINGS = (
-    "DELETE FROM ix_term WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
-    "e.size, e.recorded, e.seq FROM ix_episode AS e, "
-    "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j "
-    "WHERE e.key = ?)"
-)
+    if row.terms:
+        added = conn.execute(_ADD_POSTINGS, (ns, row.size, terms, when, seq)).rowcount
+        counts = _ADD_COUNTS if added == len(row.terms) else _RECOUNT
+        conn.execute(counts, (ns, row.size, terms))
 
 
 def _index_grade(conn: sqlite3.Connection, key: str, ns: str, number: int, raw: str) -> None:
