@@ -53,7 +53,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -79,6 +79,7 @@ __all__ = [
 ]
 
 Matrix = npt.NDArray[np.float32]
+Found = list[tuple[int, Scored]]
 
 # A keyword match weaker than this counts only with a meaning part of at least WEAK_MEANING: one
 # shared word is relevance only when the model agrees (calibrated: docs/benchmarks.md).
@@ -90,6 +91,9 @@ MEANING_SPAN = 0.6
 # A matched term holding a digit is an identifier (an order, a ticket, a version): models see
 # little in it, so a match on one always counts.
 _IDENTIFIER = re.compile(r"[0-9]")
+# Up to this many episodes without a vector are scored one by one; more are found by the
+# keyword search (see hybrid_search).
+_LACKING = 2048
 
 # Everyday requests that no agent's log is about, in English and, with the same topics, in German,
 # French and Spanish (at least HUB_TOP in each, so that a query in one of them is measured against
@@ -224,6 +228,21 @@ class VectorIndex:
         row = self._row_of.get(seq)
         return None if row is None else self._rows[row]
 
+    # Every vector held is usable (Semantic.apply adds no other): one not held is lacking.
+    exact = True
+
+    def lacks(self, seq: int) -> bool:
+        return seq not in self._row_of
+
+    def lacking(self, index: Index, limit: int) -> list[int] | None:
+        held = cast("RecallIndex", index).seqs()
+        if len(held) - len(self._row_of) > limit:
+            return None
+        return sorted(held - self._row_of.keys())
+
+    def ahead(self, seqs: Sequence[int]) -> None:
+        pass
+
     def similarities(
         self, query: Matrix, at_least: float | None = None
     ) -> tuple[npt.NDArray[np.int64], Matrix]:
@@ -284,6 +303,21 @@ class Vectors(Protocol):
     def vector(self, seq: int) -> Matrix | None:
         """The usable vector of *seq* (``None``: it has none)."""
 
+    @property
+    def exact(self) -> bool:
+        """Whether an episode :meth:`lacks` does not name has a usable vector (``False``: it
+        has a vector of this embedder, which may not be usable: made from another text)."""
+
+    def lacks(self, seq: int) -> bool:
+        """Whether *seq* has no vector (after :meth:`similarities`)."""
+
+    def lacking(self, index: Index, limit: int) -> list[int] | None:
+        """The episodes of *index* that have no vector, in seq order, perhaps with a few
+        seqs it does not hold (``None``: more than *limit*; ask :meth:`lacks`)."""
+
+    def ahead(self, seqs: Sequence[int]) -> None:
+        """*seqs* are about to be scored: read their vectors in one trip."""
+
 
 class VectorReader(Protocol):
     """The reads a store answers for the vectors of one namespace (in its worker thread)."""
@@ -326,6 +360,25 @@ class StoreVectors:
         self._usable = usable
         self._vectors: dict[int, Matrix | None] = {}
         self.candidates = 0  # how many episodes the last similarities() measured exactly
+        # Which seqs of the view have a copy (read with the copies by similarities()).
+        self._present = np.zeros(len(live), dtype=np.bool_)
+
+    # A copy says a vector of this embedder is stored; whether it is usable (made from the
+    # episode's current text) only its record tells.
+    exact = False
+
+    def lacks(self, seq: int) -> bool:
+        at = seq - self._live.start
+        return not (0 <= at < len(self._present) and self._present[at])
+
+    def lacking(self, index: Index, limit: int) -> list[int] | None:
+        missing = np.flatnonzero(~self._present)
+        if len(missing) > limit:
+            return None
+        return [int(s) for s in missing + self._live.start]
+
+    def ahead(self, seqs: Sequence[int]) -> None:
+        self._load(list(seqs))
 
     def similarities(
         self, query: Matrix, at_least: float | None = None
@@ -336,6 +389,7 @@ class StoreVectors:
         # by at most scale / 2), plus rounding.
         spread = 0.5 * float(np.abs(query).astype(np.float64).sum())
         keep: list[npt.NDArray[np.int64]] = []
+        self._present[:] = False
         for first, heads, data in self._reader.blocks(self._mark, dim, live):
             scales = np.frombuffer(heads, dtype="<f8")
             n = len(scales)
@@ -343,6 +397,7 @@ class StoreVectors:
                 continue  # not a block this reader can read (cannot happen: one dimension)
             seqs = np.arange(first, first + n, dtype=np.int64)
             present = (scales > 0) & (seqs >= live.start) & (seqs < live.stop)
+            self._present[seqs[present] - live.start] = True
             if at_least is not None:
                 codes = np.frombuffer(data, dtype=np.int8).reshape(n, dim)
                 reach = scales * (codes.astype(np.float32) @ query) + scales * spread
@@ -510,48 +565,86 @@ def hybrid_search(
     )
     cutoff = -math.inf if since is None else since
     scored_at: dict[int, tuple[float, float, int, Scored] | None] = {}
+    vectors.ahead(meant)
     for seq in meant:
         if seq in index and index.when(seq) >= cutoff and (accept is None or accept(seq)):
             scored_at[seq] = score(seq)
-    # Keyword candidates, more of them until the k-th hybrid score is above what any episode
-    # not fetched could reach (its keyword score, since its meaning part is zero): exact. The
-    # floor applies to the keyword fetch too: without a meaning part, an episode's combined
-    # relevance is at most its keyword relevance.
-    wanted = max(4 * k, 32)
+    # The other episodes have no meaning part: an episode's hybrid score is then its keyword
+    # score when its keyword match counts (it is strong, on an identifier, or the episode has
+    # no vector: see hybrid_scorer), and zero otherwise. So the keyword candidates come in
+    # streams, one per reason, each read best first until the k-th hybrid score is above
+    # what any episode it has not returned could reach: exact, and a weak match on common
+    # words (most of a large log) is never read unless nothing better is found.
+    ident = frozenset(t for t in terms(query) if _IDENTIFIER.search(t))
+    streams: list[dict[str, Any]] = [{"least": WEAK_KEYWORD}]
+    if ident:
+        streams.append({"only": ident})
+    lacking = vectors.lacking(index, _LACKING)
+    if lacking is None:
+        streams.append({"among": vectors.lacks})  # many: those the keyword search meets
+    else:
+        # Few (what failed to embed, what was recorded without an embedder): each scored.
+        index._ahead(lacking)
+        for seq in lacking:
+            if seq in scored_at or seq not in index or index.when(seq) < cutoff:
+                continue
+            item = score(seq)
+            if item is not None and (accept is None or accept(seq)):
+                scored_at[seq] = item
+    # A store's copy says that a vector is kept, not that it is usable (made from the
+    # episode's current text, with this memory's fields): a weak match on one is zero only
+    # once its record says so, so those are read too, best first, while one could enter.
+    checking = not vectors.exact
+    # What such a match scores at most (a hair over, for rounding).
+    weak_best = WEAK_KEYWORD * max(WEIGHTS[intent].values()) * (1.0 + 1e-9)
     collecting = under is not None and min_relevance > 0.0
+    wanted = max(4 * k, 32)
+    open_streams = [(stream, wanted) for stream in streams]
     while True:
-        keyword_under: list[tuple[int, Scored]] = []
-        fetched = index.search(
-            query,
-            wanted,
-            now=now,
-            intent=intent,
-            half_life_days=half_life_days,
-            since=since,
-            accept=accept,
-            min_relevance=min_relevance,
-            under=keyword_under if collecting else None,
-        )
-        for seq, _ in chain(fetched, keyword_under):
-            if seq not in scored_at:
+        read: list[tuple[dict[str, Any], int, Found, Found]] = []
+        for stream, n in open_streams:
+            keyword_under: list[tuple[int, Scored]] = []
+            fetched = index.search(
+                query,
+                n,
+                now=now,
+                intent=intent,
+                half_life_days=half_life_days,
+                since=since,
+                accept=accept,
+                min_relevance=min_relevance,
+                under=keyword_under if collecting else None,
+                **stream,
+            )
+            new = [seq for seq, _ in chain(fetched, keyword_under) if seq not in scored_at]
+            vectors.ahead(new)
+            for seq in new:
                 scored_at[seq] = score(seq)
+            read.append((stream, n, fetched, keyword_under))
         ranked = [item for item in scored_at.values() if item is not None]
         best = heapq.nlargest(
             k, (t for t in ranked if t[3].relevance >= min_relevance), key=lambda t: t[:3]
         )
-        done = len(fetched) < wanted or (len(best) == k and best[-1][0] >= fetched[-1][1].score)
-        if collecting and done:
-            # The same test for the top k without the floor (what fell under it is reported):
-            # the keyword top `wanted` without the floor is in fetched + keyword_under.
-            pool = heapq.nlargest(wanted, (s.score for _, s in chain(fetched, keyword_under)))
-            if len(pool) == wanted:
-                everything = heapq.nlargest(k, ranked, key=lambda t: t[:3])
-                done = len(everything) == k and everything[-1][0] >= pool[-1]
-        if done:
+        everything = heapq.nlargest(k, ranked, key=lambda t: t[:3]) if collecting else best
+        open_streams = []
+        for stream, n, fetched, keyword_under in read:
+            done = len(fetched) < n or (len(best) == k and best[-1][0] >= fetched[-1][1].score)
+            if collecting and done:
+                # The same test for the top k without the floor (what fell under it is
+                # reported): the stream's top `n` without the floor is in fetched + under.
+                pool = heapq.nlargest(n, (s.score for _, s in chain(fetched, keyword_under)))
+                if len(pool) == n:
+                    done = len(everything) == k and everything[-1][0] >= pool[-1]
+            if not done:
+                open_streams.append((stream, n * 4))
+        if not open_streams and checking:
+            # (Without the floor the k-th is at least as high: that test passes too.)
+            checking = False
+            if len(best) < k or best[-1][0] < weak_best:
+                open_streams.append(({}, wanted))  # every keyword match, best first
+        if not open_streams:
             break
-        wanted *= 4
     if collecting and under is not None:
-        everything = heapq.nlargest(k, ranked, key=lambda t: t[:3])
         under.extend(
             (seq, scored) for _, _, seq, scored in everything if scored.relevance < min_relevance
         )
