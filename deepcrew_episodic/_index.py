@@ -272,20 +272,28 @@ class _Entries(Mapping[int, _StoreEntry]):
     def _fetch(self, seq: int) -> _StoreEntry | None:
         got = self._got
         if seq not in got:
-            index = self._index
             wanted = [seq]
-            tail = index.cursor
+            tail = self._index.cursor
             if tail is not None and tail.at < len(tail.rows) and tail.rows[tail.at][1] == seq:
                 # The search walks a bucket from its newest end: read the facts of the next
                 # ones with this one, in one trip.
                 wanted += [s for _, s in tail.rows[tail.at + 1 : tail.at + _AHEAD]]
-            found = index.reader.facts(wanted)
-            for s in wanted:
-                if s not in got:
-                    facts = found.get(s)
-                    live = facts is not None and s in index.live
-                    got[s] = index.entry(facts) if live and facts is not None else None
+            self.ahead(wanted)
         return got[seq]
+
+    def ahead(self, seqs: Sequence[int]) -> None:
+        """Read the entries of *seqs* not read yet, in one trip."""
+        got = self._got
+        wanted = [s for s in seqs if s not in got]
+        if not wanted:
+            return
+        index = self._index
+        found = index.reader.facts(wanted)
+        for s in wanted:
+            if s not in got:
+                facts = found.get(s)
+                live = facts is not None and s in index.live
+                got[s] = index.entry(facts) if live and facts is not None else None
 
     def __getitem__(self, seq: int) -> _StoreEntry:
         found = self._fetch(seq)
@@ -358,6 +366,9 @@ class StoreIndex(Postings):
 
     def _count(self, ordered: Sequence[str]) -> Counter[int]:
         return self.reader.matches(ordered)
+
+    def _ahead(self, seqs: Sequence[int]) -> None:
+        cast("_Entries", self._entries).ahead(seqs)
 
     # --- what the memory's filters and ranking rules read ------------------------------------
 

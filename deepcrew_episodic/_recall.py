@@ -58,7 +58,7 @@ import re
 import unicodedata
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Literal
@@ -472,6 +472,9 @@ class Postings:
     def _prepare(self, q_terms: frozenset[str] | set[str]) -> None:
         """Make the postings of *q_terms* readable (a store reads their counts here)."""
 
+    def _ahead(self, seqs: Sequence[int]) -> None:
+        """*seqs* are about to be scored one by one (a store reads their entries in one trip)."""
+
     def _count(self, ordered: Sequence[str]) -> Counter[int]:
         """How many of the terms *ordered* each episode that holds one of them holds."""
         counts: Counter[int] = Counter()
@@ -545,6 +548,9 @@ class Postings:
         accept: Callable[[int], bool] | None = None,
         min_relevance: float = 0.0,
         under: list[tuple[int, Scored]] | None = None,
+        least: float = 0.0,
+        only: Collection[str] | None = None,
+        among: Callable[[int], bool] | None = None,
     ) -> list[tuple[int, Scored]]:
         """The *k* best episodes sharing a term with *query*, best first (ties: newest first).
 
@@ -554,6 +560,14 @@ class Postings:
         nothing about the others: the result is the top *k* of the episodes at or above it.
         When *under* is given (and the floor above zero), the episodes that would have been in
         the top *k* without the floor are appended to it, best first.
+
+        The search can be narrowed to part of the episodes (the hybrid ranking's candidate
+        streams, see _vectors.py), each a filter that changes nothing about the others:
+        *least* drops episodes whose relevance is below it, under the floor or not (with
+        *least* above the floor, nothing is reported under it but what is at or above
+        *least*); *only* keeps the episodes that hold one of these query terms (only their
+        postings are read); *among* keeps the seqs it accepts, asked before anything else is
+        read of them.
         """
         q_terms = terms(query)
         if not q_terms or k <= 0:
@@ -585,7 +599,7 @@ class Postings:
 
         def useless(rel: float, best: float) -> bool:
             # Nothing at most this relevant, scoring at most *best*, can enter a heap.
-            if best < theta:
+            if best < theta or rel < least:
                 return True
             return rel < floor_at and (every is None or best < theta_all)
 
@@ -594,6 +608,12 @@ class Postings:
         postings = self._postings
         exp = math.exp
         ordered = sorted((t for t in q_terms if t in postings), key=self._df.__getitem__)
+        scanned = len(ordered)
+        if only is not None:
+            # Their postings first (rarest first): an episode first met in a later term's
+            # postings holds none of them, so the scan stops there.
+            ordered = [t for t in ordered if t in only] + [t for t in ordered if t not in only]
+            scanned = sum(1 for t in ordered if t in only)
         # How many query terms each candidate matches, counted at C speed over the postings,
         # but only once a scan turns out long: the bounds above assume an unseen episode
         # matches every remaining term, which is loose for long questions and for runs of
@@ -604,6 +624,8 @@ class Postings:
         visited = 0
         theta = 0.0
         for j, term in enumerate(ordered):
+            if j >= scanned:
+                break
             # An episode first met here holds none of the rarer terms already scanned in full
             # (or scanned until nothing left there could beat the k-th best): it matches at
             # most the terms from here on.
@@ -631,8 +653,10 @@ class Postings:
                     # recency factor; exp(-inf) = 0 puts an undated episode at the floor
                     f = floor + rw * exp(decay * (min(when, now) - now))
                     best = rel_bound * f
-                    if best < theta or (
-                        rel_most < floor_at and (every is None or best < theta_all)
+                    if (
+                        best < theta
+                        or rel_most < least
+                        or (rel_most < floor_at and (every is None or best < theta_all))
                     ):
                         break
                     seq = seqs[i]
@@ -647,7 +671,7 @@ class Postings:
                             rest = max(map(counts.__getitem__, seqs[: i + 1]), default=0)
                             rel_most = bound(size, min(most, rest))
                             rel_bound = rel_most * w_max
-                    elif theta or floor_at:
+                    elif theta or floor_at or least:
                         m = counts[seq]
                         rel = m / (q + max(m, size) - m)
                         if useless(rel, rel * f * w_max):
@@ -655,12 +679,16 @@ class Postings:
                     if seq in seen:
                         continue
                     seen.add(seq)
+                    if among is not None and not among(seq):
+                        continue
                     entry = entries.get(seq)
                     if entry is None:
                         continue  # kept by a store, outside this memory's view of the ring
                     hit = q_terms & entry.terms
                     m = len(hit)
                     rel = m / (q + max(m, size) - m)
+                    if rel < least:
+                        continue
                     score = rel * f * weights[entry.outcome]
                     kept = rel >= floor_at
                     wanted_here = kept and (len(top) < k or (score, when, seq) > top[0][:3])
@@ -761,6 +789,10 @@ class RecallIndex(Postings):
 
     def __contains__(self, seq: object) -> bool:
         return seq in self._entries
+
+    def seqs(self) -> KeysView[int]:
+        """The seqs of the indexed episodes."""
+        return self._entries.keys()
 
     def episode(self, seq: int) -> Episode:
         return self._entries[seq].episode

@@ -53,7 +53,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -68,17 +68,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKGROUND",
+    "HybridScorer",
     "StoreVectors",
     "VectorIndex",
     "VectorReader",
     "Vectors",
     "hub_levels",
     "hybrid_rules",
-    "hybrid_scorer",
     "hybrid_search",
 ]
 
 Matrix = npt.NDArray[np.float32]
+Found = list[tuple[int, Scored]]
 
 # A keyword match weaker than this counts only with a meaning part of at least WEAK_MEANING: one
 # shared word is relevance only when the model agrees (calibrated: docs/benchmarks.md).
@@ -90,6 +91,9 @@ MEANING_SPAN = 0.6
 # A matched term holding a digit is an identifier (an order, a ticket, a version): models see
 # little in it, so a match on one always counts.
 _IDENTIFIER = re.compile(r"[0-9]")
+# Up to this many episodes without a vector are scored one by one; more are found by the
+# keyword search (see hybrid_search).
+_LACKING = 2048
 
 # Everyday requests that no agent's log is about, in English and, with the same topics, in German,
 # French and Spanish (at least HUB_TOP in each, so that a query in one of them is measured against
@@ -224,6 +228,21 @@ class VectorIndex:
         row = self._row_of.get(seq)
         return None if row is None else self._rows[row]
 
+    # Every vector held is usable (Semantic.apply adds no other): one not held is lacking.
+    exact = True
+
+    def lacks(self, seq: int) -> bool:
+        return seq not in self._row_of
+
+    def lacking(self, index: Index, limit: int) -> list[int] | None:
+        held = cast("RecallIndex", index).seqs()
+        if len(held) - len(self._row_of) > limit:
+            return None
+        return sorted(held - self._row_of.keys())
+
+    def ahead(self, seqs: Sequence[int]) -> None:
+        pass
+
     def similarities(
         self, query: Matrix, at_least: float | None = None
     ) -> tuple[npt.NDArray[np.int64], Matrix]:
@@ -277,12 +296,29 @@ class Vectors(Protocol):
 
     def similarities(
         self, query: Matrix, at_least: float | None = None
-    ) -> tuple[npt.NDArray[np.int64], Matrix]:
-        """Sequence numbers and exact similarities to *query*: at least every episode whose
-        similarity is *at_least* or more (``None``: every episode with a vector)."""
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.floating[Any]]]:
+        """Sequence numbers and similarities to *query* (exact, or with :attr:`exact` false
+        upper bounds of them): at least every episode whose similarity is *at_least* or more
+        (``None``: every episode with a vector)."""
 
     def vector(self, seq: int) -> Matrix | None:
         """The usable vector of *seq* (``None``: it has none)."""
+
+    @property
+    def exact(self) -> bool:
+        """Whether :meth:`similarities` are exact and an episode :meth:`lacks` does not name
+        has a usable vector (``False``: compact copies, each read from its record when it
+        matters: it may have been made from another text)."""
+
+    def lacks(self, seq: int) -> bool:
+        """Whether *seq* has no vector (after :meth:`similarities`)."""
+
+    def lacking(self, index: Index, limit: int) -> list[int] | None:
+        """The episodes of *index* that have no vector, in seq order, perhaps with a few
+        seqs it does not hold (``None``: more than *limit*; ask :meth:`lacks`)."""
+
+    def ahead(self, seqs: Sequence[int]) -> None:
+        """*seqs* are about to be scored: read their vectors in one trip."""
 
 
 class VectorReader(Protocol):
@@ -326,16 +362,37 @@ class StoreVectors:
         self._usable = usable
         self._vectors: dict[int, Matrix | None] = {}
         self.candidates = 0  # how many episodes the last similarities() measured exactly
+        # Which seqs of the view have a copy (read with the copies by similarities()).
+        self._present = np.zeros(len(live), dtype=np.bool_)
+
+    # A copy says a vector of this embedder is stored; whether it is usable (made from the
+    # episode's current text) only its record tells.
+    exact = False
+
+    def lacks(self, seq: int) -> bool:
+        at = seq - self._live.start
+        return not (0 <= at < len(self._present) and self._present[at])
+
+    def lacking(self, index: Index, limit: int) -> list[int] | None:
+        missing = np.flatnonzero(~self._present)
+        if len(missing) > limit:
+            return None
+        return [int(s) for s in missing + self._live.start]
+
+    def ahead(self, seqs: Sequence[int]) -> None:
+        self._load(list(seqs))
 
     def similarities(
         self, query: Matrix, at_least: float | None = None
-    ) -> tuple[npt.NDArray[np.int64], Matrix]:
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.floating[Any]]]:
         dim = self.dimension
         live = self._live
         # |exact - scale * (codes @ query)| <= scale / 2 * |query|_1 (each component is off
-        # by at most scale / 2), plus rounding.
+        # by at most scale / 2), plus rounding: the upper bounds of the similarities.
         spread = 0.5 * float(np.abs(query).astype(np.float64).sum())
         keep: list[npt.NDArray[np.int64]] = []
+        reach: list[npt.NDArray[np.float64]] = []
+        self._present[:] = False
         for first, heads, data in self._reader.blocks(self._mark, dim, live):
             scales = np.frombuffer(heads, dtype="<f8")
             n = len(scales)
@@ -343,19 +400,17 @@ class StoreVectors:
                 continue  # not a block this reader can read (cannot happen: one dimension)
             seqs = np.arange(first, first + n, dtype=np.int64)
             present = (scales > 0) & (seqs >= live.start) & (seqs < live.stop)
+            self._present[seqs[present] - live.start] = True
+            codes = np.frombuffer(data, dtype=np.int8).reshape(n, dim)
+            bound = scales * (codes.astype(np.float32) @ query) + scales * spread + _ROUNDING
             if at_least is not None:
-                codes = np.frombuffer(data, dtype=np.int8).reshape(n, dim)
-                reach = scales * (codes.astype(np.float32) @ query) + scales * spread
-                present &= reach + _ROUNDING >= at_least
+                present &= bound >= at_least
             keep.append(seqs[present])
-        picked = [int(s) for s in chain.from_iterable(keep)]
-        self.candidates = len(picked)
-        self._load(picked)
-        found = [(s, v) for s in picked if (v := self._vectors.get(s)) is not None]
-        if not found:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        rows = np.stack([v for _, v in found])
-        return np.array([s for s, _ in found], dtype=np.int64), similarities(rows, query)
+            reach.append(bound[present])
+        self.candidates = sum(map(len, keep))
+        if not keep:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        return np.concatenate(keep), np.concatenate(reach)
 
     def vector(self, seq: int) -> Matrix | None:
         if seq not in self._vectors:
@@ -380,60 +435,122 @@ def hub_levels(rows: Matrix, background: Matrix) -> Matrix:
     return levels
 
 
-def hybrid_scorer(
-    index: Index,
-    vectors: Vectors,
-    query: str,
-    query_vector: Matrix,
-    *,
-    now: float,
-    intent: str,
-    half_life_days: float,
-    similarity_floor: float = SIMILARITY_FLOOR,
-    min_similarity: float | None = None,
-) -> tuple[Callable[[int], tuple[float, float, int, Scored] | None], list[int]]:
-    """The hybrid score of one indexed episode for *query* (``None``: it is not returned),
-    and the episodes whose meaning part is above zero. The index's background must be set
-    (:meth:`VectorIndex.set_background`)."""
-    if vectors.background is None:
-        raise ValueError("the vector index has no background yet")
-    q_terms = terms(query)
-    # A store's index reads what each episode holds of the query's terms: set them before
-    # any episode is read (those found by meaning alone included).
-    index._prepare(q_terms)
-    query_hub = float(hub_levels(query_vector[None, :], vectors.background)[0])
-    # What a meaning part needs (the exact test follows): a store measures only those.
-    at_least = query_hub + similarity_floor
-    if min_similarity is not None:
-        at_least = max(at_least, min_similarity)
-    seqs, sims = vectors.similarities(query_vector, at_least)
-    excess = sims - query_hub
-    above = excess > similarity_floor
-    if min_similarity is not None:
-        above &= sims >= min_similarity
-    meant = {int(seqs[i]): (float(sims[i]), float(excess[i])) for i in np.nonzero(above)[0]}
+Item = tuple[float, float, int, float]  # score, when, seq, relevance: what a top k orders
 
-    def similarity(seq: int) -> tuple[float, float] | None:
-        hit = meant.get(seq)
-        if hit is not None:
-            return hit
-        vector = vectors.vector(seq)
-        if vector is None:
-            return None
-        sim = float(similarities(vector[None, :], query_vector)[0])
-        return sim, sim - query_hub
 
-    weights = WEIGHTS[intent]
-    span = MEANING_SPAN
+class HybridScorer:
+    """The hybrid score of the episodes of *index* for one query (module doc). The index's
+    background must be set (:meth:`VectorIndex.set_background`).
 
-    def score(seq: int) -> tuple[float, float, int, Scored] | None:
-        parts = index.parts(seq, q_terms, now=now, half_life_days=half_life_days)
-        found = similarity(seq)
+    ``reach`` holds the episodes that may have a meaning part, each with an upper bound of
+    its similarity (in process the exact one: those that have one): every other episode's
+    meaning part is zero, so its score is its keyword part or nothing, known without
+    reading its vector (see :meth:`rank`)."""
+
+    def __init__(
+        self,
+        index: Index,
+        vectors: Vectors,
+        query: str,
+        query_vector: Matrix,
+        *,
+        now: float,
+        intent: str,
+        half_life_days: float,
+        similarity_floor: float = SIMILARITY_FLOOR,
+        min_similarity: float | None = None,
+    ) -> None:
+        if vectors.background is None:
+            raise ValueError("the vector index has no background yet")
+        self.index, self.vectors = index, vectors
+        self.query, self.query_vector = query, query_vector
+        self.now, self.intent, self.half_life_days = now, intent, half_life_days
+        self.floor, self.min_similarity = similarity_floor, min_similarity
+        self.q_terms = terms(query)
+        self.ident = any(_IDENTIFIER.search(t) for t in self.q_terms)
+        # A store's index reads what each episode holds of the query's terms: set them
+        # before any episode is read (those found by meaning alone included).
+        index._prepare(self.q_terms)
+        self.hub = float(hub_levels(query_vector[None, :], vectors.background)[0])
+        # What a meaning part needs (the exact test is _measure's): a store reads only those.
+        at_least = self.hub + similarity_floor
+        if min_similarity is not None:
+            at_least = max(at_least, min_similarity)
+        seqs, sims = vectors.similarities(query_vector, at_least)
+        self._measured: dict[int, tuple[float, float, bool] | None] = {}
+        if vectors.exact:
+            above = self._above(sims)
+            seqs, sims, excess = seqs[above], sims[above], (sims - self.hub)[above]
+            self._measured = {
+                int(seqs[i]): (float(sims[i]), float(excess[i]), True) for i in range(len(seqs))
+            }
+        self.reach: dict[int, float] = {int(seqs[i]): float(sims[i]) for i in range(len(seqs))}
+        self._weights = WEIGHTS[intent]
+
+    def _above(self, sims: Matrix) -> npt.NDArray[np.bool_]:
+        above: npt.NDArray[np.bool_] = (sims - self.hub) > self.floor
+        if self.min_similarity is not None:
+            above &= sims >= self.min_similarity
+        return above
+
+    def _measure(self, seq: int) -> tuple[float, float, bool] | None:
+        """``(similarity, excess, whether it has a meaning part)`` (``None``: no vector)."""
+        if seq in self._measured:
+            return self._measured[seq]
+        vector = self.vectors.vector(seq)
+        found: tuple[float, float, bool] | None = None
+        if vector is not None:
+            # The same operations on a row of one as on the whole matrix: the same bits.
+            sims = similarities(vector[None, :], self.query_vector)
+            means = seq in self.reach and bool(self._above(sims)[0])
+            found = (float(sims[0]), float((sims - self.hub)[0]), means)
+        self._measured[seq] = found
+        return found
+
+    def rank(self, seq: int) -> Item | None:
+        """What a top k orders *seq* by (``None``: it is not returned), its vector read only
+        when the score depends on it."""
+        index = self.index
+        parts = index.parts(seq, self.q_terms, now=self.now, half_life_days=self.half_life_days)
+        keyword = parts.keyword
+        if seq not in self.reach:
+            if keyword <= 0.0:
+                return None
+            if keyword < WEAK_KEYWORD and not (
+                self.ident and any(_IDENTIFIER.search(t) for t in parts.matched)
+            ):
+                if not self.vectors.exact:
+                    return self._rank(seq)  # only its record says whether it is usable
+                if not self.vectors.lacks(seq):
+                    return None  # a weak match without meaning: zero (see score)
+            total = keyword * parts.factor * self._weights.get(parts.outcome, 1.0)
+            return (total, parts.when, seq, keyword)
+        return self._rank(seq)
+
+    def _rank(self, seq: int) -> Item | None:
+        found = self.score(seq)
+        return None if found is None else (found[0], found[1], seq, found[3].relevance)
+
+    def bound(self, seq: int) -> float:
+        """At least the score of *seq*, one of ``reach``, without reading its vector."""
+        parts = self.index.parts(
+            seq, self.q_terms, now=self.now, half_life_days=self.half_life_days
+        )
+        keyword = parts.keyword
+        meaning = min(1.0, max(0.0, (self.reach[seq] - self.hub - self.floor) / MEANING_SPAN))
+        relevance = keyword + (meaning + 1e-6) * (1.0 - keyword)
+        return relevance * parts.factor * self._weights.get(parts.outcome, 1.0) * (1 + 1e-9)
+
+    def score(self, seq: int) -> tuple[float, float, int, Scored] | None:
+        """The hybrid score of one indexed episode (``None``: it is not returned)."""
+        index = self.index
+        parts = index.parts(seq, self.q_terms, now=self.now, half_life_days=self.half_life_days)
+        found = self._measure(seq)
         meaning, keyword = 0.0, parts.keyword
         if found is not None:
             excess = found[1]
-            if seq in meant:
-                meaning = min(1.0, (excess - similarity_floor) / span)
+            if found[2]:
+                meaning = min(1.0, (excess - self.floor) / MEANING_SPAN)
             if (
                 keyword < WEAK_KEYWORD
                 and meaning < WEAK_MEANING
@@ -445,7 +562,7 @@ def hybrid_scorer(
         relevance = keyword + meaning * (1.0 - keyword)
         if relevance <= 0.0:
             return None
-        outcome_weight = weights.get(parts.outcome, 1.0)
+        outcome_weight = self._weights.get(parts.outcome, 1.0)
         total = relevance * parts.factor * outcome_weight
         return (
             total,
@@ -465,8 +582,6 @@ def hybrid_scorer(
             ),
         )
 
-    return score, list(meant)
-
 
 def hybrid_search(
     index: Index,
@@ -482,14 +597,13 @@ def hybrid_search(
     min_similarity: float | None = None,
     since: float | None = None,
     accept: Callable[[int], bool] | None = None,
-    scorer: tuple[Callable[[int], tuple[float, float, int, Scored] | None], list[int]]
-    | None = None,
+    scorer: HybridScorer | None = None,
     min_relevance: float = 0.0,
     under: list[tuple[int, Scored]] | None = None,
 ) -> list[tuple[int, Scored]]:
     """The *k* best episodes for *query* by the hybrid score (module doc), best first. The
-    index's background must be set (:meth:`VectorIndex.set_background`); *scorer* is what
-    :func:`hybrid_scorer` returned for the same arguments, made once for several searches.
+    index's background must be set (:meth:`VectorIndex.set_background`); *scorer* is a
+    :class:`HybridScorer` made with the same arguments, made once for several searches.
 
     *min_relevance* is the floor on the combined relevance (``keyword + meaning * (1 -
     keyword)``): the result is the top *k* of the episodes at or above it. With *under*, the
@@ -497,7 +611,7 @@ def hybrid_search(
     it, best first (exact, at most the cost of the same search without the floor)."""
     if k <= 0:
         return []
-    score, meant = scorer or hybrid_scorer(
+    hybrid = scorer or HybridScorer(
         index,
         vectors,
         query,
@@ -509,53 +623,123 @@ def hybrid_search(
         min_similarity=min_similarity,
     )
     cutoff = -math.inf if since is None else since
-    scored_at: dict[int, tuple[float, float, int, Scored] | None] = {}
-    for seq in meant:
-        if seq in index and index.when(seq) >= cutoff and (accept is None or accept(seq)):
-            scored_at[seq] = score(seq)
-    # Keyword candidates, more of them until the k-th hybrid score is above what any episode
-    # not fetched could reach (its keyword score, since its meaning part is zero): exact. The
-    # floor applies to the keyword fetch too: without a meaning part, an episode's combined
-    # relevance is at most its keyword relevance.
-    wanted = max(4 * k, 32)
+    scored_at: dict[int, Item | None] = {}
+    # The episodes that may have a meaning part, by the best score each could reach: only
+    # those that could enter the top k are measured (their vectors read, in a store).
+    index._ahead(list(hybrid.reach))
+    pending = [
+        (-hybrid.bound(seq), seq)
+        for seq in hybrid.reach
+        if seq in index and index.when(seq) >= cutoff
+    ]
+    heapq.heapify(pending)
+    # The other episodes have no meaning part: an episode's hybrid score is then its keyword
+    # score when its keyword match counts (it is strong, on an identifier, or the episode has
+    # no vector: see HybridScorer.score), and zero otherwise. So the keyword candidates come
+    # in streams, one per reason, each read best first until the k-th hybrid score is above
+    # what any episode it has not returned could reach: exact, and a weak match on common
+    # words (most of a large log) is never read unless nothing better is found.
+    ident = frozenset(t for t in hybrid.q_terms if _IDENTIFIER.search(t))
+    streams: list[dict[str, Any]] = [{"least": WEAK_KEYWORD}]
+    if ident:
+        streams.append({"only": ident})
+    lacking = vectors.lacking(index, _LACKING)
+    if lacking is None:
+        streams.append({"among": vectors.lacks})  # many: those the keyword search meets
+    else:
+        # Few (what failed to embed, what was recorded without an embedder): each scored.
+        index._ahead(lacking)
+        vectors.ahead(lacking)
+        for seq in lacking:
+            if seq in scored_at or seq in hybrid.reach:
+                continue
+            if seq not in index or index.when(seq) < cutoff:
+                continue
+            item = hybrid.rank(seq)
+            if item is not None and (accept is None or accept(seq)):
+                scored_at[seq] = item
+    # A store's copy says that a vector is kept, not that it is usable (made from the
+    # episode's current text, with this memory's fields): a weak match on one is zero only
+    # once its record says so, so those are read too, best first, while one could enter.
+    checking = not vectors.exact
+    # What such a match scores at most (a hair over, for rounding).
+    weak_best = WEAK_KEYWORD * max(WEIGHTS[intent].values()) * (1.0 + 1e-9)
     collecting = under is not None and min_relevance > 0.0
-    while True:
-        keyword_under: list[tuple[int, Scored]] = []
-        fetched = index.search(
-            query,
-            wanted,
-            now=now,
-            intent=intent,
-            half_life_days=half_life_days,
-            since=since,
-            accept=accept,
-            min_relevance=min_relevance,
-            under=keyword_under if collecting else None,
-        )
-        for seq, _ in chain(fetched, keyword_under):
-            if seq not in scored_at:
-                scored_at[seq] = score(seq)
+
+    def order(t: Item) -> tuple[float, float, int]:
+        return t[0], t[1], t[2]
+
+    def tops() -> tuple[list[Item], list[Item]]:
         ranked = [item for item in scored_at.values() if item is not None]
-        best = heapq.nlargest(
-            k, (t for t in ranked if t[3].relevance >= min_relevance), key=lambda t: t[:3]
-        )
-        done = len(fetched) < wanted or (len(best) == k and best[-1][0] >= fetched[-1][1].score)
-        if collecting and done:
-            # The same test for the top k without the floor (what fell under it is reported):
-            # the keyword top `wanted` without the floor is in fetched + keyword_under.
-            pool = heapq.nlargest(wanted, (s.score for _, s in chain(fetched, keyword_under)))
-            if len(pool) == wanted:
-                everything = heapq.nlargest(k, ranked, key=lambda t: t[:3])
-                done = len(everything) == k and everything[-1][0] >= pool[-1]
-        if done:
+        best = heapq.nlargest(k, (t for t in ranked if t[3] >= min_relevance), key=order)
+        everything = heapq.nlargest(k, ranked, key=order) if collecting else best
+        return best, everything
+
+    def measure(best: list[Item]) -> list[Item]:
+        # The pending episodes that could enter the top k, best bound first.
+        while pending:
+            if len(best) == k and -pending[0][0] < best[-1][0]:
+                break
+            batch = [heapq.heappop(pending)[1] for _ in range(min(16, len(pending)))]
+            vectors.ahead(batch)
+            for seq in batch:
+                if seq not in scored_at and (accept is None or accept(seq)):
+                    scored_at[seq] = hybrid.rank(seq)
+            best = tops()[0]
+        return best
+
+    wanted = max(4 * k, 32)
+    open_streams = [(stream, wanted) for stream in streams]
+    while True:
+        read: list[tuple[dict[str, Any], int, Found, Found]] = []
+        for stream, n in open_streams:
+            keyword_under: list[tuple[int, Scored]] = []
+            fetched = index.search(
+                query,
+                n,
+                now=now,
+                intent=intent,
+                half_life_days=half_life_days,
+                since=since,
+                accept=accept,
+                min_relevance=min_relevance,
+                under=keyword_under if collecting else None,
+                **stream,
+            )
+            new = [seq for seq, _ in chain(fetched, keyword_under) if seq not in scored_at]
+            for seq in new:
+                scored_at[seq] = hybrid.rank(seq)
+            read.append((stream, n, fetched, keyword_under))
+        measure(tops()[0])
+        best, everything = tops()
+        open_streams = []
+        for stream, n, fetched, keyword_under in read:
+            done = len(fetched) < n or (len(best) == k and best[-1][0] >= fetched[-1][1].score)
+            if collecting and done:
+                # The same test for the top k without the floor (what fell under it is
+                # reported): the stream's top `n` without the floor is in fetched + under.
+                pool = heapq.nlargest(n, (s.score for _, s in chain(fetched, keyword_under)))
+                if len(pool) == n:
+                    done = len(everything) == k and everything[-1][0] >= pool[-1]
+            if not done:
+                open_streams.append((stream, n * 4))
+        if not open_streams and checking:
+            # (Without the floor the k-th is at least as high: that test passes too.)
+            checking = False
+            if len(best) < k or best[-1][0] < weak_best:
+                open_streams.append(({}, wanted))  # every keyword match, best first
+        if not open_streams:
             break
-        wanted *= 4
+    found: list[tuple[int, Scored]] = []
+    for item in best:
+        full = hybrid.score(item[2])
+        if full is not None:
+            found.append((item[2], full[3]))
     if collecting and under is not None:
-        everything = heapq.nlargest(k, ranked, key=lambda t: t[:3])
-        under.extend(
-            (seq, scored) for _, _, seq, scored in everything if scored.relevance < min_relevance
-        )
-    return [(seq, scored) for _, _, seq, scored in best]
+        for item in everything:
+            if item[3] < min_relevance and (full := hybrid.score(item[2])) is not None:
+                under.append((item[2], full[3]))
+    return found
 
 
 def hybrid_rules(
@@ -584,7 +768,7 @@ def hybrid_rules(
         "similarity_floor": similarity_floor,
         "min_similarity": min_similarity,
     }
-    scorer = hybrid_scorer(index, vectors, query, query_vector, **hybrid)  # type: ignore[arg-type]
+    scorer = HybridScorer(index, vectors, query, query_vector, **hybrid)  # type: ignore[arg-type]
 
     def search(
         n: int, accept: Callable[[int], bool], under: list[tuple[int, Scored]]
@@ -604,7 +788,7 @@ def hybrid_rules(
         )
 
     def score(seq: int) -> Scored | None:
-        item = scorer[0](seq)
+        item = scorer.score(seq)
         return None if item is None else item[3]
 
     return search, score

@@ -334,3 +334,149 @@ async def test_the_meaning_settings_apply_from_the_store_as_in_process(
     await _varied_log(path, rng, _embedder("dense"))
     fresh, loaded = await _both(path, _embedder("dense"), **settings)
     await _same_rankings(fresh, loaded, rng, 12)
+
+
+# --- the candidate streams: which keyword matches a hybrid search reads ------------------------
+#
+# A large part of the log shares one common word with the question ("customer"), each a weak
+# keyword match that counts only when it means something too (or is on an identifier, or has
+# no usable vector). The search reads the keyword candidates in streams and stops early; these
+# logs put an episode of each kind among the crowd and compare both paths.
+
+FILLER = [f"{a}{b}" for a in ("zor", "vek", "lum", "pra", "tis", "gad") for b in "abcdefghij"]
+
+
+async def _crowd(path: Path, rng: random.Random, embedder: Any) -> dict[str, str]:
+    """300 weak matches of "customer", and among them an episode of each kind that counts."""
+    provider = SQLiteMemoryProvider(path)
+    writer = EpisodicMemory(provider, max_episodes=1000, clock=lambda: NOW, embedder=embedder)
+    plain = EpisodicMemory(provider, max_episodes=1000, clock=lambda: NOW)  # writes no vector
+    special = {
+        # a weak keyword match (one word of the question) whose meaning is strong
+        "meaning": "client payment taken two times customer zorq vekq lumq",
+        # a weak keyword match on an identifier
+        "identifier": "ticket 4417 zorr vekr lumr prar tisr",
+        # a weak keyword match without a vector
+        "no vector": "customer zors veks lums pras tiss gads",
+    }
+    texts = ["customer " + " ".join(rng.sample(FILLER, 5)) for _ in range(300)] + list(
+        special.values()
+    )
+    rng.shuffle(texts)
+    for n, text in enumerate(texts):
+        episode = Episode(
+            query=text,
+            outcome=rng.choice(OUTCOMES[:4]),  # type: ignore[arg-type]
+            timestamp=now_iso(NOW - rng.choice([0, 3, 40, 200]) * DAY - n),
+        )
+        vectorless = text == special["no vector"] or rng.random() < 0.02
+        await (plain if vectorless else writer).record(episode)
+    await provider.aclose()
+    return special
+
+
+CROWD_QUERIES = [
+    "customer billed twice",
+    "customer cannot sign in after the password reset",
+    "ticket 4417",
+    "customer ticket 4417 billed",
+    "customer",
+    "nothing matches this question",
+]
+
+
+@pytest.mark.parametrize("seed", range(2))
+async def test_weak_matches_that_count_are_found_among_a_crowd_of_weak_ones(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    path = tmp_path / "store.db"
+    special = await _crowd(path, rng, _embedder("concepts"))
+    fresh, loaded = await _both(path, _embedder("concepts"))
+    for query in CROWD_QUERIES:
+        for k in (1, 3, 10):
+            for options in (
+                {},
+                {"min_relevance": 0.0},
+                {"intent": "what_failed"},
+                {"outcome": "success"},
+                {"since": NOW - 10 * DAY},
+            ):
+                got = await fresh.explain(query, k, **options)  # type: ignore[arg-type]
+                want = await loaded.explain(query, k, **options)  # type: ignore[arg-type]
+                assert not fresh._log.synced
+                assert got.by == "hybrid"
+                assert _summary(got) == _summary(want), (query, k, options)
+    # Each kind that counts is found, and the weak matches that do not count are not.
+    found = await fresh.explain("customer billed twice", 3)
+    assert found[0].episode.query == special["meaning"]
+    assert found[0].keyword > 0
+    assert found[0].meaning > 0
+    ticket = await fresh.explain("ticket 4417 billed", 3)
+    assert special["identifier"] in [s.episode.query for s in ticket]
+    assert all(s.keyword < 0.3 for s in ticket)  # it counts for its identifier
+    every = await fresh.explain("customer", 400, min_relevance=0)
+    assert special["no vector"] in [s.episode.query for s in every]
+    for s in every:  # what a weak match needs to count
+        assert s.similarity is None or s.meaning >= 0.25 or s.keyword >= 0.3 or s.keyword == 0
+
+
+async def test_vectors_made_from_other_fields_leave_every_weak_match_to_keywords(
+    tmp_path: Path,
+) -> None:
+    # The store keeps a copy of every vector, but none is usable by a memory that embeds
+    # other fields: each weak match counts, and the search finds them as in process.
+    rng = random.Random(4)
+    path = tmp_path / "store.db"
+    await _crowd(path, rng, _embedder("dense"))
+    fresh, loaded = await _both(path, _embedder("dense"), embed_fields=("tags", "reflection"))
+    for query in CROWD_QUERIES:
+        for k in (1, 5):
+            for floor in (None, 0.0):
+                got = await fresh.explain(query, k, min_relevance=floor)
+                want = await loaded.explain(query, k, min_relevance=floor)
+                assert not fresh._log.synced
+                assert _summary(got) == _summary(want), (query, k, floor)
+    weak = await fresh.explain("customer", 5, min_relevance=0)
+    assert len(weak) == 5
+    assert all(s.similarity is None for s in weak)
+
+
+async def test_a_log_mostly_without_vectors_ranks_from_the_store_as_in_process(
+    tmp_path: Path,
+) -> None:
+    # More episodes without a vector than are scored one by one: the search finds them by
+    # keywords (an embedder configured after the log was written, before any backfill).
+    path = tmp_path / "store.db"
+    provider = SQLiteMemoryProvider(path)
+    plain = EpisodicMemory(provider, max_episodes=5000, clock=lambda: NOW)
+    rng = random.Random(9)
+    for n in range(2200):
+        words = " ".join(rng.sample(FILLER, 5))
+        await plain.record(
+            Episode(query=f"customer {words}", timestamp=now_iso(NOW - n * 60), outcome="success")
+        )
+    writer = EpisodicMemory(
+        provider, max_episodes=5000, clock=lambda: NOW, embedder=_embedder("dense")
+    )
+    await writer.record(Episode(query="customer billed twice", timestamp=now_iso(NOW)))
+    await provider.aclose()
+    fresh = EpisodicMemory(
+        SQLiteMemoryProvider(path),
+        max_episodes=5000,
+        clock=lambda: NOW,
+        embedder=_embedder("dense"),
+    )
+    loaded = EpisodicMemory(
+        SQLiteMemoryProvider(path),
+        max_episodes=5000,
+        clock=lambda: NOW,
+        embedder=_embedder("dense"),
+    )
+    await loaded.load()
+    for query in ["customer", "customer billed twice", "zora vekb", "billed"]:
+        for floor in (None, 0.0):
+            got = await fresh.explain(query, 5, min_relevance=floor)
+            want = await loaded.explain(query, 5, min_relevance=floor)
+            assert not fresh._log.synced
+            assert _summary(got) == _summary(want), (query, floor)
