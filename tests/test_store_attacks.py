@@ -240,27 +240,31 @@ async def test_sqlite_a_replaced_record_leaves_no_trace_of_its_old_text_once_for
     assert "quokkaburg" not in dump
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a record whose key is renamed with UPDATE kv SET key=... keeps its ix_episode row "
-    "(no trigger covers UPDATE OF key): page() past it repeats an episode and counts one too many",
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("e:5", "moved"), ("g:1", "g:9"), ("v:2", "v:7"), ("note", "e:9"), ("e:5", "e:50")],
 )
-async def test_sqlite_a_record_renamed_away_by_raw_sql_is_not_counted_by_page(
-    sqlite_path: Path, clock: Clock
+async def test_sqlite_a_record_is_never_renamed_by_raw_sql(
+    sqlite_path: Path, clock: Clock, old: str, new: str
 ) -> None:
-    fresh, loaded = await sqlite_case(
-        sqlite_path,
-        clock,
-        lambda _: raw_sql(
-            sqlite_path,
-            "UPDATE kv SET key = ? WHERE key = ?",
-            SQL_PREFIX + "moved",
-            SQL_PREFIX + "e:5",
-        ),
-        "item refund",
-    )
-    assert loaded["page"][0][1] == 5
-    assert fresh == loaded
+    """The log is append-only in the schema: renaming a record (or another key into one)
+    is refused, so nothing is indexed under a key that no longer holds it."""
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        episodes = await six_episodes(backend, clock)
+        await EpisodicMemory(backend, namespace=NS, clock=clock).grade(
+            episodes[0].id, outcome="failure", source="user"
+        )
+        await backend.write({SQL_PREFIX + "note": "{}", SQL_PREFIX + "v:2": "x"})
+        before = await answers(backend, clock, "item refund")
+    with pytest.raises(sqlite3.IntegrityError, match="never renamed"):
+        raw_sql(
+            sqlite_path, "UPDATE kv SET key = ? WHERE key = ?", SQL_PREFIX + new, SQL_PREFIX + old
+        )
+    async with SQLiteMemoryProvider(sqlite_path) as backend:
+        assert await backend.retrieve(SQL_PREFIX + old) is not None
+        assert await backend.retrieve(SQL_PREFIX + new) is None
+        assert await answers(backend, clock, "item refund") == before
+        assert await loaded_answers(backend, clock, "item refund") == before
 
 
 @pytest.mark.xfail(

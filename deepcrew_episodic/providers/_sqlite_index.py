@@ -118,6 +118,13 @@ TABLES: tuple[str, ...] = (
     + " ".join(f"{statement.format(key='old.key')};" for statement in _DROP_EPISODE)
     + " DELETE FROM ix_grade WHERE key = old.key; "
     "DELETE FROM ix_pending WHERE key = old.key; END",
+    # A record keeps its key (the log is append-only): an UPDATE that renames one, or renames
+    # another key into one, is refused, as the triggers above follow inserts and deletes only.
+    "CREATE TRIGGER IF NOT EXISTS records_keep_their_keys BEFORE UPDATE OF key ON kv "
+    "WHEN old.key IS NOT new.key AND (old.key GLOB 'episodic:*:[egv]:[0-9]*' "
+    "OR new.key GLOB 'episodic:*:[egv]:[0-9]*') "
+    "BEGIN SELECT RAISE(ABORT, 'episodes, grades and vectors keep their keys: a stored one is "
+    "never renamed'); END",
     "CREATE TRIGGER IF NOT EXISTS ix_grade_added AFTER INSERT ON ix_grade BEGIN "
     "UPDATE ix_episode SET graded = graded + 1 WHERE ns = new.ns "
     "AND episode_id = new.episode_id; END",
