@@ -51,7 +51,7 @@ from .._recall import LENGTH_CAP
 log = logging.getLogger("deepcrew_episodic")
 
 # An episode or grade record of a namespace (a namespace may hold ':'; the number cannot).
-RECORD = re.compile(r"episodic:(.+):([eg]):([0-9]{1,18})", re.DOTALL)
+RECORD = re.compile(r"episodic:(.+):([eg]):([1-9][0-9]{0,17})", re.DOTALL)
 # Records indexed per script while a reader catches up.
 BATCH = 250
 # The facts read along with a chunk of postings, or ahead of the one a search asks for.

@@ -145,7 +145,7 @@ QUEUE_EVERY_RECORD = (
     "WHERE key GLOB 'episodic:*:[egv]:[0-9]*'"  # v: vectors (VECTOR_TABLES)
 )
 
-_RECORD = re.compile(r"episodic:([^:]+):([eg]):([0-9]{1,18})")
+_RECORD = re.compile(r"episodic:([^:]+):([eg]):([1-9][0-9]{0,17})")
 # Records indexed per transaction while an upgrade catches up (a kill loses one batch's work).
 BATCH = 5000
 
@@ -538,7 +538,7 @@ VECTOR_TABLES = (
 )
 TABLES += VECTOR_TABLES
 
-_VECTOR_KEY = re.compile(r"episodic:([^:]+):v:([0-9]{1,18})")
+_VECTOR_KEY = re.compile(r"episodic:([^:]+):v:([1-9][0-9]{0,17})")
 _SCALE = struct.Struct("<d")
 
 
