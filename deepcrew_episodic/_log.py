@@ -1297,6 +1297,12 @@ class EpisodeLog:
         self._synced = False
 
     @property
+    def identity(self) -> tuple[str, int] | None:
+        """The embedder that wrote the log's vectors, decoded: ``(name, dimension)`` as of
+        the last sync (``None``: none recorded, or a record that cannot be read)."""
+        return decode_identity(self.embedder)
+
+    @property
     def synced(self) -> bool:
         return self._synced
 

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._embed import decode_identity
 from ._episode import OUTCOMES
 from ._grade import checked_grade
 from ._held import HeldLog
@@ -152,8 +151,6 @@ async def count_stats(
         by_source=by_source,
         unknown_sources=foreign,
         embedder=(
-            f"{identity[0]} ({identity[1]} dimensions)"
-            if (identity := decode_identity(episodes.embedder))
-            else None
+            f"{identity[0]} ({identity[1]} dimensions)" if (identity := episodes.identity) else None
         ),
     )
