@@ -133,7 +133,8 @@ async def test_the_page_cache_is_bounded_by_a_setting(tmp_path: Path) -> None:
 
 
 # Schema 3 kept the posting counts with a trigger per posting (schema 4 in the statements that
-# add and drop an episode's postings); its tables are those of schema 4.
+# add and drop an episode's postings), and its postings in ix_term; its tables are otherwise
+# those of schema 4.
 _SCHEMA_3_TRIGGERS = (
     "CREATE TRIGGER ix_record_deleted AFTER DELETE ON kv "
     "WHEN old.key GLOB 'episodic:*:[eg]:[0-9]*' BEGIN "
@@ -154,23 +155,25 @@ _SCHEMA_3_TRIGGERS = (
 )
 
 
-def _counts_are_exact(path: Path) -> bool:
+def _counts_are_exact(path: Path, postings: str = "ix_posting") -> bool:
     """Whether every posting count is the number of postings it counts, and no other is kept."""
     conn = sqlite3.connect(path)
     try:
         counted = set(conn.execute("SELECT ns, term, size, n FROM ix_count"))
         actual = set(
-            conn.execute("SELECT ns, term, size, count(*) FROM ix_term GROUP BY ns, term, size")
+            conn.execute(f"SELECT ns, term, size, count(*) FROM {postings} GROUP BY ns, term, size")
         )
         return bool(actual) and counted == actual
     finally:
         conn.close()
 
 
-def _triggers(path: Path) -> set[str]:
+def _schema(path: Path, kind: str) -> set[str]:
     conn = sqlite3.connect(path)
     try:
-        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        return {
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = ?", (kind,))
+        }
     finally:
         conn.close()
 
@@ -196,18 +199,22 @@ async def test_a_schema_3_store_is_upgraded_in_place_and_its_counts_stay_exact(
     await _record(path, 1, 30)
     conn = sqlite3.connect(path)
     conn.execute("DROP TRIGGER ix_record_deleted")
+    conn.execute("ALTER TABLE ix_posting RENAME TO ix_term")
     for statement in _SCHEMA_3_TRIGGERS:
         conn.execute(statement)
     conn.execute("PRAGMA user_version = 3")
     conn.execute("DELETE FROM kv WHERE key = 'episodic:default:e:3'")  # schema 3's triggers
     conn.commit()
     conn.close()
-    assert _counts_are_exact(path)
+    assert _counts_are_exact(path, "ix_term")
     assert _index_counts(path) == (0, 29, 3)
 
     await _record(path, 31, 40)  # the first open upgrades; nothing is indexed again
     assert _index_counts(path) == (0, 39, 4)
-    assert not {"ix_posting_added", "ix_posting_deleted"} & _triggers(path)
+    assert not {"ix_posting_added", "ix_posting_deleted"} & _schema(path, "trigger")
+    # Renamed: a process of the older version that still has the store open fails on its next
+    # write of postings (no such table) rather than writing them without their counts.
+    assert "ix_term" not in _schema(path, "table")
     assert _counts_are_exact(path)
     async with SQLiteMemoryProvider(path) as backend:
         memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)
@@ -255,7 +262,7 @@ async def test_an_episode_with_postings_lost_to_an_index_edit_leaves_exact_count
     path = tmp_path / "edited.db"
     await _record(path, 1, 12)
     conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM ix_term WHERE seq = 5 AND term = 'ledger'")  # the index edited
+    conn.execute("DELETE FROM ix_posting WHERE seq = 5 AND term = 'ledger'")  # the index edited
     conn.execute(  # and its count with it
         "UPDATE ix_count SET n = n + 3 WHERE term = 'ledger' "
         "AND size = (SELECT size FROM ix_episode WHERE seq = 5)"

@@ -88,7 +88,7 @@ _APPEND_ONLY = (
     "rewritten'); END"
 )
 # Version 3: the recall index (see _sqlite_index.py), in tables of its own beside kv. Version 4:
-# the same tables, their posting counts kept without a trigger per posting.
+# its posting counts kept without a trigger per posting, the postings table named ix_posting.
 # SQLite's primary result codes for a file that is not a database, or a damaged one.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -425,7 +425,8 @@ class SQLiteMemoryProvider(MemoryProvider):
                 conn.execute(index.QUEUE_EVERY_RECORD)
                 conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             elif app == _APPLICATION_ID and version == 3:
-                # The index is there and exact: only its triggers change, in this transaction.
+                # The index is there and exact: its triggers change and its postings table is
+                # renamed, in this transaction; nothing is indexed again.
                 for statement in (*index.UPGRADE_FROM_3, *index.TABLES):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")

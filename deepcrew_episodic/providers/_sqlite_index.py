@@ -7,7 +7,7 @@ Tables (``ns`` is the namespace as it appears in the log's keys)::
         one row per episode record (``episodic:<ns>:e:<seq>``): what ranking, the filters and
         retention read of it; ``recorded`` is the time it ranks by (its timestamp, or for one
         without a usable timestamp the time of the episode before it).
-    ix_term(ns, term, size, recorded, seq)
+    ix_posting(ns, term, size, recorded, seq)
         the postings: one row per term of an episode's default recall fields, in the order a
         search reads them (newest first within a term and length class).
     ix_count(ns, term, size, n)
@@ -51,13 +51,13 @@ from .._index import Facts, index_row
 _TERMS = "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j"
 _TERMS_OF = "SELECT e.ns, j.value, e.size FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key}"
 _DROP_EPISODE: tuple[str, ...] = (
-    "DELETE FROM ix_term WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
+    "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
     "e.size, e.recorded, e.seq FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key})",
     "UPDATE ix_count SET n = n - 1 WHERE changes() = (SELECT json_array_length(CASE WHEN "
     "json_valid(e.terms) THEN e.terms ELSE '[]' END) FROM ix_episode AS e WHERE e.key = {key}) "
     "AND (ns, term, size) IN (" + _TERMS_OF + ")",
     # Nothing lowered (changes() is 0): counted again; exact in any case.
-    "UPDATE ix_count SET n = (SELECT count(*) FROM ix_term AS t WHERE t.ns = ix_count.ns "
+    "UPDATE ix_count SET n = (SELECT count(*) FROM ix_posting AS t WHERE t.ns = ix_count.ns "
     "AND t.term = ix_count.term AND t.size = ix_count.size) "
     "WHERE (ns, term, size) IN (" + _TERMS_OF + " AND changes() = 0)",
     "DELETE FROM ix_count WHERE n <= 0 AND (ns, term, size) IN (" + _TERMS_OF + ")",
@@ -69,7 +69,7 @@ _DROP_BY_KEY = tuple(statement.format(key="?1") for statement in _DROP_EPISODE)
 # else the counts of those terms taken again from the postings (one was there already: rows
 # left behind by an edit of the index).
 _ADD_POSTINGS = (
-    "INSERT OR IGNORE INTO ix_term (ns, term, size, recorded, seq) "
+    "INSERT OR IGNORE INTO ix_posting (ns, term, size, recorded, seq) "
     "SELECT ?1, j.value, ?2, ?4, ?5 FROM json_each(?3) AS j"
 )
 _ADD_COUNTS = (
@@ -77,7 +77,7 @@ _ADD_COUNTS = (
     "WHERE true ON CONFLICT (ns, term, size) DO UPDATE SET n = n + 1"
 )
 _RECOUNT = (
-    "INSERT INTO ix_count (ns, term, size, n) SELECT ns, term, size, count(*) FROM ix_term "
+    "INSERT INTO ix_count (ns, term, size, n) SELECT ns, term, size, count(*) FROM ix_posting "
     "WHERE ns = ?1 AND size = ?2 AND term IN (SELECT value FROM json_each(?3)) GROUP BY term "
     "ON CONFLICT (ns, term, size) DO UPDATE SET n = excluded.n"
 )
@@ -98,7 +98,7 @@ TABLES: tuple[str, ...] = (
     "WHERE conversation != ''",
     "CREATE INDEX IF NOT EXISTS ix_episode_recorded ON ix_episode (ns, recorded)",
     "CREATE INDEX IF NOT EXISTS ix_episode_corrupt ON ix_episode (ns, seq) WHERE corrupt = 1",
-    "CREATE TABLE IF NOT EXISTS ix_term (ns TEXT NOT NULL, term TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS ix_posting (ns TEXT NOT NULL, term TEXT NOT NULL, "
     "size INTEGER NOT NULL, recorded REAL NOT NULL, seq INTEGER NOT NULL, "
     "PRIMARY KEY (ns, term, size, recorded, seq)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS ix_count (ns TEXT NOT NULL, term TEXT NOT NULL, "
@@ -134,11 +134,14 @@ TABLES: tuple[str, ...] = (
 )
 # Schema 3 kept the counts with a trigger per posting; schema 4 in the statements that add and
 # drop an episode's postings (the trigger on kv is replaced: CREATE ... IF NOT EXISTS would keep
-# the old one).
+# the old one). Its postings table, ix_term, is renamed: a process of schema 3 that still has
+# the store open fails on its next write of postings ("no such table") instead of writing
+# postings whose counts nothing keeps any more.
 UPGRADE_FROM_3: tuple[str, ...] = (
     "DROP TRIGGER IF EXISTS ix_posting_added",
     "DROP TRIGGER IF EXISTS ix_posting_deleted",
     "DROP TRIGGER IF EXISTS ix_record_deleted",
+    "ALTER TABLE ix_term RENAME TO ix_posting",
 )
 QUEUE_EVERY_RECORD = (
     "INSERT OR IGNORE INTO ix_pending (key) SELECT key FROM kv "
@@ -306,13 +309,13 @@ class SQLiteIndexReader:
     ) -> list[tuple[float, int]]:
         if before is None:
             cursor = self._conn.execute(
-                "SELECT recorded, seq FROM ix_term WHERE ns = ? AND term = ? AND size = ? "
+                "SELECT recorded, seq FROM ix_posting WHERE ns = ? AND term = ? AND size = ? "
                 "ORDER BY recorded DESC, seq DESC LIMIT ?",
                 (self._ns, term, size, limit),
             )
         else:
             cursor = self._conn.execute(
-                "SELECT recorded, seq FROM ix_term WHERE ns = ? AND term = ? AND size = ? "
+                "SELECT recorded, seq FROM ix_posting WHERE ns = ? AND term = ? AND size = ? "
                 "AND (recorded, seq) < (?, ?) ORDER BY recorded DESC, seq DESC LIMIT ?",
                 (self._ns, term, size, before[0], before[1], limit),
             )
@@ -322,7 +325,7 @@ class SQLiteIndexReader:
         # Counted here rather than by GROUP BY, from one string: a row per posting would cost
         # three times as much.
         (joined,) = self._conn.execute(
-            "SELECT group_concat(seq) FROM ix_term WHERE ns = ? AND term IN "
+            "SELECT group_concat(seq) FROM ix_posting WHERE ns = ? AND term IN "
             "(SELECT value FROM json_each(?))",
             (self._ns, json.dumps(list(terms), ensure_ascii=False)),
         ).fetchone()
