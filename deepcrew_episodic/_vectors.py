@@ -707,6 +707,8 @@ def hybrid_search(
                 **stream,
             )
             new = [seq for seq, _ in chain(fetched, keyword_under) if seq not in scored_at]
+            if not stream:
+                vectors.ahead(new)  # the weak matches checked: each reads its vector
             for seq in new:
                 scored_at[seq] = hybrid.rank(seq)
             read.append((stream, n, fetched, keyword_under))
