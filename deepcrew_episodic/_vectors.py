@@ -32,17 +32,19 @@ Score (see docs/recall.md)
     the meaning is not. A match on an identifier (a term with a digit: an order number, a
     ticket, a version) always counts: that is what vectors miss.
 
-    The top k is exact: an episode that is not among the keyword top k (with the same filters)
-    and whose meaning part is zero scores its keyword part alone, which is below every keyword
-    top-k episode's hybrid score.
+    The top k is exact: an episode whose meaning part is zero scores its keyword part when
+    that counts (a strong match, an identifier, no usable vector) and nothing otherwise, so
+    the keyword candidates are read in one stream per reason, best first, until none left in
+    any could enter the top k (:func:`hybrid_search`); a weak match on common words, most of
+    a large log, is not read at all.
 
 Where the vectors are
     In process (:class:`VectorIndex`) every vector of the cached episodes is a row of one
     matrix. A store that keeps the index (:class:`StoreVectors`) keeps beside each vector a
     compact copy (int8 components and a scale, read for a namespace in one pass): the
     similarity each implies is within a proven bound of the exact one, so the episodes that
-    could have a meaning part are found from it, and only those are decoded and measured
-    exactly. Similarities are computed row by row (``einsum``, whose result for a row does not
+    could have a meaning part are found from it, and only those whose bound could enter the
+    top k are decoded and measured exactly. Similarities are computed row by row (``einsum``, whose result for a row does not
     depend on the rows beside it, unlike a BLAS matrix product), so both give the same bits.
 """
 
@@ -707,6 +709,8 @@ def hybrid_search(
                 **stream,
             )
             new = [seq for seq, _ in chain(fetched, keyword_under) if seq not in scored_at]
+            if not stream:
+                vectors.ahead(new)  # the weak matches checked: each reads its vector
             for seq in new:
                 scored_at[seq] = hybrid.rank(seq)
             read.append((stream, n, fetched, keyword_under))

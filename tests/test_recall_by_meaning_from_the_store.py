@@ -421,6 +421,24 @@ async def test_weak_matches_that_count_are_found_among_a_crowd_of_weak_ones(
         assert s.similarity is None or s.meaning >= 0.25 or s.keyword >= 0.3 or s.keyword == 0
 
 
+async def test_a_small_view_of_a_crowded_log_ranks_from_the_store_as_in_process(
+    tmp_path: Path,
+) -> None:
+    # The memory shows the newest 120 episodes only: the special ones may be outside it.
+    path = tmp_path / "store.db"
+    await _crowd(path, random.Random(2), _embedder("concepts"))
+    options = {"max_episodes": 120, "clock": lambda: NOW, "embedder": _embedder("concepts")}
+    fresh = EpisodicMemory(SQLiteMemoryProvider(path), **options)  # type: ignore[arg-type]
+    loaded = EpisodicMemory(SQLiteMemoryProvider(path), **options)  # type: ignore[arg-type]
+    await loaded.load()
+    for query in CROWD_QUERIES:
+        for k, floor in ((1, None), (5, None), (5, 0.0), (40, None)):
+            got = await fresh.explain(query, k, min_relevance=floor)
+            want = await loaded.explain(query, k, min_relevance=floor)
+            assert not fresh._log.synced
+            assert _summary(got) == _summary(want), (query, k, floor)
+
+
 async def test_vectors_made_from_other_fields_leave_every_weak_match_to_keywords(
     tmp_path: Path,
 ) -> None:
