@@ -398,15 +398,12 @@ class StoreIndex(Postings):
         """The episode *seq* as its grades make it (read once per search)."""
         found = self._episodes.get(seq)
         if found is None:
-            from ._log import decode_entry
-
-            raw = self.reader.records([seq]).get(seq)
-            if raw is None:
-                raise StaleIndexError(f"the index holds episode {seq}, the log does not")
             try:
-                episode = decode_entry(raw)
+                episode = _decoded(self.reader, seq)
             except ValueError:
                 raise StaleIndexError(f"episode {seq} no longer decodes") from None
+            if episode is None:
+                raise StaleIndexError(f"the index holds episode {seq}, the log does not")
             entry = self.facts(seq)
             grades = entry.grades if entry is not None else ()
             found = self._episodes[seq] = graded(episode, grades)
@@ -419,6 +416,19 @@ class StoreIndex(Postings):
 
     def run(self, run: str) -> list[int]:
         return [s for s in self.reader.run(run) if s in self.live]
+
+
+def _decoded(reader: IndexReader, seq: int) -> Episode | None:
+    """The record of *seq* decoded (``None``: not stored), by the reader when it keeps
+    decoded records (see _store_cache.py)."""
+    decoded = getattr(reader, "decoded", None)
+    if decoded is not None:
+        found: Episode | None = decoded(seq)
+        return found
+    from ._log import decode_entry
+
+    raw = reader.records([seq]).get(seq)
+    return None if raw is None else decode_entry(raw)
 
 
 @dataclass(frozen=True, slots=True)

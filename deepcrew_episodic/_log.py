@@ -167,6 +167,7 @@ class Head:
     raw_seq: str | None = None  # __seq__ as stored
     raw_grades: str | None = None  # __grades__ as stored
     extra: tuple[str | None, ...] = ()  # the keys read_head was asked to read with the index
+    revision: str | None = None  # the store's index revision, read with it (None: none told)
 
 
 @dataclass
@@ -353,7 +354,11 @@ class EpisodeLog:
         ]
         if self.conflict_key:
             wanted.append(self.conflict_key)
-        found = await self.provider.retrieve_many([*wanted, *extra])
+        revision: str | None = None
+        if self.provider.recall_index:
+            found, revision = await self.provider.read_revised(self.prefix, [*wanted, *extra])
+        else:
+            found = await self.provider.retrieve_many([*wanted, *extra])
         extras = tuple(found[len(wanted) :])
         found = found[: len(wanted)]
         raw_seq, gen, raw_meta, raw_ring, embedder, raw_grades, uses, raw_base, *conflict = found
@@ -401,6 +406,7 @@ class EpisodeLog:
             raw_seq or None,
             raw_grades or None,
             extras,
+            revision,
         )
 
     async def _grade_counter(self, raw: str | None) -> int:

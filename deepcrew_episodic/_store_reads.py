@@ -9,7 +9,7 @@ import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ._episode import Episode
 from ._grade import Grade
@@ -21,6 +21,8 @@ from ._recall import DEFAULT_FIELDS, Ranking, RecallIndex
 __all__ = ["StoreReads", "StoreView"]
 
 log = logging.getLogger("deepcrew_episodic")
+
+T = TypeVar("T")
 
 # How many returned episodes' times a memory keeps for is_expired() (see StoreReads._times).
 _TIMES = 4096
@@ -248,7 +250,7 @@ class StoreReads:
             return found, under, reader.corrupt(live)
 
         try:
-            result = await self._log.read_index(run)
+            result = await self._read(head, run, kept=query_vector is None)
         except StaleIndexError as exc:
             self.counters.recovered_indexes += 1
             log.warning(
@@ -269,6 +271,34 @@ class StoreReads:
             ranking.by = "hybrid" if query_vector is not None else "keywords-fallback"
             ranking.embedder_error = error
         return ranking
+
+    async def _read(self, head: Any, run: Callable[[Any], T], *, kept: bool = True) -> T:
+        """``run(reader)`` over what recalls kept of this namespace at this revision, in this
+        thread, when that holds everything it asks for (no trip to the store); otherwise on
+        the store's index, with what it reads kept for the next (see _store_cache.py).
+        *kept*: whether what is kept may answer (a search by meaning reads vectors)."""
+        from ._store_cache import CachingReader, Miss, cache_of
+
+        cache = cache_of(self._provider) if head.revision is not None else None
+        space = None if cache is None else cache.space(self._log.prefix, _token(head))
+        if cache is None or space is None:
+            return await self._log.read_index(run)
+        if kept:
+            try:
+                return run(CachingReader(None, cache, space))
+            except Miss:
+                pass  # read the store (what the search did so far is done again there)
+
+        def fill(reader: Any) -> tuple[T, CachingReader]:
+            # A store that tells its snapshot's revision (SQLite): what is kept is used only
+            # when no write came between the head and the snapshot.
+            same = getattr(reader, "revision", head.revision) == head.revision
+            caching = CachingReader(reader, cache, space if same else None)
+            return run(caching), caching
+
+        result, caching = await self._log.read_index(fill)
+        caching.keep()
+        return result
 
     def _store_vectors(self, reader: Any, index: Any, live: range, dimension: int) -> Any:
         """The vectors of the store's index this memory may use, for one search (``None``:
@@ -346,6 +376,23 @@ class StoreReads:
         grades = self._log.decode_grades(records)
         # As _applies: the grades of the episode shown, or every one when none is shown.
         return [g for g in grades if not stamps or not g.stamp or g.stamp == stamps[-1]]
+
+
+def _token(head: Any) -> tuple[Any, ...]:
+    """What names the state of a namespace that recalls read: the store's revision and the
+    log's head as read with it (counters, change token, ring, embedder)."""
+    return (
+        head.revision,
+        head.last,
+        head.raw_seq,
+        head.gen,
+        head.raw_grades,
+        head.grades,
+        head.uses,
+        head.raw_ring,
+        head.ring,
+        head.embedder,
+    )
 
 
 class StoreView:

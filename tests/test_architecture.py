@@ -30,6 +30,7 @@ CORE = {
     "_held",
     "_semantic",
     "_store_reads",
+    "_store_cache",
     "_retention",
     "_stats",
     "_grading",

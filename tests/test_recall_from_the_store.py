@@ -363,8 +363,9 @@ async def test_redis_deleting_records_by_any_path_takes_their_index_entries(
     await memory.clear()
     client = await raw_client(redis_store)
     left = index_keys(client)
-    # What is left of the namespace's index is its watermarks, nothing of an episode.
-    assert all(k.endswith(":w") for k in left), left
+    # What is left of the namespace's index is its watermarks and its revision, nothing of
+    # an episode.
+    assert all(k.endswith((":w", ":v")) for k in left), left
     assert not await EpisodicMemory(backend, namespace="gone", clock=clock).recall(stored[-1].query)
     await backend.clear()
     assert index_keys(client) == []

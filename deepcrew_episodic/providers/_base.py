@@ -66,6 +66,10 @@ class MemoryProvider(ABC):
       in the same atomic step as every write, and answers :meth:`read_index` (SQLite,
       Redis). A memory on it recalls without reading the whole log; on any other provider
       it keeps the index in its own process.
+    * ``recall_cache_bytes`` (default 32 MiB): the most a process keeps, for this provider and
+      every namespace on it together, of what recalls read from the store's index, between
+      recalls (see :meth:`read_revised`; ``0``: nothing is kept). SQLite and Redis take it as
+      a constructor argument.
 
     Keys and values are ``str``. A provider that stores bytes returns bytes that are not UTF-8
     decoded with ``surrogateescape`` (lone surrogates U+DC80..U+DCFF) rather than raising, and
@@ -83,6 +87,7 @@ class MemoryProvider(ABC):
     shared_across_processes: ClassVar[bool] = False
     atomic_increment_and_write: ClassVar[bool] = True
     recall_index: ClassVar[bool] = False
+    recall_cache_bytes: int = 32 << 20
 
     # --- the contract: what every provider implements ----------------------------------
 
@@ -132,6 +137,16 @@ class MemoryProvider(ABC):
         with *prefix*; return what it returns. Only for a provider that declares
         ``recall_index``."""
         raise ConfigurationError(f"{type(self).__name__} keeps no recall index in the store")
+
+    async def read_revised(
+        self, prefix: str, keys: Sequence[str]
+    ) -> tuple[list[str | None], str | None]:
+        """``retrieve_many(keys)`` and, read in the same step, the revision of the recall index
+        of the namespace whose keys start with *prefix*: a string that changes whenever a write
+        may have changed anything a recall reads from that index (``None``: this provider
+        tells none, and nothing read from its index is kept between two recalls). A provider
+        with ``recall_index`` overrides it to let recalls reuse what they read."""
+        return await self.retrieve_many(keys), None
 
     # --- built on the contract: override to save round trips ----------------------------
 

@@ -119,6 +119,11 @@ class RedisMemoryProvider(MemoryProvider):
         Connect to a Redis Cluster through any of its nodes (*url*), with redis-py's cluster
         client, and tag every key so that each namespace lives in one hash slot (see the
         module docstring). Implied when *client* is a ``RedisCluster``.
+    recall_cache_bytes:
+        The most this provider keeps, for all its namespaces together, of what recalls read
+        from the index (postings, facts, decoded episodes), reused by the next recall while
+        the namespace's log and index have not changed (32 MiB by default; ``0``: nothing is
+        kept).
 
     Example::
 
@@ -143,11 +148,21 @@ class RedisMemoryProvider(MemoryProvider):
         client: Any | None = None,
         max_connections: int = 32,
         cluster: bool = False,
+        recall_cache_bytes: int = 32 << 20,
     ) -> None:
         if not isinstance(url, str):
             raise ConfigurationError(f"url must be a redis:// URL string, not {type(url).__name__}")
         if not isinstance(prefix, str):
             raise ConfigurationError(f"prefix must be a string, not {type(prefix).__name__}")
+        if (
+            isinstance(recall_cache_bytes, bool)
+            or not isinstance(recall_cache_bytes, int)
+            or recall_cache_bytes < 0
+        ):
+            raise ConfigurationError(
+                f"recall_cache_bytes must be an int >= 0, not {recall_cache_bytes!r}"
+            )
+        self.recall_cache_bytes = recall_cache_bytes
         self._prefix = prefix
         self._pattern_prefix = _GLOB.sub(r"\\\1", prefix)
         self._cluster = cluster or isinstance(client, RedisCluster)
@@ -313,6 +328,25 @@ class RedisMemoryProvider(MemoryProvider):
             else:
                 values = await self._client.mget(full)
         return [_text(v) for v in values]
+
+    async def read_revised(
+        self, prefix: str, keys: Sequence[str]
+    ) -> tuple[list[str | None], str | None]:
+        """The values of *keys* and the revision of the namespace's recall index, in one
+        ``MGET`` (the revision key lives in the namespace's slot): every script that changes
+        the index sets it to a new random token."""
+        if not self.recall_index or not keys:
+            return await super().read_revised(prefix, keys)
+        namespace = prefix[len("episodic:") : -1]
+        full = [self._key(k) for k in keys]
+        full.append(self._index_base(namespace) + index.REVISION)
+        async with self._call("MGET", keys[0]):
+            if self._cluster:
+                values = await self._client.mget_nonatomic(full)
+            else:
+                values = await self._client.mget(full)
+        found = [_text(v) for v in values]
+        return found[:-1], "r" + (found[-1] or "")
 
     async def write(self, items: Mapping[str, str], delete: Collection[str] = ()) -> None:
         doomed_keys = [k for k in delete if k not in items]

@@ -23,6 +23,9 @@ its digits, so that members of equal score sort by number)::
     gi:<id>             sorted set: the grade numbers naming an episode id
     w                   hash: the watermarks ``e`` and ``g``: every record at or below them is
                         indexed (a record written by an older version above them is not yet)
+    v                   string: the index's revision, a random token every script that changes
+                        the index sets anew (what a reader kept of the index is valid while it
+                        holds the same token)
 
 The terms need Python (stemming), so the provider computes each record's row
 (:func:`~deepcrew_episodic._index.index_row`) and the write script stores it with the record,
@@ -41,6 +44,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
@@ -52,6 +56,8 @@ log = logging.getLogger("deepcrew_episodic")
 
 # An episode or grade record of a namespace (a namespace may hold ':'; the number cannot).
 RECORD = re.compile(r"episodic:(.+):([eg]):([1-9][0-9]{0,17})", re.DOTALL)
+# The key (under a namespace's index base) of the index's revision.
+REVISION = "v"
 # Records indexed per script while a reader catches up.
 BATCH = 250
 # The facts read along with a chunk of postings, or ahead of the one a search asks for.
@@ -65,6 +71,7 @@ AHEAD = 64
 #   G / GC  base n episode_id: index a grade record
 #   DE / DG base number: drop the entries of an episode / grade record
 #   W       base field low high: every record from low to high is indexed (a catch-up batch)
+#   V       base token: the index's revision is now token
 _UPKEEP = r"""
 local function member_seq(m) return string.sub(m, 2) end
 local function advance(b, field, from)
@@ -169,6 +176,9 @@ local function upkeep(a, i)
       end
       advance(b, field, high + 1)
       i = i + 5
+    elseif op == 'V' then
+      redis.call('SET', a[i + 1] .. 'v', a[i + 2])
+      i = i + 3
     else
       return redis.error_reply('ERR unknown recall index op ' .. tostring(op))
     end
@@ -385,11 +395,13 @@ def upkeep(
     prefixed); *base* gives a namespace's index base. Drops come first, then the records in
     log order (an undated episode takes the time of the one indexed below it)."""
     ops: list[str] = []
+    touched: set[str] = set()  # the bases of the indexes this write changes
     for key in delete:
         match = RECORD.fullmatch(key)
         if match is not None:
             ns, kind, number = match.groups()
             ops += ["DE" if kind == "e" else "DG", base(ns), str(int(number))]
+            touched.add(base(ns))
     added: list[tuple[str, int, str, str]] = []
     for key, value in items.items():
         match = RECORD.fullmatch(key)
@@ -402,7 +414,18 @@ def upkeep(
             ops += episode_op(base(ns), number, value)
         else:
             ops += grade_op(base(ns), number, value)
-    return ops
+    # A write that changes an index gives it a new revision, in the same step.
+    touched.update(base(ns) for ns, _, _, _ in added)
+    return ops + revised(touched)
+
+
+def revised(bases: Iterable[str]) -> list[str]:
+    """The ops that give the indexes under *bases* a new revision (one token for them all)."""
+    ordered = sorted(bases)
+    if not ordered:
+        return []
+    token = uuid.uuid4().hex
+    return [part for b in ordered for part in ("V", b, token)]
 
 
 def has_records(keys: Iterable[str]) -> bool:
@@ -443,6 +466,8 @@ class RedisIndexReader:
     Reads are Lua scripts, one round trip each: a chunk of postings comes with the facts,
     use counts and grade records of its episodes, kept for the rest of the search (the
     search then asks for them one by one)."""
+
+    facts_hold_every_term = True  # (the query does not narrow what facts() returns)
 
     def __init__(self, client: Any, base: str, log_prefix: str) -> None:
         self._client = client
@@ -512,6 +537,7 @@ class RedisIndexReader:
                 if raw is not None and raw != "":
                     ops += episode_op(self._base, seq, raw, keep=True)
             ops += ["W", self._base, "e", str(done_e + 1 if start == low else start), str(stop)]
+            ops += revised([self._base])
             _CATCH_UP(c, [self._route], ops)
             done += len(seqs)
             if progress is not None:
@@ -525,6 +551,7 @@ class RedisIndexReader:
                 if raw is not None and raw != "":
                     ops += grade_op(self._base, number, raw, keep=True)
             ops += ["W", self._base, "g", str(start), str(stop)]
+            ops += revised([self._base])
             _CATCH_UP(c, [self._route], ops)
             done += len(numbers)
             if progress is not None:

@@ -33,6 +33,7 @@ How it stays correct and fast:
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -109,6 +110,10 @@ class SQLiteMemoryProvider(MemoryProvider):
         The most this provider keeps of the database's pages in memory between calls (SQLite's
         page cache, 8 MiB by default): what a recall from the store's index reads again is
         read from there. A process holds no other copy of the log.
+    recall_cache_bytes:
+        The most this provider keeps, for all its namespaces together, of what recalls read
+        from the index (postings, facts, decoded episodes), reused by the next recall while
+        the database has not changed (32 MiB by default; ``0``: nothing is kept).
     progress:
         Called as ``progress(done, total)`` while a store written by an older version is
         indexed for recall on first open (the command line draws a bar with it); the store is
@@ -138,12 +143,23 @@ class SQLiteMemoryProvider(MemoryProvider):
         fsync: bool = False,
         progress: Callable[[int, int], None] | None = None,
         cache_bytes: int = 8 << 20,
+        recall_cache_bytes: int = 32 << 20,
     ) -> None:
         if timeout <= 0:
             raise ConfigurationError(f"timeout must be > 0 seconds, not {timeout!r}")
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ConfigurationError(f"cache_bytes must be an int >= 0, not {cache_bytes!r}")
         self._cache_kib = cache_bytes // 1024
+        if (
+            isinstance(recall_cache_bytes, bool)
+            or not isinstance(recall_cache_bytes, int)
+            or recall_cache_bytes < 0
+        ):
+            raise ConfigurationError(
+                f"recall_cache_bytes must be an int >= 0, not {recall_cache_bytes!r}"
+            )
+        self.recall_cache_bytes = recall_cache_bytes
+        self._serial = 0  # which connection of this process (see _revision)
         self._path = Path(store_path(path))
         self._timeout = float(timeout)
         self._fsync = fsync
@@ -171,28 +187,18 @@ class SQLiteMemoryProvider(MemoryProvider):
     async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
         if not keys:
             return []
-        wanted = list(keys)
-        _check_strings(wanted, ())
-        # Keys JSON cannot carry to SQLite as they are (a NUL, bytes that are not UTF-8) are
-        # looked up one by one; the rest travel together.
-        odd = [k for k in wanted if not _json_safe(k)]
-        plain = [k for k in wanted if _json_safe(k)] if odd else wanted
-        odd_bound = [(k, _bind(k)) for k in odd]
+        return await self._run("read", _retrieval(keys))
 
-        def run(conn: sqlite3.Connection) -> list[str | None]:
-            # One statement for any number of keys: they travel as one JSON array, which
-            # also avoids SQLite's limit on bound parameters.
-            found = dict(
-                conn.execute(
-                    "SELECT kv.key, kv.value FROM json_each(?) AS j JOIN kv ON kv.key = j.value",
-                    (json.dumps(plain, ensure_ascii=False),),
-                ).fetchall()
-            )
-            for key, bound in odd_bound:
-                row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
-                if row is not None:
-                    found[key] = row[0]
-            return [found.get(k) for k in wanted]
+    async def read_revised(
+        self, prefix: str, keys: Sequence[str]
+    ) -> tuple[list[str | None], str | None]:
+        """The values of *keys* and the database's revision, in one trip to the worker thread:
+        the revision changes with every commit, this connection's or another's (so with
+        every write, whoever made it: this library, another process, the ``sqlite3`` shell)."""
+        read = _retrieval(keys) if keys else None
+
+        def run(conn: sqlite3.Connection) -> tuple[list[str | None], str]:
+            return ([] if read is None else read(conn)), self._revision(conn)
 
         return await self._run("read", run)
 
@@ -285,7 +291,12 @@ class SQLiteMemoryProvider(MemoryProvider):
             # One read transaction: every read of the search sees the same snapshot.
             conn.execute("BEGIN")
             try:
-                return fn(index.SQLiteIndexReader(conn, ns))
+                reader = index.SQLiteIndexReader(conn, ns)
+                # The snapshot starts at the first read; the revision read after it names a
+                # state no older than the snapshot's (what a recall kept is checked by it).
+                conn.execute("SELECT 1 FROM kv LIMIT 1").fetchone()
+                reader.revision = self._revision(conn)
+                return fn(reader)
             finally:
                 conn.execute("ROLLBACK")
 
@@ -307,6 +318,13 @@ class SQLiteMemoryProvider(MemoryProvider):
         """A ``TRUNCATE`` checkpoint: text deleted earlier (ring evictions included) leaves
         the ``-wal`` file."""
         await self._run("purge", self._checkpoint)
+
+    def _revision(self, conn: sqlite3.Connection) -> str:
+        """What names the database's state for this connection: ``data_version`` moves with
+        every commit of another connection, ``total_changes`` with every row this one wrote
+        (triggers' rows included); the serial tells connections of this provider apart."""
+        (version,) = conn.execute("PRAGMA data_version").fetchone()
+        return f"s{self._serial}.{version}.{conn.total_changes}"
 
     def _checkpoint(self, conn: sqlite3.Connection) -> None:
         """Copy the WAL into the database and truncate it: the pages as they were before a
@@ -379,6 +397,7 @@ class SQLiteMemoryProvider(MemoryProvider):
             conn.close()
             raise
         self._conn, self._pid = conn, os.getpid()
+        self._serial = next(_SERIALS)
         return conn
 
     def _catch_up(self, conn: sqlite3.Connection) -> None:
@@ -486,6 +505,34 @@ def _bind(text: str) -> _Bound:
     return text
 
 
+def _retrieval(keys: Sequence[str]) -> Callable[[sqlite3.Connection], list[str | None]]:
+    """The read of *keys* (checked here, on the caller's thread), to run on the connection."""
+    wanted = list(keys)
+    _check_strings(wanted, ())
+    # Keys JSON cannot carry to SQLite as they are (a NUL, bytes that are not UTF-8) are
+    # looked up one by one; the rest travel together.
+    odd = [k for k in wanted if not _json_safe(k)]
+    plain = [k for k in wanted if _json_safe(k)] if odd else wanted
+    odd_bound = [(k, _bind(k)) for k in odd]
+
+    def run(conn: sqlite3.Connection) -> list[str | None]:
+        # One statement for any number of keys: they travel as one JSON array, which
+        # also avoids SQLite's limit on bound parameters.
+        found = dict(
+            conn.execute(
+                "SELECT kv.key, kv.value FROM json_each(?) AS j JOIN kv ON kv.key = j.value",
+                (json.dumps(plain, ensure_ascii=False),),
+            ).fetchall()
+        )
+        for key, bound in odd_bound:
+            row = conn.execute(_SELECT_VALUE, (bound,)).fetchone()
+            if row is not None:
+                found[key] = row[0]
+        return [found.get(k) for k in wanted]
+
+    return run
+
+
 def _json_safe(key: str) -> bool:
     """Whether *key* survives a trip through SQLite's JSON functions unchanged."""
     if key.isascii():
@@ -581,6 +628,8 @@ def _check_strings(keys: Iterable[object], values: Iterable[object]) -> None:
 
 # Every provider of this process, reset in a forked child while it is still single-threaded.
 _LIVE: weakref.WeakSet[SQLiteMemoryProvider] = weakref.WeakSet()
+# Connection serials, unique in the process: a revision names one connection's view.
+_SERIALS = itertools.count(1)
 
 
 def _after_fork() -> None:

@@ -280,6 +280,8 @@ class SQLiteIndexReader:
         # (what the search intersects them with), so a row costs what the query needs.
         self._query = "[]"
         self._facts: dict[int, Facts | None] = {}
+        # The database's revision as of this reader's snapshot (set by the provider).
+        self.revision: str | None = None
 
     def newest_seq(self) -> int:
         """The newest sequence number the index holds (0: none)."""

@@ -1,0 +1,447 @@
+"""What recalls read from a store's index, kept between recalls under one byte budget.
+
+A recall from the store's index (see _index.py) reads the counts of the query's terms, chunks of
+their postings, the facts of the episodes it scores, their grades and use counts, and the
+records of the episodes it returns. A process that recalls again (an agent recalling before
+each run) would read most of that again. :class:`RecallCache` keeps it, per provider: every
+namespace and every memory on the provider share one budget (the provider's
+``recall_cache_bytes``), so a worker serving thousands of namespaces holds at most that much.
+
+What is kept is valid for one revision of a namespace: the store's own revision (SQLite: the
+database's ``data_version`` and this connection's changes; Redis: a token every index script
+sets anew), read in the same round trip as the log's head, and the head's counters and change
+token themselves. Anything else and the namespace starts over empty. So a record, a grade, a
+use, a forget, in this process or in another, and a write behind the library's back that the
+store can see (raw SQL on the file), are seen by the next recall.
+
+A recall first runs its search on what is kept, in this thread, without a trip to the store;
+the first thing missing (:class:`Miss`) sends it to the store, where it runs again with
+:class:`CachingReader` in front of the store's reader: it answers what is kept and records what
+the store returns, which is then kept (:meth:`CachingReader.keep`), the oldest entries of the
+least recently used namespaces going first when the budget would be exceeded. The search
+itself is the same code over the same values either way, so the answers are the same.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+import os
+import threading
+import weakref
+from array import array
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Hashable, Sequence
+from typing import Any
+
+from ._episode import Episode
+from ._index import Facts
+
+__all__ = ["DEFAULT_BYTES", "CachingReader", "Miss", "RecallCache", "cache_of"]
+
+DEFAULT_BYTES = 32 << 20
+
+# What one kept value costs, roughly, in bytes (Python objects, counted the same way
+# everywhere: the budget is enforced on these estimates).
+_ROW = 20  # one posting: a time and a seq in two arrays
+_ENTRY = 80  # one entry of a dict of ints
+_BASE = 200  # a kept entry's own key, tuple and bookkeeping
+
+
+class Miss(Exception):
+    """What a search asked for is not kept: read the store."""
+
+
+class Space:
+    """What is kept of one namespace, for one revision of it."""
+
+    __slots__ = ("bytes", "data", "prefix", "token")
+
+    def __init__(self, prefix: str, token: Hashable) -> None:
+        self.prefix = prefix
+        self.token = token
+        # key -> (value, its size), oldest first. Read without the lock (one dict read under
+        # the interpreter's lock); values are never changed once kept, only replaced.
+        self.data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
+
+
+class RecallCache:
+    """The byte-bounded cache of one provider (see the module doc)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0  # what is kept, as estimated: never above max_bytes
+        self._spaces: OrderedDict[str, Space] = OrderedDict()  # least recently used first
+        self._lock = threading.Lock()
+        _CACHES_MADE.add(self)
+
+    def space(self, prefix: str, token: Hashable) -> Space | None:
+        """What is kept of the namespace *prefix* at revision *token* (emptied when it was
+        kept for another revision); ``None`` when this cache keeps nothing."""
+        if self.max_bytes <= 0:
+            return None
+        with self._lock:
+            found = self._spaces.get(prefix)
+            if found is not None and found.token == token:
+                self._spaces.move_to_end(prefix)
+                return found
+            if found is not None:
+                self._drop(found)
+            space = self._spaces[prefix] = Space(prefix, token)
+            return space
+
+    def keep(self, space: Space, added: dict[Hashable, tuple[Any, int]]) -> None:
+        """Keep *added* in *space*, then evict until the budget holds. A single value above a
+        quarter of the budget is not kept (it would evict everything else)."""
+        if not added:
+            return
+        with self._lock:
+            if self._spaces.get(space.prefix) is not space:
+                return  # replaced by another revision meanwhile: this one is not kept
+            data = space.data
+            for key, item in added.items():
+                size = item[1]
+                if size * 4 > self.max_bytes:
+                    continue
+                old = data.pop(key, None)
+                if old is not None:
+                    space.bytes -= old[1]
+                    self.bytes -= old[1]
+                data[key] = item
+                space.bytes += size
+                self.bytes += size
+            self._spaces.move_to_end(space.prefix)
+            self._evict(space)
+
+    def clear(self) -> None:
+        with self._lock:
+            for space in list(self._spaces.values()):
+                self._drop(space)
+
+    def _evict(self, current: Space) -> None:
+        # The least recently used namespaces first (the one just read is the most recent),
+        # and in each the entries kept first.
+        spaces = self._spaces
+        while self.bytes > self.max_bytes and spaces:
+            space = next(iter(spaces.values()))
+            if not space.data:
+                if space is current:
+                    break  # (the others come after it only when it is alone, and empty)
+                del spaces[space.prefix]
+                continue
+            _, (_, size) = space.data.popitem(last=False)
+            space.bytes -= size
+            self.bytes -= size
+
+    def _drop(self, space: Space) -> None:
+        self.bytes -= space.bytes
+        space.data = OrderedDict()
+        space.bytes = 0
+        self._spaces.pop(space.prefix, None)
+
+    def _forked(self) -> None:
+        self._lock = threading.Lock()
+
+
+_CACHES: weakref.WeakKeyDictionary[Any, RecallCache] = weakref.WeakKeyDictionary()
+_CACHES_MADE: weakref.WeakSet[RecallCache] = weakref.WeakSet()
+_REGISTRY = threading.Lock()
+
+
+def cache_of(provider: Any) -> RecallCache | None:
+    """The cache of *provider*, made on first use with its ``recall_cache_bytes``
+    (``None``: it keeps nothing)."""
+    found = _CACHES.get(provider)
+    if found is None:
+        size = getattr(provider, "recall_cache_bytes", DEFAULT_BYTES)
+        if not isinstance(size, int) or size <= 0:
+            return None
+        with _REGISTRY:
+            found = _CACHES.get(provider)
+            if found is None:
+                try:
+                    found = _CACHES[provider] = RecallCache(size)
+                except TypeError:
+                    return None  # a provider that cannot be weakly referenced keeps nothing
+    return found if found.max_bytes > 0 else None
+
+
+def _after_fork() -> None:
+    # A lock held by a thread of the parent would never be released in the child.
+    global _REGISTRY
+    _REGISTRY = threading.Lock()
+    for cache in list(_CACHES_MADE):
+        cache._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+class CachingReader:
+    """An :class:`~deepcrew_episodic._index.IndexReader` that answers from *space* what is
+    kept there, and asks *reader* the rest (``None``: raises :class:`Miss` instead), noting
+    what it returned to keep it afterwards (:meth:`keep`).
+
+    Keys of what is kept: ``("n",)`` the newest seq; ``("c", term)`` a term's counts by length
+    class; ``("p", term, size)`` a class's postings read so far, newest first, and whether they
+    are all; ``("f", seq)`` an episode's facts and the query terms they are known for
+    (``None``: all of its terms); ``("g", id)`` an id's grade records; ``("u", seq)`` a use
+    count; ``("d", seq)`` the decoded record; ``("m", terms)`` the counting of a long scan;
+    ``("r", run)`` a run's seqs; ``("ar", live)``, ``("x", live)`` whether a run is in view,
+    the undecodable seqs in view; ``("na", start)`` the earliest time after which no episode
+    from *start* on ranks (what ``newest_after`` answered ``False`` for).
+    """
+
+    def __init__(self, reader: Any | None, cache: RecallCache, space: Space | None) -> None:
+        self._reader = reader
+        self._cache = cache
+        self._space = space
+        self._data: OrderedDict[Hashable, tuple[Any, int]] = (
+            space.data if space is not None else OrderedDict()
+        )
+        self._added: dict[Hashable, tuple[Any, int]] = {}
+        self._query: frozenset[str] = frozenset()
+        # A store whose facts carry every term of their episode (Redis) rather than the
+        # query's only (SQLite).
+        self._every_term = bool(getattr(reader, "facts_hold_every_term", False))
+
+    def keep(self) -> None:
+        """Keep what the store returned to this reader (after a search that succeeded)."""
+        if self._space is not None and self._added:
+            self._cache.keep(self._space, self._added)
+        self._added = {}
+
+    # --- machinery ------------------------------------------------------------------------
+
+    def _get(self, key: Hashable) -> tuple[Any, int] | None:
+        found = self._added.get(key)
+        return found if found is not None else self._data.get(key)
+
+    def _put(self, key: Hashable, value: Any, size: int) -> None:
+        if self._space is not None:
+            self._added[key] = (value, size + _BASE)
+
+    def _store(self) -> Any:
+        if self._reader is None:
+            raise Miss
+        return self._reader
+
+    # --- IndexReader --------------------------------------------------------------------
+
+    def newest_seq(self) -> int:
+        found = self._get(("n",))
+        if found is not None:
+            newest: int = found[0]
+            return newest
+        newest = self._store().newest_seq()
+        self._put(("n",), newest, 0)
+        return newest
+
+    def set_query(self, terms: Collection[str]) -> None:
+        self._query = frozenset(terms)
+        if self._reader is not None:
+            self._reader.set_query(terms)
+
+    def any_run(self, live: range) -> bool:
+        key = ("ar", live.start, live.stop)
+        found = self._get(key)
+        if found is not None:
+            hit: bool = found[0]
+            return hit
+        hit = bool(self._store().any_run(live))
+        self._put(key, hit, 0)
+        return hit
+
+    def newest_after(self, start: int, when: float) -> bool:
+        key = ("na", start)
+        found = self._get(key)
+        if found is not None and when >= found[0]:
+            return False  # nothing from start on ranks after an earlier time, nor after this
+        later = bool(self._store().newest_after(start, when))
+        if not later and (found is None or when < found[0]):
+            self._put(key, when, 0)
+        return later
+
+    def corrupt(self, live: range) -> list[int]:
+        key = ("x", live.start, live.stop)
+        found = self._get(key)
+        if found is not None:
+            return list(found[0])
+        seqs = list(self._store().corrupt(live))
+        self._put(key, tuple(seqs), _ENTRY * len(seqs))
+        return seqs
+
+    def counts(self, terms: Sequence[str]) -> dict[str, dict[int, int]]:
+        result: dict[str, dict[int, int]] = {}
+        missing = []
+        for term in terms:
+            found = self._get(("c", term))
+            if found is None:
+                missing.append(term)
+            elif found[0]:
+                result[term] = dict(found[0])
+        if missing:
+            read = self._store().counts(missing)
+            for term in missing:
+                sizes = read.get(term, {})
+                self._put(("c", term), dict(sizes), len(term) + _ENTRY * len(sizes))
+                if sizes:
+                    result[term] = dict(sizes)
+        return result
+
+    def postings(
+        self, term: str, size: int, limit: int, before: tuple[float, int] | None
+    ) -> list[tuple[float, int]]:
+        key = ("p", term, size)
+        found = self._get(key)
+        # Kept as two arrays (16 bytes a row, against 120 as a list of tuples), newest first.
+        whens, seqs, whole = found[0] if found is not None else (_NO_WHENS, _NO_SEQS, False)
+        at = 0
+        if before is not None:
+            at = _after(whens, seqs, before)
+        if at >= 0 and (whole or at + limit <= len(seqs)):
+            return list(zip(whens[at : at + limit], seqs[at : at + limit], strict=True))
+        got = list(self._store().postings(term, size, limit, before))
+        if at >= 0 and (at + len(got) > len(seqs) or len(got) < limit):
+            # What is kept up to *before*, then what follows it: one run of rows.
+            more_whens = whens[:at] + array("d", [r[0] for r in got])
+            more_seqs = seqs[:at] + array("q", [r[1] for r in got])
+            rows = (more_whens, more_seqs, len(got) < limit)
+            self._put(key, rows, len(term) + _ROW * len(more_seqs))
+        return got
+
+    def matches(self, terms: Sequence[str]) -> Counter[int]:
+        key = ("m", tuple(terms))
+        found = self._get(key)
+        if found is not None:
+            kept: Counter[int] = found[0]
+            return kept
+        counted: Counter[int] = self._store().matches(terms)
+        self._put(key, counted, _ENTRY * len(counted))
+        return counted  # never changed by the search (it reads it only)
+
+    def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
+        result: dict[int, Facts] = {}
+        missing: list[int] = []
+        query = self._query
+        for seq in seqs:
+            found = self._get(("f", seq))
+            if found is not None:
+                facts, known = found[0]
+                if known is None or query <= known:
+                    if facts is not None:
+                        result[seq] = facts
+                    continue
+            missing.append(seq)
+        if missing:
+            read = self._store().facts(missing)
+            for seq in missing:
+                facts = read.get(seq)
+                if facts is not None:
+                    result[seq] = facts
+                self._put(("f", seq), *self._facts_kept(seq, facts))
+        return result
+
+    def _facts_kept(self, seq: int, facts: Facts | None) -> tuple[Any, int]:
+        if facts is None:
+            return (None, None), 0  # not indexed, or undecodable: whatever the query
+        if self._every_term:
+            known: frozenset[str] | None = None
+        else:
+            # Facts carry the query's terms the episode holds: known for the query's terms,
+            # and for those it was known for before.
+            known = self._query
+            old = self._get(("f", seq))
+            if old is not None and old[0][0] is not None and old[0][1] is not None:
+                known = known | old[0][1]
+                facts = _with_terms(facts, facts.terms | old[0][0].terms)
+        size = 400 + 100 * len(facts.terms) + 60 * len(known or ())
+        size += len(facts.episode_id) + len(facts.timestamp) + len(facts.tags)
+        size += len(facts.run) + len(facts.conversation)
+        return (facts, known), size
+
+    def grades(self, episode_id: str) -> list[str]:
+        key = ("g", episode_id)
+        found = self._get(key)
+        if found is not None:
+            return list(found[0])
+        records = list(self._store().grades(episode_id))
+        self._put(key, tuple(records), len(episode_id) + sum(100 + len(r) for r in records))
+        return records
+
+    def records(self, seqs: Sequence[int]) -> dict[int, str]:
+        found: dict[int, str] = self._store().records(seqs)
+        return found
+
+    def decoded(self, seq: int) -> Episode | None:
+        """The record of *seq* decoded (``None``: not stored); raises ``ValueError`` when it
+        does not decode. The episode kept is never handed out: callers copy it."""
+        key = ("d", seq)
+        found = self._get(key)
+        if found is not None:
+            kept: Episode = found[0]
+            return kept
+        from ._log import decode_entry
+
+        raw = self.records([seq]).get(seq)
+        if raw is None:
+            return None
+        episode = decode_entry(raw)
+        self._put(key, episode, 1000 + 2 * len(raw))
+        return episode
+
+    def uses(self, seqs: Sequence[int]) -> dict[int, int]:
+        result: dict[int, int] = {}
+        missing: list[int] = []
+        for seq in seqs:
+            found = self._get(("u", seq))
+            if found is None:
+                missing.append(seq)
+            elif found[0]:
+                result[seq] = found[0]
+        if missing:
+            read = self._store().uses(missing)
+            for seq in missing:
+                count = read.get(seq, 0)
+                self._put(("u", seq), count, 0)
+                if count:
+                    result[seq] = count
+        return result
+
+    def run(self, run: str) -> list[int]:
+        key = ("r", run)
+        found = self._get(key)
+        if found is not None:
+            return list(found[0])
+        seqs = list(self._store().run(run))
+        self._put(key, tuple(seqs), len(run) + _ENTRY * len(seqs))
+        return seqs
+
+    def vectors(self) -> Any:
+        reader = self._store()
+        return reader.vectors() if hasattr(reader, "vectors") else None
+
+
+_NO_WHENS = array("d")
+_NO_SEQS = array("q")
+
+
+def _after(whens: array[float], seqs: array[int], before: tuple[float, int]) -> int:
+    """Where the row just after *before* is among rows kept newest first (``-1``: *before*
+    is not one of them)."""
+    when, seq = before
+    n = len(seqs)
+    if n and seqs[-1] == seq and whens[-1] == when:
+        return n  # the usual case: the search asks for what follows what it was given
+    at = bisect.bisect_left(whens, -when, key=operator.neg)
+    while at < n and whens[at] == when and seqs[at] > seq:
+        at += 1
+    return at + 1 if at < n and whens[at] == when and seqs[at] == seq else -1
+
+
+def _with_terms(facts: Facts, terms: frozenset[str]) -> Facts:
+    import dataclasses
+
+    return dataclasses.replace(facts, terms=terms)
