@@ -10,6 +10,7 @@ a path ending in ``.json``                             :class:`FileMemoryProvide
 a path ending in ``.db``, ``.sqlite``, ``.sqlite3``    :class:`SQLiteMemoryProvider`
 ``redis://``, ``rediss://``, ``unix://`` URLs          :class:`RedisMemoryProvider`
 ``redis+cluster://``, ``rediss+cluster://`` URLs       :class:`RedisMemoryProvider` with ``cluster=True``
+``postgresql://``, ``postgres://`` URLs                :class:`PostgresMemoryProvider`
 =====================================================  ==============================================
 
 A scheme is matched before a suffix, so ``redis://host/0?client_name=bot.json`` is Redis. A
@@ -18,7 +19,8 @@ visible where the dispatch reads it, and the URL reaches redis-py unedited (``cl
 query is refused with that hint, since redis-py would pass it on to every connection).
 
 :func:`register_provider` adds a scheme or a suffix (mem0's factory, in a few lines). Optional
-dependencies load only when their kind is opened: redis-py for a Redis URL (a missing one raises
+dependencies load only when their kind is opened: redis-py for a Redis URL, psycopg for a
+PostgreSQL URL (a missing one raises
 :class:`~deepcrew_episodic.MissingDependencyError` with the ``pip install`` command), sqlite3 for
 a SQLite file. No error message carries the password of a URL.
 """
@@ -50,7 +52,7 @@ _SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token")
 _REDACTED = "***"
 _KINDS = (
     "expected a path ending in .json, .db, .sqlite or .sqlite3, a redis://, rediss://, "
-    "unix:// or redis+cluster:// URL, or memory:"
+    "unix:// or redis+cluster:// URL, a postgresql:// URL, or memory:"
 )
 
 
@@ -101,6 +103,12 @@ def _redis(spec: str, *, create: bool, **options: Any) -> MemoryProvider:
     return RedisMemoryProvider(spec, **options)
 
 
+def _postgres(spec: str, *, create: bool, **options: Any) -> MemoryProvider:
+    from ._postgres import PostgresMemoryProvider  # raises MissingDependencyError with the hint
+
+    return PostgresMemoryProvider(spec, **options)
+
+
 _SCHEMES: dict[str, ProviderFactory] = {
     "memory": _memory,
     "redis": _redis,
@@ -108,6 +116,8 @@ _SCHEMES: dict[str, ProviderFactory] = {
     "unix": _redis,
     "redis+cluster": _redis,
     "rediss+cluster": _redis,
+    "postgresql": _postgres,
+    "postgres": _postgres,
 }
 _SUFFIXES: dict[str, ProviderFactory] = {
     ".json": _json,
@@ -161,7 +171,7 @@ def open_provider(
     reaches the file. Call it before an event loop starts or from a worker thread.
 
     *options* go to the provider's constructor (``fsync=True`` for a JSON file,
-    ``prefix=`` or ``max_connections=`` for Redis). An unknown spec raises
+    ``prefix=`` or ``max_connections=`` for Redis, ``schema=`` for PostgreSQL). An unknown spec raises
     :class:`ConfigurationError` listing the kinds; no message carries a URL's password.
 
     Example::
