@@ -136,7 +136,7 @@ class PostgresMemoryProvider(MemoryProvider):
         _LIVE.add(self)
 
     def __repr__(self) -> str:
-        where = _redacted(self._dsn) if self._dsn is not None else "an application's pool"
+        where = self._hide(_redacted(self._dsn)) if self._dsn is not None else "a pool"
         return f"PostgresMemoryProvider({where!r}, schema={self._schema!r})"
 
     @property
