@@ -262,14 +262,32 @@ def postgres_server_() -> Iterator[PostgresServer]:
         yield server
 
 
+_EMPTIED_SCHEMAS: list[str] = []  # of this worker's server, migrated and emptied
+
+
 @pytest.fixture
-def postgres_target(postgres_server_: PostgresServer) -> str:
-    """An empty store on the session's server: a schema of its own (``<dsn>#<schema>``)."""
+def postgres_target(postgres_server_: PostgresServer) -> Iterator[str]:
+    """An empty store on the session's server: a schema of its own (``<dsn>#<schema>``).
+    A schema a test used is emptied after it and handed to a later test, which then does not
+    pay for the migrations (tests/test_postgres.py tests them, on schemas of its own)."""
     import uuid
+
+    import psycopg
 
     import deepcrew_episodic.providers._postgres  # noqa: F401 - imported here, not on a test's event loop
 
-    return f"{postgres_server_.url}#t_{uuid.uuid4().hex[:12]}"
+    schema = _EMPTIED_SCHEMAS.pop() if _EMPTIED_SCHEMAS else f"t_{uuid.uuid4().hex[:12]}"
+    yield f"{postgres_server_.url}#{schema}"
+    tables = ["ix_term", "ix_count", "ix_grade", "ix_episode", "ix_pending", "kv"]
+    try:
+        with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+            conn.execute(
+                "SET session_replication_role = replica; "  # no triggers: the index goes too
+                + " ".join(f'DELETE FROM "{schema}".{table};' for table in tables)
+            )
+    except psycopg.errors.UndefinedTable:
+        return  # the test never opened it
+    _EMPTIED_SCHEMAS.append(schema)
 
 
 @pytest.fixture

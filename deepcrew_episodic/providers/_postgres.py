@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -54,6 +55,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = ["PostgresMemoryProvider"]
+
+_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+_IN_TRANSACTION = (
+    psycopg.pq.TransactionStatus.INTRANS,
+    psycopg.pq.TransactionStatus.INERROR,
+)
+# A connection idle for longer is checked as it leaves the pool (one round trip): after a
+# server restart or a failover a call gets a live connection, not the dead one of the last.
+_CHECK_AFTER_IDLE = 0.1
 
 log = logging.getLogger("deepcrew_episodic")
 
@@ -133,6 +143,7 @@ class PostgresMemoryProvider(MemoryProvider):
         self._pid = 0
         self._migrated = False
         self._closed = False
+        self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         _LIVE.add(self)
 
     def __repr__(self) -> str:
@@ -206,11 +217,14 @@ class PostgresMemoryProvider(MemoryProvider):
         s = self._quoted
 
         def run(conn: Any) -> bool:
-            if expected:
-                current = _read(conn, s, [k for k, _ in expected])
+            reading = _reading(conn, s, [k for k, _ in expected]) if expected else None
+            waiting = index.queued(conn, s).fetchall()  # sends the reads with it
+            if reading is not None:
+                current = _values(reading.fetchall())
                 if any(differs(current.get(k), v) for k, v in expected):
                     return False
             _apply(conn, s, pairs, doomed)
+            index.index_records(conn, s, waiting, pairs, doomed)
             return True
 
         return await self._write("write", run)
@@ -232,16 +246,21 @@ class PostgresMemoryProvider(MemoryProvider):
         # One transaction under the writers' lock: the counter, the read keys and what
         # `then` places commit together or not at all, on values no writer changes meanwhile.
         def run(conn: Any) -> int:
-            known = _read(conn, s, [_key(k) for k in first])
+            reading = _reading(conn, s, [_key(k) for k in first])
+            waiting = index.queued(conn, s).fetchall()  # sends the reads with it
+            known = _values(reading.fetchall())
             values = {k: known.get(_key(k)) for k in first}
 
             def get(name: str) -> str | None:
                 if name not in values:
-                    values[name] = _read(conn, s, [_key(name)]).get(_key(name))
+                    bound = _key(name)
+                    values[name] = _values(_reading(conn, s, [bound]).fetchall()).get(bound)
                 return values[name]
 
             value, items, delete = next_step(key, get, then, initial, repair, read, fresh)
-            _apply(conn, s, *_change(items, delete))
+            pairs, doomed = _change(items, delete)
+            _apply(conn, s, pairs, doomed)
+            index.index_records(conn, s, waiting, pairs, doomed)
             return value
 
         return await self._write("increment", run)
@@ -256,13 +275,22 @@ class PostgresMemoryProvider(MemoryProvider):
         s = self._quoted
 
         def run(conn: Any) -> T:
-            if index.pending(conn, s):
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
-                    index.index_pending(conn, s)
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            # The snapshot starts with the check for records queued by a write made outside
+            # the library: one round trip for both.
+            with conn.pipeline():
+                conn.execute(_SNAPSHOT)
+                waiting = conn.execute(f"SELECT EXISTS (SELECT 1 FROM {s}.ix_pending)")
+            try:
+                if waiting.fetchone()[0]:
+                    conn.execute("ROLLBACK")
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
+                        index.index_pending(conn, s)
+                    conn.execute(_SNAPSHOT)
                 return fn(index.PostgresIndexReader(conn, s, ns))
+            finally:
+                if conn.info.transaction_status in _IN_TRANSACTION:
+                    conn.execute("ROLLBACK")
 
         return await self._run("recall", run)
 
@@ -299,32 +327,42 @@ class PostgresMemoryProvider(MemoryProvider):
         return await anyio.to_thread.run_sync(run)
 
     async def _write(self, op: str, fn: Callable[[Any], T]) -> T:
-        """*fn* inside one write transaction that holds the writers' lock; the recall index
-        takes in what it wrote before the transaction commits."""
-        s = self._quoted
+        """*fn* inside one write transaction that holds the writers' lock, in a pipeline: a
+        statement whose result nothing waits for travels with the next one that is waited
+        for, so a write costs two round trips (its reads; its writes, the index and the
+        commit) whatever it writes. *fn* keeps the recall index in step (index_records)."""
 
         def run(conn: Any) -> T:
-            with conn.transaction():
+            with conn.pipeline(), conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
-                result = fn(conn)
-                index.index_pending(conn, s)
-                return result
+                return fn(conn)
 
         return await self._run(op, run)
+
+    def _check(self, conn: Any) -> None:
+        """The pool's check of a connection it hands out: only of one idle for a while."""
+        if time.monotonic() - self._used.get(conn, 0.0) > _CHECK_AFTER_IDLE:
+            ConnectionPool.check_connection(conn)
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
         pool = self._ready_pool()
         with pool.connection(timeout=self._timeout) as conn:
-            if not conn.autocommit:
-                raise ConfigurationError(
-                    "the pool given to PostgresMemoryProvider must hand out connections in "
-                    "autocommit mode: ConnectionPool(..., kwargs={'autocommit': True})"
-                )
-            if not self._migrated:
-                schema_.migrate(conn, self._schema, self._quoted)
-                self._migrated = True
-            yield conn
+            try:
+                yield from self._migrated_connection(conn)
+            finally:
+                self._used[conn] = time.monotonic()
+
+    def _migrated_connection(self, conn: Any) -> Iterator[Any]:
+        if not conn.autocommit:
+            raise ConfigurationError(
+                "the pool given to PostgresMemoryProvider must hand out connections in "
+                "autocommit mode: ConnectionPool(..., kwargs={'autocommit': True})"
+            )
+        if not self._migrated:
+            schema_.migrate(conn, self._schema, self._quoted)
+            self._migrated = True
+        yield conn
 
     def _ready_pool(self) -> ConnectionPool:
         with self._mutex:
@@ -347,9 +385,7 @@ class PostgresMemoryProvider(MemoryProvider):
                 max_size=self._max_connections,
                 kwargs={"autocommit": True},
                 configure=configure,
-                # A connection is checked when it leaves the pool: after a server restart a
-                # call gets a live one, not the dead socket of the last.
-                check=ConnectionPool.check_connection,
+                check=self._check,
                 timeout=self._timeout,
                 open=False,
                 name="deepcrew_episodic",
@@ -431,10 +467,12 @@ def _change(
     return pairs, doomed
 
 
-def _read(conn: Any, s: str, keys: list[bytes]) -> dict[bytes, str]:
-    rows = conn.execute(
-        f"SELECT key, value FROM {s}.kv WHERE key = ANY (%s::bytea[])", (keys,)
-    ).fetchall()
+def _reading(conn: Any, s: str, keys: list[bytes]) -> Any:
+    """The cursor of a read of *keys* (issued; fetched by the caller)."""
+    return conn.execute(f"SELECT key, value FROM {s}.kv WHERE key = ANY (%s::bytea[])", (keys,))
+
+
+def _values(rows: Sequence[tuple[Any, Any]]) -> dict[bytes, str]:
     return {bytes(k): index.key_text(v) for k, v in rows}
 
 

@@ -64,36 +64,55 @@ def pending(conn: Any, s: str) -> bool:
     return bool(row[0])
 
 
-def index_pending(conn: Any, s: str) -> int:
-    """Index every pending record, inside the caller's transaction (which holds the writers'
-    lock); return how many were taken off the queue."""
-    rows = conn.execute(
+def queued(conn: Any, s: str) -> Any:
+    """The cursor of the records queued and not indexed yet, ``(key, value)`` (a ``None``
+    value: deleted since); issued, not waited for (a pipeline sends it with what follows)."""
+    return conn.execute(
         f"SELECT p.key, kv.value FROM {s}.ix_pending AS p LEFT JOIN {s}.kv ON kv.key = p.key"
-    ).fetchall()
-    if not rows:
-        return 0
+    )
+
+
+def index_records(
+    conn: Any,
+    s: str,
+    waiting: Sequence[tuple[Any, Any]],
+    written: Sequence[tuple[bytes, bytes]] = (),
+    deleted: Collection[bytes] = (),
+) -> None:
+    """Index, inside the caller's transaction (which holds the writers' lock), the records
+    *waiting* in the queue (read under that lock) and those this transaction *written*, after
+    it *deleted* keys; then take them all off the queue. The values come from the caller, so
+    nothing here waits on the server: in a pipeline it all travels with the commit."""
+    records = {bytes(k): bytes(v) for k, v in waiting if v is not None}
+    for key in deleted:
+        records.pop(key, None)
+    records.update(written)
     episodes: list[tuple[str, int, bytes, bytes]] = []
     grades: list[tuple[bytes, str, int, bytes]] = []
-    for raw_key, value in rows:
-        key = key_text(raw_key)
-        match = _RECORD.fullmatch(key)
-        if match is None or value is None:
+    for raw_key, value in records.items():
+        match = _RECORD.fullmatch(key_text(raw_key))
+        if match is None:
             continue
         ns, kind, number = match.group(1), match.group(2), int(match.group(3))
         if kind == "e":
-            episodes.append((ns, number, bytes(raw_key), bytes(value)))
+            episodes.append((ns, number, raw_key, value))
         else:
-            grades.append((bytes(raw_key), ns, number, bytes(value)))
+            grades.append((raw_key, ns, number, value))
     # Episodes in log order: an undated one takes the time of the one before it.
     episodes.sort(key=lambda e: (e[0], e[1]))
     for ns, seq, raw_key, value in episodes:
         _index_episode(conn, s, ns, seq, raw_key, key_text(value))
     for raw_key, ns, number, value in grades:
         _index_grade(conn, s, raw_key, ns, number, key_text(value))
-    conn.execute(
-        f"DELETE FROM {s}.ix_pending WHERE key = ANY (%s::bytea[])", ([bytes(r[0]) for r in rows],)
-    )
-    return len(rows)
+    # Every key the trigger may have queued (its pattern is looser than _RECORD) goes.
+    done = [bytes(k) for k, _ in waiting] + [k for k, _ in written]
+    if done:
+        conn.execute(f"DELETE FROM {s}.ix_pending WHERE key = ANY (%s::bytea[])", (done,))
+
+
+def index_pending(conn: Any, s: str) -> None:
+    """Index every queued record, inside the caller's transaction."""
+    index_records(conn, s, queued(conn, s).fetchall())
 
 
 def _index_episode(conn: Any, s: str, ns: str, seq: int, key: bytes, raw: str) -> None:
