@@ -31,10 +31,11 @@ import re
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, unquote, unquote_plus, urlsplit
+from urllib.parse import parse_qsl
 
 from .._exceptions import ConfigurationError, MissingDependencyError, StorageError
 from ._base import MemoryProvider, check_regular
+from ._secrets import _redacted, _scrubbed
 
 __all__ = ["ProviderFactory", "open_provider", "register_provider"]
 
@@ -48,8 +49,6 @@ class ProviderFactory(Protocol):
 
 # A scheme is two characters or more, so that a Windows drive ("C:\\...") stays a path.
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):")
-_SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token")
-_REDACTED = "***"
 _KINDS = (
     "expected a path ending in .json, .db, .sqlite or .sqlite3, a redis://, rediss://, "
     "unix:// or redis+cluster:// URL, a postgresql:// URL, or memory:"
@@ -254,38 +253,3 @@ def _no_options(what: str, options: dict[str, Any]) -> None:
 
 def _query(spec: str) -> list[tuple[str, str]]:
     return parse_qsl(spec.partition("?")[2].partition("#")[0], keep_blank_values=True)
-
-
-def _secrets(spec: str) -> set[str]:
-    """The password of a URL: in its userinfo (read naively up to the last ``@`` as well, since
-    an unencoded ``#``, ``/`` or ``?`` moves a parser's split) or in a secret-like query
-    parameter, as written and decoded."""
-    if "://" not in spec:
-        return set()
-    found: set[str] = set()
-    userinfo = spec.partition("://")[2].rpartition("@")[0]
-    if ":" in userinfo:
-        found.add(userinfo.partition(":")[2])
-    try:
-        parts = urlsplit(spec)
-        if parts.password:
-            found.add(parts.password)
-    except ValueError:
-        pass
-    for key, value in re.findall(r"[?&;#]([^=&;#?]*)=([^&;#]*)", spec):
-        if any(word in unquote_plus(key).lower() for word in _SECRET_WORDS):
-            found.add(value)
-    forms = {f for s in found for f in (s, unquote(s), unquote_plus(s))}
-    forms |= {repr(f)[1:-1] for f in forms}  # as a message quoting the URL with !r spells it
-    return {f for f in forms if f}
-
-
-def _scrubbed(text: str, spec: str) -> str:
-    for secret in sorted(_secrets(spec), key=len, reverse=True):
-        text = text.replace(secret, _REDACTED)
-    return text
-
-
-def _redacted(spec: str) -> str:
-    """*spec* as it may be shown: a URL's password (and a user name's password) replaced."""
-    return _scrubbed(spec, spec)

@@ -42,7 +42,7 @@ from .._redact import safe_message
 from . import _postgres_index as index
 from . import _postgres_schema as schema_
 from ._base import Fresh, MemoryProvider, Then, differs, next_step
-from ._open import _redacted, _secrets
+from ._secrets import _redacted, _secrets
 
 try:
     import psycopg
