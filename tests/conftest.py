@@ -267,7 +267,7 @@ _EMPTIED_SCHEMAS: list[str] = []  # of this worker's server, migrated and emptie
 
 @pytest.fixture
 def postgres_target(postgres_server_: PostgresServer) -> Iterator[str]:
-    """An empty store on the session's server: a schema of its own (``<dsn>#<schema>``).
+    """An empty store on the session's server: a schema of its own (``<dsn>?schema=<name>``).
     A schema a test used is emptied after it and handed to a later test, which then does not
     pay for the migrations (tests/test_postgres.py tests them, on schemas of its own)."""
     import uuid
@@ -277,7 +277,7 @@ def postgres_target(postgres_server_: PostgresServer) -> Iterator[str]:
     import deepcrew_episodic.providers._postgres  # noqa: F401 - imported here, not on a test's event loop
 
     schema = _EMPTIED_SCHEMAS.pop() if _EMPTIED_SCHEMAS else f"t_{uuid.uuid4().hex[:12]}"
-    yield f"{postgres_server_.url}#{schema}"
+    yield f"{postgres_server_.url}?schema={schema}"
     tables = ["ix_term", "ix_count", "ix_grade", "ix_episode", "ix_pending", "kv"]
     try:
         with psycopg.connect(postgres_server_.url, autocommit=True) as conn:

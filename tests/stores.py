@@ -62,10 +62,9 @@ def _open_sqlite(path: str) -> MemoryProvider:
 
 
 def _open_postgres(target: str) -> MemoryProvider:
-    from deepcrew_episodic.providers import PostgresMemoryProvider
+    from deepcrew_episodic.providers import open_provider
 
-    dsn, _, schema = target.rpartition("#")  # each test's store is a schema of its own
-    return PostgresMemoryProvider(dsn, schema=schema)
+    return open_provider(target)  # each test's store is a schema of its own (?schema=)
 
 
 def _postgres_class() -> type[MemoryProvider]:
@@ -155,8 +154,10 @@ def _raw_postgres(target: str, key: bytes, value: bytes) -> None:
     import psycopg
     from psycopg import sql
 
-    dsn, _, schema = target.rpartition("#")
-    table = sql.Identifier(schema, "kv")
+    from deepcrew_episodic.providers._postgres import split_schema
+
+    dsn, schema = split_schema(target)
+    table = sql.Identifier(schema or "deepcrew_episodic", "kv")
     with psycopg.connect(dsn) as conn, conn.transaction():
         # Replaced as another program would: an episode cannot be UPDATEd (append-only).
         conn.execute(sql.SQL("DELETE FROM {} WHERE key = %s").format(table), (key,))

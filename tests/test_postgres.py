@@ -226,3 +226,22 @@ async def test_a_server_restart_loses_nothing_and_the_next_call_reconnects(
         fresh = EpisodicMemory(backend, namespace="bot")
         found = {e.query for e in await fresh.load()}
     assert {f"refund {i}" for i in range(5)} | {"refund after"} <= found
+
+
+async def test_a_url_names_its_schema_and_libpq_never_sees_the_parameter(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    async with open_provider(f"{postgres_server_.url}?schema={schema}") as backend:
+        assert isinstance(backend, PostgresMemoryProvider)
+        assert backend.schema == schema
+        await backend.write({"k": "v"})
+    with psycopg.connect(postgres_server_.url) as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".kv').fetchone() == (1,)
+    with pytest.raises(ConfigurationError, match="not both"):
+        open_provider(f"{postgres_server_.url}?schema={schema}", schema="other")
+
+
+def test_a_dsn_that_does_not_parse_is_a_configuration_error_without_the_password() -> None:
+    with pytest.raises(ConfigurationError, match="invalid PostgreSQL DSN") as caught:
+        PostgresMemoryProvider(f"host=127.0.0.1 password={PASSWORD} port")
+    assert PASSWORD not in str(caught.value)

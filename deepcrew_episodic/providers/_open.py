@@ -10,7 +10,7 @@ a path ending in ``.json``                             :class:`FileMemoryProvide
 a path ending in ``.db``, ``.sqlite``, ``.sqlite3``    :class:`SQLiteMemoryProvider`
 ``redis://``, ``rediss://``, ``unix://`` URLs          :class:`RedisMemoryProvider`
 ``redis+cluster://``, ``rediss+cluster://`` URLs       :class:`RedisMemoryProvider` with ``cluster=True``
-``postgresql://``, ``postgres://`` URLs                :class:`PostgresMemoryProvider`
+``postgresql://``, ``postgres://`` URLs                :class:`PostgresMemoryProvider` (``?schema=``: its schema)
 =====================================================  ==============================================
 
 A scheme is matched before a suffix, so ``redis://host/0?client_name=bot.json`` is Redis. A
@@ -103,9 +103,17 @@ def _redis(spec: str, *, create: bool, **options: Any) -> MemoryProvider:
 
 
 def _postgres(spec: str, *, create: bool, **options: Any) -> MemoryProvider:
-    from ._postgres import PostgresMemoryProvider  # raises MissingDependencyError with the hint
+    # raises MissingDependencyError with the hint
+    from ._postgres import PostgresMemoryProvider, split_schema
 
-    return PostgresMemoryProvider(spec, **options)
+    dsn, schema = split_schema(spec)  # ?schema=NAME is ours: libpq never sees it
+    if schema is not None:
+        if "schema" in options:
+            raise ConfigurationError(
+                "give the schema in the URL (?schema=) or as schema=, not both"
+            )
+        options = {**options, "schema": schema}
+    return PostgresMemoryProvider(dsn, **options)
 
 
 _SCHEMES: dict[str, ProviderFactory] = {

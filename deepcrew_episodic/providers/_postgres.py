@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from urllib.parse import unquote_plus
 
 import anyio.to_thread
 
@@ -116,6 +118,16 @@ class PostgresMemoryProvider(MemoryProvider):
             raise ConfigurationError("PostgresMemoryProvider takes a dsn or a pool (one of them)")
         if dsn is not None and not isinstance(dsn, str):
             raise ConfigurationError(f"dsn must be a string, not {type(dsn).__name__}")
+        if dsn is not None:
+            try:  # parsed here (no I/O): a bad DSN is a mistake, not a server to wait for
+                psycopg.conninfo.conninfo_to_dict(dsn)
+            except psycopg.Error as exc:
+                secrets = _dsn_secrets(dsn)
+                shown = _redacted(dsn)
+                message = str(exc)
+                for secret in sorted(secrets, key=len, reverse=True):
+                    shown, message = shown.replace(secret, "***"), message.replace(secret, "***")
+                raise ConfigurationError(f"invalid PostgreSQL DSN {shown!r}: {message}") from None
         if not isinstance(schema, str) or not schema or "\x00" in schema:
             raise ConfigurationError(f"schema must be a non-empty name, not {schema!r}")
         if isinstance(max_connections, bool) or not isinstance(max_connections, int):
@@ -436,6 +448,24 @@ class PostgresMemoryProvider(MemoryProvider):
         return text
 
 
+def split_schema(url: str) -> tuple[str, str | None]:
+    """*url* without its ``schema=`` query parameter (ours, not libpq's), and that schema
+    (``None``: not given), so that a URL alone (``--store``) can name the schema."""
+    base, mark, rest = url.partition("?")
+    query, hash_, fragment = rest.partition("#")
+    kept: list[str] = []
+    schema: str | None = None
+    for part in query.split("&") if mark else ():
+        name, _, value = part.partition("=")
+        if unquote_plus(name) == "schema":
+            schema = unquote_plus(value)
+        elif part:
+            kept.append(part)
+    if schema is None:
+        return url, None
+    return base + ("?" + "&".join(kept) if kept else "") + hash_ + fragment, schema
+
+
 def _dsn_secrets(dsn: str) -> set[str]:
     """The password of *dsn* in every spelling a message may carry: a URL's (see _open.py)
     and a libpq ``password=`` pair's."""
@@ -447,7 +477,13 @@ def _dsn_secrets(dsn: str) -> set[str]:
     password = parsed.get("password")
     if isinstance(password, str) and password:
         found.add(password)
+    # Read naively too, for a string libpq cannot parse (its error may quote the rest).
+    for quoted, bare in _PASSWORD_PAIR.findall(dsn):
+        found.update(v for v in (quoted, bare, quoted.replace("\\'", "'")) if v)
     return found
+
+
+_PASSWORD_PAIR = re.compile(r"password\s*=\s*(?:'((?:[^'\\]|\\.)*)'?|(\S+))")
 
 
 def _key(text: str) -> bytes:
