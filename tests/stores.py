@@ -61,6 +61,18 @@ def _open_sqlite(path: str) -> MemoryProvider:
     return SQLiteMemoryProvider(path)
 
 
+def _open_postgres(target: str) -> MemoryProvider:
+    from deepcrew_episodic.providers import open_provider
+
+    return open_provider(target)  # each test's store is a schema of its own (?schema=)
+
+
+def _postgres_class() -> type[MemoryProvider]:
+    from deepcrew_episodic.providers import PostgresMemoryProvider
+
+    return PostgresMemoryProvider
+
+
 def _redis_class() -> type[MemoryProvider]:
     from deepcrew_episodic.providers import RedisMemoryProvider
 
@@ -79,6 +91,7 @@ OPENERS: dict[str, Callable[[str], MemoryProvider]] = {
     "redis": _open_redis,
     "sqlite": _open_sqlite,
     "cluster": _open_cluster,
+    "postgres": _open_postgres,
 }
 CLASSES: dict[str, Callable[[], type[MemoryProvider]]] = {
     "dict": lambda: InMemoryProvider,
@@ -86,9 +99,10 @@ CLASSES: dict[str, Callable[[], type[MemoryProvider]]] = {
     "redis": _redis_class,
     "sqlite": _sqlite_class,
     "cluster": _redis_class,
+    "postgres": _postgres_class,
 }
 
-KINDS: list[str] = ["dict", "file", "redis", "sqlite", "cluster"]
+KINDS: list[str] = ["dict", "file", "redis", "sqlite", "cluster", "postgres"]
 
 
 # --- raw writers: bytes as another program would leave them --------------------------------
@@ -136,9 +150,26 @@ def _raw_cluster(url: str, key: bytes, value: bytes) -> None:
     client.close()
 
 
+def _raw_postgres(target: str, key: bytes, value: bytes) -> None:
+    import psycopg
+    from psycopg import sql
+
+    from deepcrew_episodic.providers._postgres import split_schema
+
+    dsn, schema = split_schema(target)
+    table = sql.Identifier(schema or "deepcrew_episodic", "kv")
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        # Replaced as another program would: an episode cannot be UPDATEd (append-only).
+        conn.execute(sql.SQL("DELETE FROM {} WHERE key = %s").format(table), (key,))
+        conn.execute(
+            sql.SQL("INSERT INTO {} (key, value) VALUES (%s, %s)").format(table), (key, value)
+        )
+
+
 RAW_WRITERS: dict[str, Callable[[str, bytes, bytes], None]] = {
     "file": _raw_file,
     "sqlite": _raw_sqlite,
     "redis": _raw_redis,
     "cluster": _raw_cluster,
+    "postgres": _raw_postgres,
 }

@@ -68,6 +68,7 @@ PROVIDERS = {
     "FileMemoryProvider",
     "InMemoryProvider",
     "MemoryProvider",
+    "PostgresMemoryProvider",
     "RedisMemoryProvider",
     "SQLiteMemoryProvider",
     "open_provider",
@@ -144,7 +145,7 @@ def test_the_memory_itself_needs_no_pydantic() -> None:
 def test_a_bare_import_loads_neither_litellm_nor_redis_nor_pydantic() -> None:
     code = (
         "import sys, deepcrew_episodic, deepcrew_episodic.providers\n"
-        "heavy = [m for m in ('litellm', 'redis', 'pydantic') if m in sys.modules]\n"
+        "heavy = [m for m in ('litellm', 'redis', 'pydantic', 'psycopg') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -10,6 +10,7 @@ a path ending in ``.json``                             :class:`FileMemoryProvide
 a path ending in ``.db``, ``.sqlite``, ``.sqlite3``    :class:`SQLiteMemoryProvider`
 ``redis://``, ``rediss://``, ``unix://`` URLs          :class:`RedisMemoryProvider`
 ``redis+cluster://``, ``rediss+cluster://`` URLs       :class:`RedisMemoryProvider` with ``cluster=True``
+``postgresql://``, ``postgres://`` URLs                :class:`PostgresMemoryProvider` (``?schema=``: its schema)
 =====================================================  ==============================================
 
 A scheme is matched before a suffix, so ``redis://host/0?client_name=bot.json`` is Redis. A
@@ -18,7 +19,8 @@ visible where the dispatch reads it, and the URL reaches redis-py unedited (``cl
 query is refused with that hint, since redis-py would pass it on to every connection).
 
 :func:`register_provider` adds a scheme or a suffix (mem0's factory, in a few lines). Optional
-dependencies load only when their kind is opened: redis-py for a Redis URL (a missing one raises
+dependencies load only when their kind is opened: redis-py for a Redis URL, psycopg for a
+PostgreSQL URL (a missing one raises
 :class:`~deepcrew_episodic.MissingDependencyError` with the ``pip install`` command), sqlite3 for
 a SQLite file. No error message carries the password of a URL.
 """
@@ -29,10 +31,11 @@ import re
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, unquote, unquote_plus, urlsplit
+from urllib.parse import parse_qsl
 
 from .._exceptions import ConfigurationError, MissingDependencyError, StorageError
 from ._base import MemoryProvider, check_regular
+from ._secrets import _redacted, _scrubbed
 
 __all__ = ["ProviderFactory", "open_provider", "register_provider"]
 
@@ -46,11 +49,9 @@ class ProviderFactory(Protocol):
 
 # A scheme is two characters or more, so that a Windows drive ("C:\\...") stays a path.
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):")
-_SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token")
-_REDACTED = "***"
 _KINDS = (
     "expected a path ending in .json, .db, .sqlite or .sqlite3, a redis://, rediss://, "
-    "unix:// or redis+cluster:// URL, or memory:"
+    "unix:// or redis+cluster:// URL, a postgresql:// URL, or memory:"
 )
 
 
@@ -101,6 +102,20 @@ def _redis(spec: str, *, create: bool, **options: Any) -> MemoryProvider:
     return RedisMemoryProvider(spec, **options)
 
 
+def _postgres(spec: str, *, create: bool, **options: Any) -> MemoryProvider:
+    # raises MissingDependencyError with the hint
+    from ._postgres import PostgresMemoryProvider, split_schema
+
+    dsn, schema = split_schema(spec)  # ?schema=NAME is ours: libpq never sees it
+    if schema is not None:
+        if "schema" in options:
+            raise ConfigurationError(
+                "give the schema in the URL (?schema=) or as schema=, not both"
+            )
+        options = {**options, "schema": schema}
+    return PostgresMemoryProvider(dsn, **options)
+
+
 _SCHEMES: dict[str, ProviderFactory] = {
     "memory": _memory,
     "redis": _redis,
@@ -108,6 +123,8 @@ _SCHEMES: dict[str, ProviderFactory] = {
     "unix": _redis,
     "redis+cluster": _redis,
     "rediss+cluster": _redis,
+    "postgresql": _postgres,
+    "postgres": _postgres,
 }
 _SUFFIXES: dict[str, ProviderFactory] = {
     ".json": _json,
@@ -161,7 +178,7 @@ def open_provider(
     reaches the file. Call it before an event loop starts or from a worker thread.
 
     *options* go to the provider's constructor (``fsync=True`` for a JSON file,
-    ``prefix=`` or ``max_connections=`` for Redis). An unknown spec raises
+    ``prefix=`` or ``max_connections=`` for Redis, ``schema=`` for PostgreSQL). An unknown spec raises
     :class:`ConfigurationError` listing the kinds; no message carries a URL's password.
 
     Example::
@@ -244,38 +261,3 @@ def _no_options(what: str, options: dict[str, Any]) -> None:
 
 def _query(spec: str) -> list[tuple[str, str]]:
     return parse_qsl(spec.partition("?")[2].partition("#")[0], keep_blank_values=True)
-
-
-def _secrets(spec: str) -> set[str]:
-    """The password of a URL: in its userinfo (read naively up to the last ``@`` as well, since
-    an unencoded ``#``, ``/`` or ``?`` moves a parser's split) or in a secret-like query
-    parameter, as written and decoded."""
-    if "://" not in spec:
-        return set()
-    found: set[str] = set()
-    userinfo = spec.partition("://")[2].rpartition("@")[0]
-    if ":" in userinfo:
-        found.add(userinfo.partition(":")[2])
-    try:
-        parts = urlsplit(spec)
-        if parts.password:
-            found.add(parts.password)
-    except ValueError:
-        pass
-    for key, value in re.findall(r"[?&;#]([^=&;#?]*)=([^&;#]*)", spec):
-        if any(word in unquote_plus(key).lower() for word in _SECRET_WORDS):
-            found.add(value)
-    forms = {f for s in found for f in (s, unquote(s), unquote_plus(s))}
-    forms |= {repr(f)[1:-1] for f in forms}  # as a message quoting the URL with !r spells it
-    return {f for f in forms if f}
-
-
-def _scrubbed(text: str, spec: str) -> str:
-    for secret in sorted(_secrets(spec), key=len, reverse=True):
-        text = text.replace(secret, _REDACTED)
-    return text
-
-
-def _redacted(spec: str) -> str:
-    """*spec* as it may be shown: a URL's password (and a user name's password) replaced."""
-    return _scrubbed(spec, spec)

@@ -1,0 +1,247 @@
+"""What the PostgreSQL provider promises beyond the conformance kit (which it runs through
+``stores.KINDS``): the schema refuses to rewrite an episode, migrations are applied once when
+several processes open a new store at once, a password never shows, a lost server, a restart
+and a statement timeout are typed errors that lose nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from postgres_server import PASSWORD, PostgresServer, postgres_server
+
+from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, StorageError
+from deepcrew_episodic.providers import PostgresMemoryProvider, open_provider
+from deepcrew_episodic.providers._postgres_schema import LATEST, lock_id
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+def _schema() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def schema(postgres_server_: PostgresServer) -> str:
+    return _schema()
+
+
+async def test_an_episode_or_grade_row_cannot_be_updated_in_the_schema(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    async with PostgresMemoryProvider(postgres_server_.url, schema=schema) as backend:
+        memory = EpisodicMemory(backend, namespace="bot")
+        stored = await memory.record(Episode(query="refund", response="done", outcome="success"))
+        await memory.grade(stored.id, outcome="failure")
+        keys = await backend.keys("episodic:bot:")
+    with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+        for key in [k for k in keys if ":e:" in k or ":g:" in k]:
+            with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="append-only"):
+                conn.execute(
+                    f'UPDATE "{schema}".kv SET value = %s WHERE key = %s',
+                    (b"rewritten", key.encode()),
+                )
+        # other keys (counters) are updated in place; an unchanged value is no rewrite
+        conn.execute(f'UPDATE "{schema}".kv SET value = value')
+        versions = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchall()
+    assert versions == [(v,) for v in range(1, LATEST + 1)]
+
+
+async def test_the_provider_refuses_to_rewrite_an_episode_too(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    async with PostgresMemoryProvider(postgres_server_.url, schema=schema) as backend:
+        await backend.write({"episodic:bot:e:1": "first"})
+        with pytest.raises(StorageError, match="append-only") as caught:
+            await backend.write({"episodic:bot:e:1": "second"})
+        assert caught.value.__cause__ is None or PASSWORD not in str(caught.value.__cause__)
+        assert await backend.retrieve("episodic:bot:e:1") == "first"
+
+
+def test_processes_opening_a_new_store_at_once_apply_each_migration_once(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    code = textwrap.dedent(
+        """
+        import sys, anyio
+        from deepcrew_episodic.providers import PostgresMemoryProvider
+
+        async def main():
+            async with PostgresMemoryProvider(sys.argv[1], schema=sys.argv[2]) as p:
+                await p.increment("opened")
+
+        anyio.run(main)
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, postgres_server_.url, schema])
+        for _ in range(6)
+    ]
+    assert [p.wait(120) for p in procs] == [0] * 6
+    with psycopg.connect(postgres_server_.url) as conn:
+        versions = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchall()
+        opened = conn.execute(f"SELECT value FROM \"{schema}\".kv WHERE key = 'opened'").fetchone()
+    assert versions == [(v,) for v in range(1, LATEST + 1)]
+    assert opened == (b"6",)
+
+
+async def test_a_schema_holding_another_applications_kv_table_is_left_alone(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".kv (id int)')
+    async with PostgresMemoryProvider(postgres_server_.url, schema=schema) as backend:
+        with pytest.raises(ConfigurationError, match="not a deepcrew-episodic store"):
+            await backend.keys("")
+
+
+async def test_a_store_of_a_newer_version_is_refused(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    async with PostgresMemoryProvider(postgres_server_.url, schema=schema) as backend:
+        await backend.write({"a": "1"})
+    with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+        conn.execute(f'INSERT INTO "{schema}".schema_version (version) VALUES (%s)', (LATEST + 1,))
+    async with PostgresMemoryProvider(postgres_server_.url, schema=schema) as backend:
+        with pytest.raises(ConfigurationError, match="newer deepcrew-episodic"):
+            await backend.keys("")
+
+
+def test_open_provider_opens_postgresql_and_postgres_urls(
+    postgres_server_: PostgresServer,
+) -> None:
+    for url in (postgres_server_.url, postgres_server_.url.replace("postgresql:", "postgres:")):
+        backend = open_provider(url, schema=_schema())
+        assert isinstance(backend, PostgresMemoryProvider)
+        assert PASSWORD not in repr(backend)
+        assert "***" in repr(backend)
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        f"postgresql://postgres:{PASSWORD}@127.0.0.1:1/episodic",
+        f"postgresql://postgres@127.0.0.1:1/episodic?password={PASSWORD}",
+        f"host=127.0.0.1 port=1 user=postgres password={PASSWORD} dbname=episodic",
+    ],
+)
+async def test_an_unreachable_server_is_a_storage_error_without_the_password(dsn: str) -> None:
+    backend = PostgresMemoryProvider(dsn, timeout=2)
+    assert PASSWORD not in repr(backend)
+    try:
+        with pytest.raises(StorageError) as caught:
+            await backend.keys("")
+        assert PASSWORD not in str(caught.value)
+        assert caught.value.__cause__ is None
+    finally:
+        await backend.aclose()
+
+
+async def test_a_wrong_password_is_a_storage_error_without_it(
+    postgres_server_: PostgresServer,
+) -> None:
+    wrong = postgres_server_.url.replace(PASSWORD, "not-the-pw-42")
+    async with PostgresMemoryProvider(wrong, timeout=3) as backend:
+        with pytest.raises(StorageError) as caught:
+            await backend.keys("")
+    assert "not-the-pw-42" not in str(caught.value)
+
+
+def test_the_command_line_opens_a_postgres_store_and_never_prints_its_password(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    env_code = "import sys; from deepcrew_episodic.cli import main; sys.exit(main())"
+    url = postgres_server_.url
+    record = subprocess.run(
+        [sys.executable, "-c", env_code, "--store", url, "-n", "bot", "record", "-q", "refund x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert record.returncode == 0, record.stderr
+    recall = subprocess.run(
+        [sys.executable, "-c", env_code, "--store", url, "-n", "bot", "recall", "refund"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert recall.returncode == 0, recall.stderr
+    assert "refund x" in recall.stdout
+    unreachable = url.replace(str(postgres_server_.port), "1")
+    bad = subprocess.run(
+        [sys.executable, "-c", env_code, "--store", unreachable, "stats"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0
+    for done in (record, recall, bad):
+        assert PASSWORD not in done.stdout + done.stderr
+
+
+async def test_a_statement_timeout_is_a_storage_error_and_changes_nothing(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    async with PostgresMemoryProvider(
+        postgres_server_.url, schema=schema, statement_timeout=0.2
+    ) as backend:
+        await backend.write({"k": "before"})
+        with psycopg.connect(postgres_server_.url, autocommit=True) as other:
+            # another writer holds the writers' lock past the timeout
+            other.execute("SELECT pg_advisory_lock(%s)", (lock_id(schema),))
+            with pytest.raises(StorageError, match="timeout"):
+                await backend.write({"k": "after"})
+            other.execute("SELECT pg_advisory_unlock(%s)", (lock_id(schema),))
+        assert await backend.retrieve("k") == "before"
+        await backend.write({"k": "after"})
+        assert await backend.retrieve("k") == "after"
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A server of the test's own, to restart."""
+    with postgres_server() as server:
+        yield server
+
+
+async def test_a_server_restart_loses_nothing_and_the_next_call_reconnects(
+    own_server: PostgresServer,
+) -> None:
+    async with PostgresMemoryProvider(own_server.url, schema="restart", timeout=5) as backend:
+        memory = EpisodicMemory(backend, namespace="bot")
+        for i in range(5):
+            await memory.record(Episode(query=f"refund {i}", response="done"))
+        own_server.restart()  # a failover, as the client sees one: every connection is cut
+        await memory.record(Episode(query="refund after", response="done"))
+        own_server.stop()
+        with pytest.raises(StorageError, match=r"could not be reached|no connection"):
+            await memory.record(Episode(query="refund while down", response="done"))
+        own_server.start()
+        fresh = EpisodicMemory(backend, namespace="bot")
+        found = {e.query for e in await fresh.load()}
+    assert {f"refund {i}" for i in range(5)} | {"refund after"} <= found
+
+
+async def test_a_url_names_its_schema_and_libpq_never_sees_the_parameter(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    async with open_provider(f"{postgres_server_.url}?schema={schema}") as backend:
+        assert isinstance(backend, PostgresMemoryProvider)
+        assert backend.schema == schema
+        await backend.write({"k": "v"})
+    with psycopg.connect(postgres_server_.url) as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".kv').fetchone() == (1,)
+    with pytest.raises(ConfigurationError, match="not both"):
+        open_provider(f"{postgres_server_.url}?schema={schema}", schema="other")
+
+
+def test_a_dsn_that_does_not_parse_is_a_configuration_error_without_the_password() -> None:
+    with pytest.raises(ConfigurationError, match="invalid PostgreSQL DSN") as caught:
+        PostgresMemoryProvider(f"host=127.0.0.1 password={PASSWORD} port")
+    assert PASSWORD not in str(caught.value)
