@@ -96,9 +96,16 @@ async def test_a_store_of_the_first_schema_gains_the_trigger(tmp_path: Path) -> 
     conn.close()
     async with SQLiteMemoryProvider(path) as backend:
         assert [e.query for e in await EpisodicMemory(backend).load()] == ["x"]
+    async with SQLiteMemoryProvider(tmp_path / "new.db") as backend:
+        await EpisodicMemory(backend).record(Episode(query="x"))
+    fresh = sqlite3.connect(tmp_path / "new.db")
+    try:
+        (current,) = fresh.execute("PRAGMA user_version").fetchone()
+    finally:
+        fresh.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (current,)  # the newest
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute("UPDATE kv SET value = 'y' WHERE key = 'episodic:default:e:1'")
     finally:
