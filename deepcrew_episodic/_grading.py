@@ -4,14 +4,14 @@ _grade.py for the record and the rule that applies it)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from ._episode import OUTCOMES, Episode, Outcome, now_iso, outcome_for_score, score_fits
 from ._exceptions import ConfigurationError
 from ._grade import NOTE_CHARS, Grade
 from ._held import HeldLog
 from ._log import EpisodeLog
-from ._redact import Redactor, redact_then_cut, safe_message
+from ._options import Options
+from ._redact import redact_then_cut, safe_message
 from ._retention import Retention
 from ._source import CHECKED_SOURCES, OutcomeSource, check_source
 from ._unicode import escape_hidden
@@ -30,14 +30,13 @@ class Grading:
         episodes: EpisodeLog,
         held: HeldLog,
         retention: Retention,
-        clock: Callable[[], float],
-        redactor: Redactor | None,
+        options: Options,
     ) -> None:
         self._log = episodes
         self._held = held
         self._retention = retention
-        self._clock = clock
-        self._redactor = redactor
+        self._clock = options.clock
+        self._redactor = options.redactor
 
     async def grade(
         self,

@@ -15,6 +15,7 @@ from ._grade import Grade, graded
 from ._log import Changes, EpisodeLog
 from ._recall import RecallIndex, Scored
 from ._unicode import search_form
+from ._validate import strings
 
 __all__ = ["FUTURE_SKEW_SECONDS", "UNDATED", "HeldLog", "Known", "ProcessView", "time_or_none"]
 
@@ -73,6 +74,11 @@ class HeldLog:
         self.runs: dict[str, list[int]] = {}  # run_key (run and phase) -> its seqs, in order
         self.conversations: dict[str, list[int]] = {}  # conversation_id -> its seqs, in order
         self.revision = 0  # bumped whenever a sync changed what this memory shows
+
+    @property
+    def max_episodes(self) -> int:
+        """The log's ring size as this memory reads it."""
+        return self._log.max
 
     async def sync(self) -> None:
         await self._log.sync(self.apply)
@@ -240,11 +246,12 @@ class HeldLog:
 
         return sorted(found, key=when)
 
-    async def count_uses(self, ids: Collection[str]) -> None:
-        """Count one use of each episode of *ids* this memory holds (synced first); the
-        others are ignored."""
+    async def count_uses(self, ids: str | Collection[str]) -> None:
+        """See :meth:`EpisodicMemory.used`: one use of each episode of *ids* (checked) this
+        memory holds (synced first); the others are ignored."""
+        wanted = set(strings("ids", ids, one=True))
         await self.sync()
-        seqs = sorted({self.ids[i] for i in ids if i in self.ids})
+        seqs = sorted({self.ids[i] for i in wanted if i in self.ids})
         await self._log.count_use(seqs)
 
     async def everything(self) -> list[tuple[int, Episode]]:

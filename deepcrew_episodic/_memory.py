@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta, tzinfo
@@ -10,7 +9,6 @@ from typing import Any
 
 from ._embed import DEFAULT_EMBED_FIELDS, SIMILARITY_FLOOR, Embedder
 from ._episode import Episode, Outcome
-from ._exceptions import ConfigurationError
 from ._grade import Grade
 from ._grading import Grading
 from ._held import HeldLog
@@ -24,18 +22,16 @@ from ._redact import Redactor
 from ._render import fit_recalled
 from ._restore import Restorer
 from ._retention import Retention
+from ._semantic import embed_log, semantic_part
 from ._shown import Shown
 from ._stats import MemoryStats, count_stats
 from ._store_reads import StoreReads
 from ._telemetry import Telemetry, traced, tracing
 from ._time import TimeLike, TimeReader
-from ._validate import strings
 from ._write import Writer
 from .providers._base import MemoryProvider, as_provider
 
 __all__ = ["EpisodicMemory", "MemoryStats"]
-
-log = logging.getLogger("deepcrew_episodic")
 
 
 class EpisodicMemory:
@@ -47,7 +43,7 @@ class EpisodicMemory:
         Any :class:`~deepcrew_episodic.providers.MemoryProvider`, or any object with
         deepcrew-ai's four provider methods (``store``, ``retrieve``, ``search``, ``clear``).
     namespace:
-        Isolates one log from another in a shared backend. Any text of 1 to 256 characters
+        Isolates one log from another in a shared backend: any text of 1 to 256 characters
         without control or invisible characters (``"support bot"``, ``"tenant/42"``,
         ``"agent:v2"``); deepcrew-ai's logs under such names are read in place.
     max_episodes:
@@ -55,69 +51,66 @@ class EpisodicMemory:
     recall_k:
         How many episodes :meth:`recall` returns by default.
     reflect_model:
-        A litellm model name. When set, each recorded episode gets a one-sentence lesson
-        (one model call per record; a failed call is logged and counted, never fatal).
+        A litellm model name: each recorded episode then gets a one-sentence lesson (one model
+        call per record; a failed call is logged and counted, never fatal).
     reflect_timeout:
         Seconds to wait for the reflection call.
     reflect_params:
         Extra keyword arguments for ``litellm.acompletion`` (``api_base``, ``api_key``, ...).
     recall_fields:
-        Episode fields matched by recall: any of ``query``, ``tags``, ``reflection``,
+        Episode fields recall matches: any of ``query``, ``tags``, ``reflection``,
         ``response``, ``tools_used``.
     max_age:
-        Retention: episodes older than this are never returned and are deleted by
-        :meth:`sweep`. ``None`` keeps them until the ring buffer drops them.
+        Retention: older episodes are never returned and :meth:`sweep` deletes them. ``None``
+        keeps them until the ring buffer drops them.
     half_life_days:
         Age at which an episode's recency tie-break halves.
     redact:
-        Secrets (API keys, tokens, passwords in URLs, private keys) in every text field are
-        replaced by ``[REDACTED:<kind>]`` before an episode is stored or sent to
-        ``reflect_model``. ``True`` (default) applies the built-in rules, ``False`` turns
-        redaction off, a :class:`~deepcrew_episodic.Redactor` adds or replaces rules.
+        Secrets (API keys, tokens, passwords in URLs, private keys) in every text field become
+        ``[REDACTED:<kind>]`` before an episode is stored or sent to ``reflect_model``.
+        ``True`` (default): the built-in rules; ``False``: no redaction; a
+        :class:`~deepcrew_episodic.Redactor` adds or replaces rules.
     clock:
         The time in POSIX seconds, for timestamps, retention and recency (default
-        ``time.time``). Tests pass a clock they can move instead of sleeping.
+        ``time.time``): tests pass a clock they can move instead of sleeping.
     embedder:
-        Recall by meaning as well as by keywords (see docs/recall.md): an
+        Recall by meaning as well as by keywords (docs/recall.md): an
         :class:`~deepcrew_episodic.Embedder` (such as
-        :class:`~deepcrew_episodic.LiteLLMEmbedder`) or a plain callable taking a list of texts
-        and returning one vector per text (a sync one runs in a worker thread). ``None``
-        (default): keywords only, and numpy is never imported. Needs
-        ``pip install 'deepcrew-episodic[embeddings]'``.
+        :class:`~deepcrew_episodic.LiteLLMEmbedder`) or a callable taking a list of texts and
+        returning one vector per text (a sync one runs in a worker thread); needs ``pip install
+        'deepcrew-episodic[embeddings]'``. ``None`` (default): keywords only, numpy never
+        imported.
     embed_fields:
-        The episode fields whose text is embedded (default: query, reflection and tags; the
-        response is left out, it drowns the task's signal).
+        The fields whose text is embedded (default query, reflection and tags; the response is
+        left out, it drowns the task's signal).
     similarity_floor:
         How far an episode's cosine similarity to the query must rise above what the query
-        reaches with unrelated everyday text, with the same model, to count as meaning the
-        same (0.05, calibrated on all-MiniLM-L6-v2; see docs/recall.md). Higher returns fewer,
-        surer episodes.
+        reaches with unrelated everyday text (same model) to count as meaning the same (0.05,
+        calibrated on all-MiniLM-L6-v2; docs/recall.md). Higher: fewer, surer episodes.
     min_similarity:
         An absolute cosine floor on top of ``similarity_floor`` (``None``: none).
     min_relevance:
-        The relevance floor: an episode whose relevance to the query is below it is not
-        returned (a single word shared with a long question is not relevance). Relevance is
-        the keyword part, or with an embedder the combined ``keyword + meaning * (1 -
-        keyword)``, from 0 to 1; the default is calibrated on the probe sets (see
-        docs/recall.md). ``0`` returns every episode that shares a term or a meaning; each
-        :meth:`recall` and :meth:`explain` can override it, and :meth:`explain` lists what fell
+        Episodes less relevant to the query than this are not returned (one word shared with a
+        long question is not relevance). Relevance, from 0 to 1, is the keyword part, or with an
+        embedder ``keyword + meaning * (1 - keyword)``; the default is calibrated on the probe
+        sets (docs/recall.md). ``0`` returns every episode sharing a term or a meaning.
+        :meth:`recall` and :meth:`explain` can override it; :meth:`explain` lists what fell
         under it (:attr:`Ranking.under_floor`).
     embed_timeout:
         Seconds to wait for one embedding call (a record or a recall goes on without it).
     reinforce:
-        Rank an episode that was used in runs a little higher (at most +20%, growing with the
-        log of its uses; see :meth:`used`). ``False`` ranks as if nothing was ever used.
+        Rank an episode used in runs a little higher (at most +20%, growing with the log of its
+        uses; see :meth:`used`). ``False`` ranks as if nothing was ever used.
     telemetry:
         OpenTelemetry spans for record, recall, grade, forget and the other writes, on the
-        GenAI memory conventions (see docs/telemetry.md): ``True`` on the global tracer
-        provider, a :class:`~deepcrew_episodic.Telemetry` to choose the provider or opt in to
-        content. ``False`` (default): no span, and opentelemetry is never imported. Needs
-        ``pip install 'deepcrew-episodic[otel]'``.
+        GenAI memory conventions (docs/telemetry.md): ``True`` on the global tracer provider, a
+        :class:`~deepcrew_episodic.Telemetry` to choose the provider or opt in to content;
+        needs ``pip install 'deepcrew-episodic[otel]'``. ``False`` (default): no span,
+        opentelemetry never imported.
     tz:
-        The time zone of the times given without one: dates, phrases ("yesterday", "this
-        week") and ISO times without an offset, in every ``since``, ``until`` and ``before``
-        (see docs/recall.md#time). An IANA name (``"Europe/Paris"``) or a ``tzinfo``; default
-        UTC.
+        The time zone of times given without one (dates, phrases such as ``"yesterday"``, ISO
+        times without an offset) in every ``since``, ``until`` and ``before``
+        (docs/recall.md#time): an IANA name (``"Europe/Paris"``) or a ``tzinfo``; default UTC.
 
     Example::
 
@@ -154,7 +147,7 @@ class EpisodicMemory:
         tz: str | tzinfo | None = None,
     ) -> None:
         self._provider = as_provider(backend)
-        self._log = EpisodeLog(self._provider, namespace, max_episodes)
+        self._log = episodes = EpisodeLog(self._provider, namespace, max_episodes)
         self._options = options = Options.checked(
             recall_k=recall_k,
             reflect_model=reflect_model,
@@ -174,67 +167,21 @@ class EpisodicMemory:
             reinforce=reinforce,
             tz=tz,
         )
-        self._clock = clock
-        self._times = TimeReader(options.tz, clock)
-        self._redactor = options.redactor
-        self._embedder = options.embedding.embedder if options.embedding else None
-        self._index = RecallIndex(options.recall_fields)
+        self._times = times = TimeReader(options.tz, clock)
         # The log as this process holds it (read whole only when the store keeps no index).
-        self._held = HeldLog(self._log, self._index, clock)
-        self._retention = Retention(self._log, self._held, clock, options.max_age, self._times.read)
-        self._grading = Grading(self._log, self._held, self._retention, clock, self._redactor)
+        self._held = held = HeldLog(episodes, RecallIndex(options.recall_fields), clock)
+        self._retention = retention = Retention(episodes, held, options, times.read)
         # Reads from the index the store keeps, for a provider that keeps one.
-        self._store = StoreReads(
-            self._log,
-            self._index,
-            self._embedder,
-            clock,
-            options.half_life_days,
-            options.reinforce,
-            self._retention.past,
-        )
+        self._store = store = StoreReads(episodes, held.index, options, retention.past)
         # Recall by meaning: only with an embedder (numpy is imported by it, never otherwise).
-        self._semantic: Semantic | None = None
-        self._vectors: Any = None  # the semantic part's VectorIndex, with an embedder
-        if options.embedding is not None:
-            from ._semantic import Semantic
-
-            embedding = options.embedding
-            self._semantic = Semantic(
-                self._log,
-                embedding.embedder,
-                embedding.fields,
-                self._redactor,
-                embedding.timeout,
-                self._held.sync,
-                embedding.similarity_floor,
-                embedding.min_similarity,
-            )
-            self._vectors = self._semantic.vectors
-            self._held.vectors = self._semantic
-            self._store.semantic = self._semantic
-        self._writer = Writer(
-            self._log,
-            self._semantic,
-            self._store,
-            self._held,
-            clock,
-            self._redactor,
-            options.reflection,
-        )
-        self._searcher = Searcher(
-            self._held,
-            self._store,
-            self._semantic,
-            self._retention.expired,
-            self._times,
-            options,
-            clock,
-        )
-        self._restorer = Restorer(self._log, self._held, clock, self._redactor)
-        self._shown = Shown(self._held, self._store, self._retention, options, clock)
+        self._semantic = semantic = semantic_part(episodes, options, held, store)
+        self._grading = Grading(episodes, held, retention, options)
+        self._writer = Writer(episodes, semantic, store, held, options)
+        self._searcher = Searcher(held, store, semantic, retention.expired, times, options)
+        self._restorer = Restorer(episodes, held, options)
+        self._shown = Shown(held, store, retention, options)
         self._telemetry = tracing(
-            telemetry, namespace=self.namespace, redactor=self._redactor, counters=self.counters
+            telemetry, namespace=self.namespace, redactor=options.redactor, counters=self.counters
         )
 
     # --- properties -------------------------------------------------------------------
@@ -269,7 +216,7 @@ class EpisodicMemory:
     @property
     def redactor(self) -> Redactor | None:
         """The redactor applied before storing, or ``None`` when redaction is off."""
-        return self._redactor
+        return self._options.redactor
 
     @property
     def backend(self) -> MemoryProvider:
@@ -282,32 +229,38 @@ class EpisodicMemory:
         calls failed, recalls failed during a run."""
         return self._log.counters
 
+    @property
+    def embedder(self) -> Embedder | Callable[..., Any] | None:
+        """The embedder this memory was given (``None``: keywords only)."""
+        return self._options.embedder
+
+    @property
+    def embedder_name(self) -> str | None:
+        """The embedder's name as this memory records it in the log (read once)."""
+        return self._options.embedder_name
+
     # --- writing ------------------------------------------------------------------------
 
     @traced("record")
     async def record(self, episode: Episode | Any) -> Episode:
-        """Store a copy of *episode* and return the stored copy (redacted, ``id`` and
-        ``timestamp`` filled in, and ``reflection`` when ``reflect_model`` is set). Like
-        deepcrew-ai, ``record`` also fills ``id``, ``timestamp`` and ``reflection`` in on
-        *episode* itself; unlike it, it returns the stored copy, never the object passed in,
-        whose text may hold a secret that was redacted from the store.
+        """Store a copy of *episode* (an :class:`Episode`, a deepcrew-ai ``Episode`` or a dict)
+        and return the stored copy: redacted, with ``id``, ``timestamp`` and (with
+        ``reflect_model``) ``reflection`` filled in. Like deepcrew-ai, it fills those in on
+        *episode* too, but returns the stored copy, never *episode*, whose text may hold a
+        secret redacted from the store; changing *episode* afterwards changes nothing stored.
 
-        Accepts an :class:`Episode`, a deepcrew-ai ``Episode`` dataclass or a dict. Every field
-        is checked again here (a list may have been edited since construction): invalid input
-        raises :class:`InvalidEpisodeError` naming the field, and nothing is written. Secrets
-        are redacted first (see ``redact``), so neither the store nor the reflection model ever
-        sees them; an ``id`` that holds a secret is refused. What is stored is a copy: changing
-        *episode* afterwards changes nothing stored. An explicit ``id`` is unique in the
-        namespace, across every process.
+        Every field is checked again (a list may have been edited since construction): a wrong
+        one raises :class:`InvalidEpisodeError` naming it, and nothing is written. Secrets are
+        redacted first (``redact``), so neither the store nor the reflection model sees them;
+        an ``id`` that holds one is refused. An explicit ``id`` is unique in the namespace,
+        across every process.
         """
         return await self._writer.record(episode)
 
     def check(self, episode: Episode | Any) -> Episode:
-        """Run every check :meth:`record` runs on *episode*, and return the redacted copy it
-        would store (without the ``id`` and ``timestamp`` it fills in); write nothing. Raises
-        :class:`InvalidEpisodeError` naming the field. For tools that validate a whole batch
-        before writing any of it.
-        """
+        """Run :meth:`record`'s checks on *episode* and return the redacted copy it would store
+        (without the ``id`` and ``timestamp`` it fills in); write nothing. Raises
+        :class:`InvalidEpisodeError` naming the field. For validating a batch before writing."""
         return self._writer.check(episode)
 
     async def reflect(self, episode: Episode) -> str | None:
@@ -333,19 +286,17 @@ class EpisodicMemory:
         corrupt: bool = False,
         dry_run: bool = False,
     ) -> int:
-        """Delete episodes from the backend for real (the payload is gone, not hidden); return
-        how many were deleted.
+        """Delete episodes for real (the payload is gone, not hidden); return how many.
 
-        ``corrupt=True`` deletes the records that cannot be decoded (which every read path
-        skips and counts), alone or with the episodes selected otherwise. ``dry_run=True``
-        deletes nothing and returns how many would be deleted (:meth:`select` lists them).
-
-        Select them by ``ids`` and/or a filter; an episode must match every criterion given:
-        ``outcome`` (one or several), ``tags`` (at least one of them), ``before`` (recorded
-        before a time: a datetime, an ISO-8601 string, POSIX seconds, or a timedelta meaning
-        "older than this"), ``containing`` (case-insensitive text in any text field of the episode or of its grades'
-        notes). Expired
-        episodes that have not been swept yet are deleted too. :meth:`clear` deletes all.
+        An episode must match every criterion given: ``ids``, ``outcome`` (one or several),
+        ``tags`` (at least one), ``before`` (recorded before a time, as :meth:`recall`'s
+        ``since`` reads it; a timedelta means "older than this"), ``containing``
+        (case-insensitive text in any text field or grade note, see :meth:`searched_text`).
+        Expired episodes not swept yet are deleted too. ``corrupt=True`` deletes the records
+        that cannot be decoded (every read path skips and counts them), alone or with the
+        others. ``dry_run=True`` deletes nothing and returns how many would be deleted
+        (:meth:`select` lists them). Without ``ids``, a filter or ``corrupt``, raises
+        :class:`ConfigurationError` (:meth:`clear` deletes all).
 
         Example::
 
@@ -374,10 +325,9 @@ class EpisodicMemory:
     ) -> list[Episode]:
         """The episodes :meth:`forget` with the same arguments would delete, oldest first:
         across the whole log, expired ones included (see :meth:`is_expired`). Copies."""
-        found = await self._retention.select(
-            ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
+        return await self._retention.selected(
+            ids, outcome=outcome, tags=tags, before=before, containing=containing
         )
-        return [ep.copy() for _, ep in found]
 
     def is_expired(self, episode: Episode) -> bool:
         """Whether *episode* is past its ``forget_after`` or older than ``max_age`` now: hidden
@@ -385,11 +335,9 @@ class EpisodicMemory:
         return self._shown.is_expired(episode)
 
     async def latest(self, conversation_id: str) -> Episode | None:
-        """The newest unexpired episode recorded in conversation *conversation_id* (its
-        ``conversation_id`` field), as its grades make it; ``None`` when this memory shows
-        none (never recorded, forgotten, evicted or expired). Read from the store, so a
-        process that handles one turn of a chat finds the run the turn before recorded in
-        another. A copy.
+        """The newest unexpired episode recorded with this ``conversation_id``, as its grades
+        make it (a copy); ``None`` when this memory shows none. Read from the store, so the
+        process handling one turn of a chat finds what another recorded the turn before.
 
         Example::
 
@@ -401,9 +349,9 @@ class EpisodicMemory:
 
     @classmethod
     async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:
-        """An :class:`EpisodicMemory` on an existing log at the log's own ring size: the
-        ``max_episodes`` it was written with, unless *options* give one (tools that inspect a
-        log use this, so they neither hide nor shrink anything). Same options otherwise.
+        """An :class:`EpisodicMemory` on an existing log at the log's own ring size (the
+        ``max_episodes`` it was written with, unless *options* give one), so that a tool
+        inspecting the log neither hides nor shrinks anything. Same options otherwise.
 
         Example::
 
@@ -432,11 +380,11 @@ class EpisodicMemory:
         """Lower the log's ring size to *max_episodes* and delete every episode outside it;
         return how many were deleted.
 
-        The ring of a log only grows on its own: a memory with a smaller ``max_episodes`` on a
-        namespace that a larger one fills shows its newest ``max_episodes`` but never deletes
-        what the larger one shows (not by recording, :meth:`forget` or :meth:`sweep`). This is
-        the one call that shrinks the log for every memory on it; this memory then keeps
-        *max_episodes* (a memory configured larger raises the ring again when it records).
+        A ring only grows on its own: a memory with a smaller ``max_episodes`` on a log a larger
+        one fills shows its newest ``max_episodes`` but never deletes what the larger one shows
+        (not by recording, :meth:`forget` or :meth:`sweep`). This is the one call that shrinks
+        the log for every memory on it; a memory configured larger raises the ring again when
+        it records.
         """
         return await self._retention.shrink(max_episodes)
 
@@ -452,34 +400,30 @@ class EpisodicMemory:
     # --- reading --------------------------------------------------------------------------
 
     async def refresh(self) -> int:
-        """Bring this memory up to date with its store (one round trip when nothing changed,
-        only what is new otherwise) and return its revision: a number that changes whenever
-        what the memory shows changed (episodes, grades, uses, vectors). For a viewer or a
-        cache that wants to redo its work only when the log changed."""
-        await self._held.sync()
-        return self._held.revision
+        """Bring this memory up to date with its store (one round trip when nothing changed)
+        and return its revision, a number that changes whenever what it shows changed
+        (episodes, grades, uses, vectors): for a viewer or cache to redo work only then."""
+        return await self._shown.refresh()
 
     async def stats(self) -> MemoryStats:
         """Counts for this namespace: episodes by outcome, expired and corrupt records not
         shown, the oldest and newest timestamps, and the bytes stored."""
-        await self._held.sync()
         return await count_stats(
-            self._log, self._held, self._retention.expired, self._clock(), self._vectors
+            self._log, self._held, self._retention.expired, self._options.clock, self._semantic
         )
 
     async def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
-        """Every stored episode this memory shows, oldest first; expired ones only with
-        *include_expired* (for inspection: no read path that feeds a prompt shows them). With
-        *graded* (the default) each reads as its grades make it (see :meth:`grade`);
-        ``graded=False`` gives the episodes as they were recorded (for a backup that keeps the
-        grades beside them). The episodes are copies: changing them changes nothing stored."""
+        """Every stored episode this memory shows, oldest first, as copies; expired ones only
+        with *include_expired* (for inspection: no read path that feeds a prompt shows them).
+        Each reads as its grades make it (see :meth:`grade`); ``graded=False`` gives them as
+        recorded (for a backup that keeps the grades beside them)."""
         return await self._shown.load(include_expired=include_expired, graded=graded)
 
     async def page(self, limit: int = 50, offset: int = 0) -> Page:
-        """The newest *limit* episodes this memory shows after skipping the *offset* newest,
-        newest first, as :meth:`load` gives them (unexpired, graded; copies), and how many it
-        shows in all (:class:`~deepcrew_episodic.Page`). On a store that keeps the recall index
-        it reads only those episodes, so a listing's first page costs what a page costs.
+        """The newest *limit* episodes after skipping the *offset* newest, newest first, as
+        :meth:`load` gives them, and how many this memory shows in all
+        (:class:`~deepcrew_episodic.Page`). On a store that keeps the recall index only those
+        episodes are read, so a listing's first page costs what a page costs.
 
         Example::
 
@@ -502,18 +446,18 @@ class EpisodicMemory:
     ) -> list[Episode]:
         """Up to *top_k* (default ``recall_k``) episodes relevant to *query*, best first.
 
-        Episodes that share no term with *query* are never returned, unless the memory has
-        an ``embedder`` and an episode means the same as *query* (see docs/recall.md). ``intent="what_failed"``
+        An episode that shares no term with *query* is returned only when the memory has an
+        ``embedder`` and the episode means the same (docs/recall.md). ``intent="what_failed"``
         ranks failures first among equally relevant episodes, ``"what_worked"`` successes.
         ``tags`` keeps episodes with at least one of the tags, ``outcome`` those with that
         outcome (or one of them), ``since`` those recorded at or after a time and ``until``
         those recorded before one: an ISO-8601 date or time, a duration or ``timedelta``
         meaning that long ago (``"7d"``), a phrase (``"yesterday"``, ``"last tuesday"``,
         ``"this week"``), a ``datetime``, a ``date`` or POSIX seconds, read in the memory's
-        ``tz``. A date or a phrase naming a day (or a week, month, year) covers all of it:
-        ``since`` takes its first instant, ``until`` its end, so
-        ``since="yesterday", until="yesterday"`` is yesterday (see docs/recall.md#time).
-        ``min_relevance`` overrides the memory's relevance floor for this call (``0``: none).
+        ``tz``. A date or phrase naming a day (week, month, year) covers all of it: ``since``
+        takes its first instant, ``until`` its end, so ``since="yesterday", until="yesterday"``
+        is yesterday (docs/recall.md#time). ``min_relevance`` overrides the memory's relevance
+        floor for this call (``0``: none).
         """
         scored = await self.explain(
             query,
@@ -540,18 +484,18 @@ class EpisodicMemory:
         until: TimeLike | None = None,
         min_relevance: float | None = None,
     ) -> Ranking:
-        """Like :meth:`recall`, with each episode's score and why (matched terms, the keyword
-        and meaning parts, recency, outcome weight). The list also says how it was ranked
+        """:meth:`recall` with each episode's score and why (matched terms, the keyword and
+        meaning parts, recency, outcome weight), and how the list was ranked
         (:class:`~deepcrew_episodic.Ranking`: by keywords, hybrid, or keywords because the
-        embedder failed), the relevance floor it applied, and the episodes that would have
-        been in the top k without it (``under_floor``).
+        embedder failed), the relevance floor applied and what it kept out of the top k
+        (``under_floor``).
 
         Example::
 
             for hit in await memory.explain("refund a duplicate charge", intent="what_failed"):
                 print(f"{hit.score:.3f} {hit.episode.query!r}: {hit.why()}")
         """
-        checked = await self._searcher.query(
+        return await self._searcher.explain(
             query,
             top_k,
             intent=intent,
@@ -561,7 +505,6 @@ class EpisodicMemory:
             until=until,
             min_relevance=min_relevance,
         )
-        return await self._searcher.explain(checked)
 
     async def history(
         self,
@@ -571,15 +514,14 @@ class EpisodicMemory:
         until: TimeLike | None = None,
         tags: Collection[str] | None = None,
     ) -> History:
-        """The past runs of *task* over time, oldest first, and where the run of successes
-        broke: "when did this start failing?" (see :class:`~deepcrew_episodic.History`).
+        """The past runs of *task*, oldest first, and where the run of successes broke: "when
+        did this start failing?" (see :class:`~deepcrew_episodic.History`).
 
-        The runs are those :meth:`recall` finds for *task* (the same ranking, relevance floor
-        and filters, with no limit on their number), so history agrees with what an agent
-        given *task* is shown: one item per run (its latest iteration), each read with its
-        grades; expired and abandoned runs are left out, as recall leaves them. An episode
-        without a usable timestamp takes its place in the log (the time of the dated episode
-        recorded before it). ``since``, ``until`` and ``tags`` are recall's.
+        The runs are those :meth:`recall` finds for *task* with these filters (the same
+        ranking and floor, no limit on their number), so history agrees with what an agent
+        given *task* is shown: one item per run (its latest iteration, with its grades),
+        expired and abandoned runs left out. An episode without a usable timestamp takes its
+        place in the log (the time of the dated episode recorded before it).
 
         Example::
 
@@ -589,26 +531,21 @@ class EpisodicMemory:
             if history.broke is not None:
                 print("failing since", history.broke.episode.timestamp)
         """
-        if not isinstance(task, str):
-            raise ConfigurationError(f"task must be a string, not {type(task).__name__}")
-        await self._held.sync()
-        everything = max(1, self._log.max, len(self._held.known))  # recall with no limit
-        found = await self.explain(task, everything, tags=tags, since=since, until=until)
-        return History(self._held.by_time(found), task=task)
+        every = await self._searcher.every_run(task)
+        found = await self.explain(task, every, tags=tags, since=since, until=until)
+        return self._searcher.history(task, found)
 
     def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
         """The ``## Relevant past experience`` block for *episodes* (best first, as
         :meth:`recall` or :meth:`explain` return them), ``""`` for none.
 
-        Each item is one dated line (outcome, score, tools, the question and the lesson, or
-        the answer when there is no lesson); stored text is neutralised so that it cannot
-        open a heading, fake a system section or end the block. With *max_chars*, items are
-        taken best first and one that does not fit in what is left is skipped whole, so the
-        block holds the best items that fit, in rank order; it never exceeds *max_chars* and
-        is never empty when one item fits. Expired episodes are never shown.
-
-        Secrets are redacted here too (with this memory's redactor): an episode stored by
-        deepcrew-ai, or by a memory with ``redact=False``, may hold one.
+        One dated line per item (outcome, score, tools, the question and the lesson, or the
+        answer without a lesson); stored text is neutralised so that it cannot open a heading,
+        fake a system section or end the block. With *max_chars*, items are taken best first
+        and one that does not fit what is left is skipped whole: the block never exceeds
+        *max_chars* and is never empty when one item fits. Expired episodes are never shown.
+        Secrets are redacted here too: an episode stored by deepcrew-ai, or by a memory with
+        ``redact=False``, may hold one.
 
         Example::
 
@@ -622,7 +559,7 @@ class EpisodicMemory:
         """:meth:`render`, and the episodes the block shows (redacted, in the order shown):
         for callers that report exactly what was injected."""
         return fit_recalled(
-            episodes, max_chars=max_chars, redactor=self._redactor, expired=self.is_expired
+            episodes, max_chars=max_chars, redactor=self.redactor, expired=self.is_expired
         )
 
     # --- outcomes learnt later, and uses -----------------------------------------------------
@@ -638,20 +575,19 @@ class EpisodicMemory:
         verified: bool | None = None,
         source: str | None = None,
     ) -> Grade:
-        """Grade an episode after it was recorded: the signal that arrives late ("thanks, that
-        worked" / "still broken", a test run). The grade is a record of its own; the episode
-        is never rewritten. Every read path applies the grades: the outcome from the best
-        source wins (a verifier, then the user, then the agent's claim, then a model judging),
-        the newest among equals; a verified outcome beats a claimed one, and a ``success``
-        claimed by the agent reads ``claimed_success`` (see ``docs/recall.md``).
+        """Grade an episode after it was recorded, with the signal that arrives late ("thanks,
+        that worked" / "still broken", a test run); return the grade. It is a record of its
+        own (the episode is never rewritten) that every read path applies: the outcome from the
+        best source wins (a verifier, then the user, then the agent's claim, then a model
+        judging), the newest among equals; a verified outcome beats a claimed one, and a
+        ``success`` the agent claimed reads ``claimed_success`` (see ``docs/recall.md``).
 
-        Give *outcome*, *score* (in [0, 1]; without an outcome it stands for one, see
-        :func:`~deepcrew_episodic.outcome_for_score`) or both. *source* says where the grade
-        came from: ``"verifier"`` (a test, an exit code), ``"user"``, ``"agent"`` (a claim)
-        or ``"judge"`` (a model judging the run). Without it, *verified* says whether the
-        grade was checked (the default) or is the agent's claim (``verified=False``); given
-        both, they must agree. Raises :class:`ConfigurationError` when no episode has
-        *episode_id*, when it has expired, or on a wrong value.
+        Give *outcome*, *score* (in [0, 1]; alone it stands for an outcome, see
+        :func:`~deepcrew_episodic.outcome_for_score`) or both. *source*: ``"verifier"`` (a
+        test, an exit code), ``"user"``, ``"agent"`` (a claim) or ``"judge"`` (a model judging
+        the run). Without it, *verified* says whether the grade was checked (the default) or is
+        the agent's claim; given both, they must agree. Raises :class:`ConfigurationError` when
+        no episode has *episode_id*, when it has expired, or on a wrong value.
 
         Example::
 
@@ -681,13 +617,12 @@ class EpisodicMemory:
         uses: int = 0,
     ) -> Episode:
         """Record *episode* from a backup with its *grades* (oldest first: :class:`Grade`
-        objects, or the mappings ``export`` writes) and its use count, so that it reads as it
-        did when it was backed up; return the stored copy. The episode is recorded like
-        :meth:`record` does (checked, redacted, its ``id`` and ``timestamp`` kept); each grade
-        keeps its outcome, score, note (redacted), verified flag and time. Everything is
-        checked before anything is written: a wrong grade or count raises
-        :class:`InvalidEpisodeError` naming it, and an id already stored raises too (a backup
-        restored twice neither duplicates nor overwrites anything).
+        objects or the mappings ``export`` writes) and its use count, so that it reads as it
+        did when backed up; return the stored copy. It is recorded as :meth:`record` does
+        (checked, redacted, its ``id`` and ``timestamp`` kept); each grade keeps its outcome,
+        score, note (redacted), verified flag and time. All is checked before anything is
+        written: a wrong grade or count raises :class:`InvalidEpisodeError` naming it, and so
+        does an id already stored (a backup restored twice neither duplicates nor overwrites).
 
         Example::
 
@@ -705,74 +640,52 @@ class EpisodicMemory:
     @traced("used")
     async def used(self, ids: str | Collection[str]) -> None:
         """Count one use of each episode (the runner and :class:`EpisodicHook` call it with
-        the episodes they injected into a run). With ``reinforce`` (the default), an episode
-        that was used ranks a little higher: at most 20% more. The count is kept beside the
-        episode, which is never rewritten; ids no longer in the log are ignored."""
-        await self._held.count_uses(set(strings("ids", ids, one=True)))
+        those they injected into a run); ids no longer in the log are ignored. With
+        ``reinforce``, a used episode ranks a little higher (at most 20%). The count is kept
+        beside the episode, which is never rewritten."""
+        await self._held.count_uses(ids)
 
     # --- recall by meaning -----------------------------------------------------------------
-
-    @property
-    def embedder(self) -> Embedder | Callable[..., Any] | None:
-        """The embedder this memory was given (``None``: keywords only)."""
-        return getattr(self._embedder, "original", self._embedder)
-
-    @property
-    def embedder_name(self) -> str | None:
-        """The embedder's name as this memory records it in the log (read once)."""
-        return None if self._embedder is None else self._embedder.name
 
     async def backfill(
         self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
     ) -> int:
-        """Embed every episode the log keeps that has no usable vector (recorded before the
-        embedder was set, by deepcrew-ai, or while the embedder failed), *batch_size* texts per
-        call; return how many vectors were written. Until then such episodes are found by
-        keywords only. *progress* is called with ``(done, total)`` after each batch.
+        """Embed every episode of the log without a usable vector (recorded before the embedder
+        was set, by deepcrew-ai, or while it failed), *batch_size* texts per call; return how
+        many vectors were written. Until then such episodes are found by keywords only.
+        *progress* is called with ``(done, total)`` after each batch.
 
-        Raises :class:`EmbeddingError` when a call fails (the vectors of the batches before it
-        are kept: run it again to go on) and :class:`EmbedderMismatchError` when the log's
-        vectors are another embedder's (:meth:`reembed` replaces them).
+        Raises :class:`EmbeddingError` when a call fails (the batches before it are kept: run
+        it again to go on), :class:`EmbedderMismatchError` when the log's vectors are another
+        embedder's (:meth:`reembed` replaces them), :class:`ConfigurationError` without an
+        embedder.
         """
-        return await self._embed_log(batch_size, progress, everything=False)
+        return await embed_log(self._semantic, batch_size, progress, everything=False)
 
     async def reembed(
         self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
     ) -> int:
         """Rebuild every vector of the log with this memory's embedder and record it as the
         log's embedder (after a change of model); return how many vectors were written.
+        Arguments and errors as :meth:`backfill`'s.
 
-        Readers with the old embedder stop using the old vectors at once (they are ignored,
-        not mixed). Interrupted, it leaves the episodes not yet done without a usable vector:
+        Readers with the old embedder ignore the old vectors at once (never mixed). An
+        interrupted reembed leaves the episodes not yet done without a usable vector:
         :meth:`backfill` finishes the work.
         """
-        return await self._embed_log(batch_size, progress, everything=True)
+        return await embed_log(self._semantic, batch_size, progress, everything=True)
 
-    async def _embed_log(
-        self, batch_size: int, progress: Callable[[int, int], None] | None, *, everything: bool
-    ) -> int:
-        if self._semantic is None:
-            raise ConfigurationError("this memory has no embedder: pass embedder= to build one")
-        return await self._semantic.embed_log(batch_size, progress, everything=everything)
-
-    async def _query_vector(self, query: str) -> tuple[Any, str | None]:
-        assert self._semantic is not None  # (a memory without an embedder has no query vector)
-        return await self._semantic.query_vector(query)
-
-    # --- the rules a tool filters a listing by (no I/O) -------------------------------------
+    # --- the rules a tool filters a listing by (no I/O, as of the last read) -----------------
 
     def searched_text(self, episode: Episode) -> str:
-        """What ``containing`` looks in for *episode* (:meth:`forget`, :meth:`select`), in its
-        search form (``search_form``: white space, hidden characters, Unicode forms and case
-        folded): every text field of the episode and its grades' notes, as of the last read.
-        No I/O: for a tool that filters a listing by the same rule (the viewer's search)."""
+        """What ``containing`` (:meth:`forget`, :meth:`select`) looks in for *episode*: every
+        text field and its grades' notes, in search form (``search_form``: white space, hidden
+        characters, Unicode forms and case folded). For a tool filtering by the same rule."""
         return self._shown.searched_text(episode)
 
     def recorded_at(self, episode: Episode) -> float | None:
-        """The time, as POSIX seconds, that every ``since``/``until``/``before`` of this memory
-        files *episode* under: its timestamp or, for one that cannot be used (garbled, or in
-        the future), the time of the dated episode recorded before it in the log. ``None``
-        when no time is known (an episode this memory has not read, or one with no dated
-        episode before it). No I/O, as of the last read: for a tool that filters a listing
-        by time as :meth:`recall` does (the command line's and the viewer's timeline)."""
+        """The POSIX time every ``since``/``until``/``before`` files *episode* under: its
+        timestamp or, when that cannot be used (garbled, in the future), the time of the dated
+        episode recorded before it. ``None`` when no time is known (an episode this memory has
+        not read, or no dated one before it). For a tool filtering a timeline as recall does."""
         return self._shown.recorded_at(episode)

@@ -1,5 +1,6 @@
 """An :class:`~deepcrew_episodic.EpisodicMemory`'s configuration: small frozen objects, each value
 checked once, here, when the memory is built (see the memory's docstring for what each means).
+The memory's collaborators take the whole :class:`Options` and read what they need of it.
 
 Recall by meaning is one object (:class:`Embedding`: present only with an embedder), and so is
 the lesson a model writes (:class:`Reflection`, which the write path takes whole).
@@ -97,6 +98,17 @@ class Options:
     min_relevance: float
     reflection: Reflection
     embedding: Embedding | None  # None: keywords only
+
+    @property
+    def embedder(self) -> Embedder | Callable[..., Any] | None:
+        """The embedder as it was given (``None``: keywords only)."""
+        found = None if self.embedding is None else self.embedding.embedder
+        return getattr(found, "original", found)
+
+    @property
+    def embedder_name(self) -> str | None:
+        """The embedder's name as the memory records it in the log (read once)."""
+        return None if self.embedding is None else self.embedding.embedder.name
 
     @classmethod
     def checked(

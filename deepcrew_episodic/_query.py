@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._exceptions import ConfigurationError
 from ._held import HeldLog, ProcessView
+from ._history import History
 from ._options import Options, relevance_floor
 from ._ranking import copied_ranking, keyword_ranking, outcome_filter, tag_filter
 from ._recall import INTENTS, Ranking
@@ -53,7 +54,6 @@ class Searcher:
         expired: Callable[[int, float], bool],
         times: TimeReader,
         options: Options,
-        clock: Callable[[], float],
     ) -> None:
         self._held = held
         self._store = store
@@ -61,9 +61,9 @@ class Searcher:
         self._expired = expired  # the retention rule, by sequence number (see _retention.py)
         self._times = times
         self._options = options
-        self._clock = clock
+        self._clock = options.clock
 
-    async def query(
+    async def explain(
         self,
         query: str,
         top_k: int | None,
@@ -74,8 +74,8 @@ class Searcher:
         since: TimeLike | None,
         until: TimeLike | None,
         min_relevance: float | None,
-    ) -> RecallQuery:
-        """The arguments of :meth:`EpisodicMemory.explain`, checked."""
+    ) -> Ranking:
+        """See :meth:`EpisodicMemory.explain`: its arguments checked, then ranked."""
         if not isinstance(query, str):
             raise ConfigurationError(f"query must be a string, not {type(query).__name__}")
         k = self._options.recall_k if top_k is None else integer("top_k", top_k, minimum=0)
@@ -90,9 +90,22 @@ class Searcher:
             if min_relevance is None
             else relevance_floor("min_relevance", min_relevance)
         )
-        return RecallQuery(query, k, intent, outcomes, wanted_tags, after, cutoff, floor)
+        return await self.ranking(
+            RecallQuery(query, k, intent, outcomes, wanted_tags, after, cutoff, floor)
+        )
 
-    async def explain(self, query: RecallQuery) -> Ranking:
+    async def every_run(self, task: str) -> int:
+        """The *top_k* of a history of *task* (checked): no limit on the number of runs."""
+        if not isinstance(task, str):
+            raise ConfigurationError(f"task must be a string, not {type(task).__name__}")
+        await self._held.sync()
+        return max(1, self._held.max_episodes, len(self._held.known))
+
+    def history(self, task: str, found: Ranking) -> History:
+        """The runs of *task* its ranking *found* (from :meth:`every_run`), in time order."""
+        return History(self._held.by_time(found), task=task)
+
+    async def ranking(self, query: RecallQuery) -> Ranking:
         """The ranking for *query*: from the store's index when it keeps one this memory can
         rank from, otherwise from the log held in process."""
         started = time.perf_counter()

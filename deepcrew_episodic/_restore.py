@@ -4,7 +4,7 @@ reads as it did when it was backed up. Everything is checked before anything is 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._episode import Episode, now_iso
@@ -12,7 +12,8 @@ from ._exceptions import InvalidEpisodeError
 from ._grade import NOTE_CHARS, Grade
 from ._held import HeldLog
 from ._log import EpisodeLog
-from ._redact import Redactor, redact_then_cut, safe_message
+from ._options import Options
+from ._redact import redact_then_cut, safe_message
 from ._validate import shown
 
 __all__ = ["MAX_USES", "Restorer"]
@@ -28,13 +29,12 @@ class Restorer:
         self,
         episodes: EpisodeLog,
         held: HeldLog,
-        clock: Callable[[], float],
-        redactor: Redactor | None,
+        options: Options,
     ) -> None:
         self._log = episodes
         self._held = held
-        self._clock = clock
-        self._redactor = redactor
+        self._clock = options.clock
+        self._redactor = options.redactor
 
     def check(self, grades: Sequence[Grade | Mapping[str, Any]], uses: int) -> list[Grade]:
         """The grades of a backup, checked (:class:`Grade` objects, or the mappings

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection
-from datetime import timedelta
 
 from ._episode import Episode
 from ._exceptions import ConfigurationError
 from ._held import FUTURE_SKEW_SECONDS, UNDATED, HeldLog, time_or_none
 from ._log import EpisodeLog
+from ._options import Options
 from ._ranking import outcome_filter, tag_filter
 from ._redact import safe_message
 from ._time import TimeLike
@@ -30,14 +30,13 @@ class Retention:
         self,
         episodes: EpisodeLog,
         held: HeldLog,
-        clock: Callable[[], float],
-        max_age: timedelta | None,
+        options: Options,
         read_time: Callable[[str, TimeLike | None], Awaitable[float | None]],
     ) -> None:
         self._log = episodes
         self._held = held
-        self._clock = clock
-        self._max_age = max_age
+        self._clock = options.clock
+        self._max_age = options.max_age
         self._time = read_time  # the memory's: its time zone and clock
 
     @property
@@ -107,6 +106,21 @@ class Retention:
             await self._log.delete_episodes([], grades=orphans)
         await self._log.purge()
         return deleted
+
+    async def selected(
+        self,
+        ids: str | Collection[str] | None,
+        *,
+        outcome: str | Collection[str] | None,
+        tags: Collection[str] | None,
+        before: TimeLike | None,
+        containing: str | None,
+    ) -> list[Episode]:
+        """See :meth:`EpisodicMemory.select` (copies)."""
+        found = await self.select(
+            ids=ids, outcome=outcome, tags=tags, before=before, containing=containing
+        )
+        return [ep.copy() for _, ep in found]
 
     async def select(
         self,

@@ -24,14 +24,17 @@ from ._embed import (
 )
 from ._episode import Episode
 from ._exceptions import ConfigurationError, EmbedderMismatchError, EmbeddingError
+from ._held import HeldLog
 from ._log import Changes, EpisodeLog
+from ._options import Embedding, Options
 from ._ranking import View, keyword_ranking
 from ._recall import RecallIndex, Scored
 from ._redact import Redactor, safe_message
+from ._store_reads import StoreReads
 from ._unicode import escape_hidden
 from ._validate import integer
 
-__all__ = ["Semantic"]
+__all__ = ["Semantic", "embed_log", "semantic_part"]
 
 log = logging.getLogger("deepcrew_episodic")
 
@@ -45,25 +48,21 @@ class Semantic:
     def __init__(
         self,
         episodes: EpisodeLog,
-        embedder: Embedder,
-        fields: Sequence[str],
+        embedding: Embedding,
         redactor: Redactor | None,
-        timeout: float,
         sync: Callable[[], Awaitable[None]],
-        similarity_floor: float,
-        min_similarity: float | None,
     ) -> None:
         load_numpy()  # fail here, with the install hint, not on the first recall
         from ._vectors import VectorIndex
 
         self._log = episodes
-        self.embedder = embedder
-        self.fields = fields
+        self.embedder: Embedder = embedding.embedder
+        self.fields: Sequence[str] = embedding.fields
         self._redactor = redactor
-        self._timeout = timeout
+        self._timeout = embedding.timeout
         self._sync = sync  # the held copy's: a pass reads the log as this memory holds it
-        self.similarity_floor = similarity_floor
-        self.min_similarity = min_similarity
+        self.similarity_floor = embedding.similarity_floor
+        self.min_similarity = embedding.min_similarity
         self.vectors = VectorIndex()
         self._queries = QueryCache()
         self._background: Any = None  # the background sentences' vectors (see _vectors.py)
@@ -391,3 +390,29 @@ class Semantic:
             search=search,
             score=score,
         )
+
+
+def semantic_part(
+    episodes: EpisodeLog, options: Options, held: HeldLog, store: StoreReads
+) -> Semantic | None:
+    """A memory's recall by meaning, fed each sync's vectors by *held* and read by *store*;
+    ``None`` without an embedder (numpy is then never imported)."""
+    if options.embedding is None:
+        return None
+    semantic = Semantic(episodes, options.embedding, options.redactor, held.sync)
+    held.vectors = semantic
+    store.semantic = semantic
+    return semantic
+
+
+async def embed_log(
+    semantic: Semantic | None,
+    batch_size: int,
+    progress: Callable[[int, int], None] | None,
+    *,
+    everything: bool,
+) -> int:
+    """See :meth:`EpisodicMemory.backfill` (*everything*: :meth:`EpisodicMemory.reembed`)."""
+    if semantic is None:
+        raise ConfigurationError("this memory has no embedder: pass embedder= to build one")
+    return await semantic.embed_log(batch_size, progress, everything=everything)

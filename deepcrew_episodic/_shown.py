@@ -5,8 +5,6 @@ log this process holds (see _held.py), through the same retention rule (see _ret
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ._episode import Episode
 from ._exceptions import ConfigurationError
 from ._grade import Grade
@@ -29,13 +27,17 @@ class Shown:
         store: StoreReads,
         retention: Retention,
         options: Options,
-        clock: Callable[[], float],
     ) -> None:
         self._held = held
         self._store = store
         self._retention = retention
         self._options = options
-        self._clock = clock
+        self._clock = options.clock
+
+    async def refresh(self) -> int:
+        """See :meth:`EpisodicMemory.refresh`."""
+        await self._held.sync()
+        return self._held.revision
 
     async def load(self, *, include_expired: bool, graded: bool) -> list[Episode]:
         """See :meth:`EpisodicMemory.load`."""

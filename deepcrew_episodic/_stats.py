@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._episode import OUTCOMES
 from ._grade import checked_grade
 from ._held import HeldLog
 from ._log import EpisodeLog
 from ._source import CHECKED_SOURCES, SOURCES
+
+if TYPE_CHECKING:
+    from ._semantic import Semantic  # only built with an embedder
 
 __all__ = ["MemoryStats", "count_stats"]
 
@@ -98,11 +101,13 @@ async def count_stats(
     episodes: EpisodeLog,
     held: HeldLog,
     is_expired: Callable[[int, float], bool],
-    now: float,
-    vectors: Any,
+    clock: Callable[[], float],
+    semantic: Semantic | None,
 ) -> MemoryStats:
-    """The stats of the log *held* holds (synced by the caller) at *now*; *vectors*: the
-    semantic part's, or ``None``."""
+    """See :meth:`EpisodicMemory.stats`: the log as *held* holds it (synced first), now."""
+    await held.sync()
+    now = clock()
+    vectors = None if semantic is None else semantic.vectors
     by_outcome = dict.fromkeys(OUTCOMES, 0)
     by_source: dict[str, int] = {}
     successes = checked_successes = foreign = 0

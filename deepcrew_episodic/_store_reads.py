@@ -15,6 +15,7 @@ from ._episode import Episode
 from ._grade import Grade
 from ._held import FUTURE_SKEW_SECONDS
 from ._log import Counters, EpisodeLog
+from ._options import Options
 from ._ranking import copied_ranking, keyword_ranking
 from ._recall import DEFAULT_FIELDS, Ranking, RecallIndex
 
@@ -35,19 +36,15 @@ class StoreReads:
         self,
         episodes: EpisodeLog,
         index: RecallIndex,
-        embedder: Any,
-        clock: Callable[[], float],
-        half_life_days: float,
-        reinforce: bool,
+        options: Options,
         past: Callable[[float | None, float, float], bool],
     ) -> None:
         self._log = episodes
         self._provider = episodes.provider  # (its declared capability only: no call)
         self._index = index  # the in-process index: its fields say what this memory ranks by
-        self._embedder = embedder
-        self._clock = clock
-        self._half_life = half_life_days
-        self._reinforce = reinforce
+        self._clock = options.clock
+        self._half_life = options.half_life_days
+        self._reinforce = options.reinforce
         self._past = past  # the retention rule (see _retention.py)
         self.semantic: Any = None  # the memory's Semantic, with an embedder (set after it)
         self._off: list[tuple[str | None, int]] = []  # counters found off their records

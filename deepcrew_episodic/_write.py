@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._episode import FIELDS, Episode, new_id, now_iso, outcome_for_score, parse_time
 from ._exceptions import InvalidEpisodeError
 from ._held import FUTURE_SKEW_SECONDS, HeldLog
 from ._log import EpisodeLog
-from ._options import Reflection
-from ._redact import Redactor, safe_message
+from ._options import Options
+from ._redact import safe_message
 from ._store_reads import StoreReads
 from ._unicode import escape_hidden
 
@@ -33,17 +32,15 @@ class Writer:
         semantic: Semantic | None,
         store: StoreReads,
         held: HeldLog,
-        clock: Callable[[], float],
-        redactor: Redactor | None,
-        reflection: Reflection,
+        options: Options,
     ) -> None:
         self._log = episodes
         self._semantic = semantic
         self._store = store
         self._held = held
-        self._clock = clock
-        self._redactor = redactor
-        self._reflection = reflection  # reflect_model: the lesson a model writes
+        self._clock = options.clock
+        self._redactor = options.redactor
+        self._reflection = options.reflection  # reflect_model: the lesson a model writes
 
     async def record(self, episode: Episode | Any) -> Episode:
         """See :meth:`EpisodicMemory.record`."""
