@@ -83,11 +83,11 @@ def by_cosine(memory: EpisodicMemory) -> RecallFn:
     """Rank every episode by cosine similarity alone (bench-only: reads the memory's index)."""
 
     async def recall(probe: Probe) -> list[str]:
-        vector, error = await memory._query_vector(probe.query)
+        vector, error = await memory._semantic.query_vector(probe.query)
         assert error is None, error
-        seqs, sims = memory._vectors.similarities(vector)
+        seqs, sims = memory._semantic.vectors.similarities(vector)
         order = np.argsort(-sims, kind="stable")[:DEPTH]
-        return [memory._index.episode(int(seqs[i])).id for i in order]
+        return [memory._held.index.episode(int(seqs[i])).id for i in order]
 
     return recall
 
@@ -173,7 +173,7 @@ async def latency(sizes: list[int], samples: int) -> None:
                 times.append((time.perf_counter() - began) * 1000)
             times.sort()
             cells.append(f"{statistics.median(times):.3f} / {times[int(len(times) * 0.9)]:.3f}")
-        held = memory._vectors.nbytes
+        held = memory._semantic.vectors.nbytes
         print(f"| {size:,} | {cells[0]} | {cells[1]} | {held / 1e6:.1f} MB | {held / size:.0f} B |")
 
 

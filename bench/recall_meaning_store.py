@@ -119,7 +119,7 @@ after_import = rss()
 async def main():
     memory = EpisodicMemory(SQLiteMemoryProvider({path!r}), max_episodes={size},
                             embedder=embedder({kind!r}), clock=lambda: {now!r})
-    await memory._query_vector({query!r})  # the embedding, not counted
+    await memory._semantic.query_vector({query!r})  # the embedding, not counted
     if {loaded!r}:
         await memory.load()
     started = time.perf_counter()

@@ -402,7 +402,7 @@ async def child_build(spec: dict[str, Any]) -> dict[str, Any]:
         items[log.entry_key(seq, None)] = stored.to_json()
         if embedder is not None:
             fields = memory._options.embedding.fields
-            texts.append((seq, embed_text(stored, fields, memory._redactor)))
+            texts.append((seq, embed_text(stored, fields, memory.redactor)))
         if len(items) >= batch_size:
             await flush()
             if seq % 100_000 < batch_size:

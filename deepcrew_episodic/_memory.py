@@ -43,82 +43,68 @@ class EpisodicMemory:
         Any :class:`~deepcrew_episodic.providers.MemoryProvider`, or any object with
         deepcrew-ai's four provider methods (``store``, ``retrieve``, ``search``, ``clear``).
     namespace:
-        Isolates one log from another in a shared backend: any text of 1 to 256 characters
-        without control or invisible characters (``"support bot"``, ``"tenant/42"``,
-        ``"agent:v2"``); deepcrew-ai's logs under such names are read in place.
+        Isolates one log from another in a shared backend: 1 to 256 characters, no control or
+        invisible ones (``"tenant/42"``); deepcrew-ai's logs are read in place.
     max_episodes:
         Ring-buffer capacity: the newest ``max_episodes`` are kept.
     recall_k:
         How many episodes :meth:`recall` returns by default.
-    reflect_model:
-        A litellm model name: each recorded episode then gets a one-sentence lesson (one model
-        call per record; a failed call is logged and counted, never fatal).
-    reflect_timeout:
-        Seconds to wait for the reflection call.
-    reflect_params:
-        Extra keyword arguments for ``litellm.acompletion`` (``api_base``, ``api_key``, ...).
+    reflect_model, reflect_timeout, reflect_params:
+        A litellm model that writes each recorded episode a one-sentence lesson (one call per
+        record; a failure is logged and counted, never fatal), the seconds to wait for it, and
+        extra ``litellm.acompletion`` arguments (``api_base``, ``api_key``, ...).
     recall_fields:
-        Episode fields recall matches: any of ``query``, ``tags``, ``reflection``,
-        ``response``, ``tools_used``.
+        The fields recall matches: any of ``query``, ``tags``, ``reflection``, ``response``,
+        ``tools_used``.
     max_age:
-        Retention: older episodes are never returned and :meth:`sweep` deletes them. ``None``
+        Retention: older episodes are never returned and :meth:`sweep` deletes them; ``None``
         keeps them until the ring buffer drops them.
     half_life_days:
         Age at which an episode's recency tie-break halves.
     redact:
-        Secrets (API keys, tokens, passwords in URLs, private keys) in every text field become
-        ``[REDACTED:<kind>]`` before an episode is stored or sent to ``reflect_model``.
-        ``True`` (default): the built-in rules; ``False``: no redaction; a
-        :class:`~deepcrew_episodic.Redactor` adds or replaces rules.
+        Secrets (API keys, tokens, passwords in URLs, private keys) in any text field become
+        ``[REDACTED:<kind>]`` before it is stored or sent to ``reflect_model``: ``True`` (default)
+        by the built-in rules, ``False`` never, a :class:`~deepcrew_episodic.Redactor` by its own.
     clock:
         The time in POSIX seconds, for timestamps, retention and recency (default
-        ``time.time``): tests pass a clock they can move instead of sleeping.
+        ``time.time``): tests pass one they can move instead of sleeping.
     embedder:
         Recall by meaning as well as by keywords (docs/recall.md): an
-        :class:`~deepcrew_episodic.Embedder` (such as
-        :class:`~deepcrew_episodic.LiteLLMEmbedder`) or a callable taking a list of texts and
-        returning one vector per text (a sync one runs in a worker thread); needs ``pip install
-        'deepcrew-episodic[embeddings]'``. ``None`` (default): keywords only, numpy never
-        imported.
-    embed_fields:
-        The fields whose text is embedded (default query, reflection and tags; the response is
-        left out, it drowns the task's signal).
-    similarity_floor:
+        :class:`~deepcrew_episodic.Embedder` (such as :class:`~deepcrew_episodic.LiteLLMEmbedder`)
+        or a callable from a list of texts to one vector per text (a sync one runs in a worker
+        thread); needs ``pip install 'deepcrew-episodic[embeddings]'``. ``None`` (default):
+        keywords only, and numpy is never imported.
+    embed_fields, embed_timeout:
+        The fields embedded (default query, reflection and tags: the response drowns the task's
+        signal), and the seconds to wait for one call (a record or a recall goes on without).
+    similarity_floor, min_similarity:
         How far an episode's cosine similarity to the query must rise above what the query
-        reaches with unrelated everyday text (same model) to count as meaning the same (0.05,
-        calibrated on all-MiniLM-L6-v2; docs/recall.md). Higher: fewer, surer episodes.
-    min_similarity:
-        An absolute cosine floor on top of ``similarity_floor`` (``None``: none).
+        reaches with unrelated everyday text (same model) to mean the same (0.05, calibrated on
+        all-MiniLM-L6-v2; higher: fewer, surer episodes), and an absolute floor on top of it.
     min_relevance:
-        Episodes less relevant to the query than this are not returned (one word shared with a
-        long question is not relevance). Relevance, from 0 to 1, is the keyword part, or with an
-        embedder ``keyword + meaning * (1 - keyword)``; the default is calibrated on the probe
-        sets (docs/recall.md). ``0`` returns every episode sharing a term or a meaning.
-        :meth:`recall` and :meth:`explain` can override it; :meth:`explain` lists what fell
-        under it (:attr:`Ranking.under_floor`).
-    embed_timeout:
-        Seconds to wait for one embedding call (a record or a recall goes on without it).
+        Less relevant episodes are not returned (one word shared with a long question is not
+        relevance). Relevance is from 0 to 1: the keyword part or, with an embedder, ``keyword
+        + meaning * (1 - keyword)``; the default is calibrated on the probe sets (docs/recall.md),
+        ``0`` returns all that share a term or a meaning. :meth:`recall` and :meth:`explain`
+        can override it; :meth:`explain` lists what fell under it.
     reinforce:
         Rank an episode used in runs a little higher (at most +20%, growing with the log of its
         uses; see :meth:`used`). ``False`` ranks as if nothing was ever used.
     telemetry:
-        OpenTelemetry spans for record, recall, grade, forget and the other writes, on the
-        GenAI memory conventions (docs/telemetry.md): ``True`` on the global tracer provider, a
-        :class:`~deepcrew_episodic.Telemetry` to choose the provider or opt in to content;
-        needs ``pip install 'deepcrew-episodic[otel]'``. ``False`` (default): no span,
-        opentelemetry never imported.
+        OpenTelemetry spans for record, recall, grade, forget and the other writes, on the GenAI
+        memory conventions (docs/telemetry.md): ``True`` on the global tracer provider, a
+        :class:`~deepcrew_episodic.Telemetry` to choose it or opt in to content; needs ``pip
+        install 'deepcrew-episodic[otel]'``. ``False`` (default): opentelemetry never imported.
     tz:
-        The time zone of times given without one (dates, phrases such as ``"yesterday"``, ISO
-        times without an offset) in every ``since``, ``until`` and ``before``
-        (docs/recall.md#time): an IANA name (``"Europe/Paris"``) or a ``tzinfo``; default UTC.
+        The time zone of dates, phrases and offset-less ISO times in every ``since``, ``until``
+        and ``before``: an IANA name (``"Europe/Paris"``) or a ``tzinfo``; default UTC.
 
     Example::
 
         memory = EpisodicMemory(FileMemoryProvider("episodes.json"), namespace="support")
         await memory.record(Episode(query="Refund order 1182", response="Refunded",
                                     outcome="success", tags=["billing"]))
-        past = await memory.recall("how do I refund an order?")
-        system_block = memory.render(past)
+        system_block = memory.render(await memory.recall("how do I refund an order?"))
     """
 
     def __init__(
@@ -146,8 +132,7 @@ class EpisodicMemory:
         telemetry: bool | Telemetry = False,
         tz: str | tzinfo | None = None,
     ) -> None:
-        self._provider = as_provider(backend)
-        self._log = episodes = EpisodeLog(self._provider, namespace, max_episodes)
+        self._log = episodes = EpisodeLog(as_provider(backend), namespace, max_episodes)
         self._options = options = Options.checked(
             recall_k=recall_k,
             reflect_model=reflect_model,
@@ -173,18 +158,13 @@ class EpisodicMemory:
         self._retention = retention = Retention(episodes, held, options, times.read)
         # Reads from the index the store keeps, for a provider that keeps one.
         self._store = store = StoreReads(episodes, held.index, options, retention.past)
-        # Recall by meaning: only with an embedder (numpy is imported by it, never otherwise).
         self._semantic = semantic = semantic_part(episodes, options, held, store)
         self._grading = Grading(episodes, held, retention, options)
         self._writer = Writer(episodes, semantic, store, held, options)
         self._searcher = Searcher(held, store, semantic, retention.expired, times, options)
-        self._restorer = Restorer(episodes, held, options)
+        self._restorer = Restorer(episodes, held, options, self._writer)
         self._shown = Shown(held, store, retention, options)
-        self._telemetry = tracing(
-            telemetry, namespace=self.namespace, redactor=options.redactor, counters=self.counters
-        )
-
-    # --- properties -------------------------------------------------------------------
+        self._telemetry = tracing(telemetry, self.namespace, options.redactor, self.counters)
 
     @property
     def namespace(self) -> str:
@@ -200,8 +180,7 @@ class EpisodicMemory:
 
     @property
     def tz(self) -> tzinfo | str:
-        """The time zone of dates and phrases given without one, as given (an IANA name or a
-        ``tzinfo``; ``datetime.UTC`` unless set)."""
+        """The ``tz`` as given (an IANA name or a ``tzinfo``; ``datetime.UTC`` unless set)."""
         return self._times.tz
 
     @property
@@ -221,12 +200,11 @@ class EpisodicMemory:
     @property
     def backend(self) -> MemoryProvider:
         """The provider (deepcrew-ai providers appear wrapped in an adapter)."""
-        return self._provider
+        return self._log.provider
 
     @property
     def counters(self) -> Counters:
-        """Counts of tolerated failures: corrupt records skipped, indexes rebuilt, reflection
-        calls failed, recalls failed during a run."""
+        """Counts of tolerated failures (see :class:`~deepcrew_episodic.Counters`)."""
         return self._log.counters
 
     @property
@@ -239,28 +217,18 @@ class EpisodicMemory:
         """The embedder's name as this memory records it in the log (read once)."""
         return self._options.embedder_name
 
-    # --- writing ------------------------------------------------------------------------
-
     @traced("record")
     async def record(self, episode: Episode | Any) -> Episode:
         """Store a copy of *episode* (an :class:`Episode`, a deepcrew-ai ``Episode`` or a dict)
-        and return the stored copy: redacted, with ``id``, ``timestamp`` and (with
-        ``reflect_model``) ``reflection`` filled in. Like deepcrew-ai, it fills those in on
-        *episode* too, but returns the stored copy, never *episode*, whose text may hold a
-        secret redacted from the store; changing *episode* afterwards changes nothing stored.
-
-        Every field is checked again (a list may have been edited since construction): a wrong
-        one raises :class:`InvalidEpisodeError` naming it, and nothing is written. Secrets are
-        redacted first (``redact``), so neither the store nor the reflection model sees them;
-        an ``id`` that holds one is refused. An explicit ``id`` is unique in the namespace,
-        across every process.
-        """
+        and return it: every field checked again, secrets redacted, ``id``, ``timestamp`` and
+        (with ``reflect_model``) ``reflection`` filled in, on *episode* too. A wrong field raises
+        :class:`InvalidEpisodeError` naming it, writing nothing; an ``id`` is unique in the
+        namespace across processes, and one that holds a secret is refused."""
         return await self._writer.record(episode)
 
     def check(self, episode: Episode | Any) -> Episode:
-        """Run :meth:`record`'s checks on *episode* and return the redacted copy it would store
-        (without the ``id`` and ``timestamp`` it fills in); write nothing. Raises
-        :class:`InvalidEpisodeError` naming the field. For validating a batch before writing."""
+        """Run :meth:`record`'s checks and return the redacted copy it would store (without the
+        ``id`` and ``timestamp`` it fills in), writing nothing: to validate a batch first."""
         return self._writer.check(episode)
 
     async def reflect(self, episode: Episode) -> str | None:
@@ -286,24 +254,14 @@ class EpisodicMemory:
         corrupt: bool = False,
         dry_run: bool = False,
     ) -> int:
-        """Delete episodes for real (the payload is gone, not hidden); return how many.
+        """Delete episodes for real (the payload is gone, not hidden); return how many
+        (``dry_run=True``: how many would be, deleting nothing; :meth:`select` lists them).
 
         An episode must match every criterion given: ``ids``, ``outcome`` (one or several),
-        ``tags`` (at least one), ``before`` (recorded before a time, as :meth:`recall`'s
-        ``since`` reads it; a timedelta means "older than this"), ``containing``
-        (case-insensitive text in any text field or grade note, see :meth:`searched_text`).
-        Expired episodes not swept yet are deleted too. ``corrupt=True`` deletes the records
-        that cannot be decoded (every read path skips and counts them), alone or with the
-        others. ``dry_run=True`` deletes nothing and returns how many would be deleted
-        (:meth:`select` lists them). Without ``ids``, a filter or ``corrupt``, raises
-        :class:`ConfigurationError` (:meth:`clear` deletes all).
-
-        Example::
-
-            await memory.forget(["3f2a..."])                        # by id
-            await memory.forget(containing="acme corp")             # every mention of a customer
-            await memory.forget(outcome="failure", before=timedelta(days=90))
-        """
+        ``tags`` (at least one), ``before`` (a time as ``since`` takes; a timedelta: older than
+        that), ``containing`` (case-insensitive, in :meth:`searched_text`); expired ones too.
+        ``corrupt=True`` deletes the undecodable records every read path skips. With none of
+        these, raises :class:`ConfigurationError` (:meth:`clear` deletes all)."""
         return await self._retention.forget(
             ids,
             outcome=outcome,
@@ -335,29 +293,14 @@ class EpisodicMemory:
         return self._shown.is_expired(episode)
 
     async def latest(self, conversation_id: str) -> Episode | None:
-        """The newest unexpired episode recorded with this ``conversation_id``, as its grades
-        make it (a copy); ``None`` when this memory shows none. Read from the store, so the
-        process handling one turn of a chat finds what another recorded the turn before.
-
-        Example::
-
-            previous = await memory.latest("thread-42")
-            if previous is not None:
-                await memory.grade(previous.id, outcome="success", note="user: that worked")
-        """
+        """The newest unexpired episode with this ``conversation_id`` (graded, a copy) or ``None``,
+        read from the store: a process handling a chat's turn finds what another recorded."""
         return await self._shown.latest(conversation_id)
 
     @classmethod
     async def open(cls, backend: MemoryProvider | Any, **options: Any) -> EpisodicMemory:
-        """An :class:`EpisodicMemory` on an existing log at the log's own ring size (the
-        ``max_episodes`` it was written with, unless *options* give one), so that a tool
-        inspecting the log neither hides nor shrinks anything. Same options otherwise.
-
-        Example::
-
-            memory = await EpisodicMemory.open(SQLiteMemoryProvider("episodes.db"),
-                                               namespace="support")
-        """
+        """An :class:`EpisodicMemory` at the log's own ring size unless *options* give
+        ``max_episodes``: a tool inspecting a log then neither hides nor shrinks anything."""
         memory = cls(backend, **options)
         if "max_episodes" not in options:
             await memory._log.adopt_ring()
@@ -365,44 +308,25 @@ class EpisodicMemory:
 
     @staticmethod
     async def namespaces(backend: MemoryProvider | Any) -> list[str]:
-        """The namespaces that hold a log in *backend* (this library's and deepcrew-ai's),
-        sorted.
-
-        Example::
-
-            for namespace in await EpisodicMemory.namespaces(backend):
-                print(namespace, (await EpisodicMemory(backend, namespace=namespace).stats()).total)
-        """
+        """The namespaces holding a log in *backend* (this library's and deepcrew-ai's), sorted."""
         return await list_namespaces(as_provider(backend))
 
     @traced("shrink")
     async def shrink(self, max_episodes: int) -> int:
-        """Lower the log's ring size to *max_episodes* and delete every episode outside it;
-        return how many were deleted.
-
-        A ring only grows on its own: a memory with a smaller ``max_episodes`` on a log a larger
-        one fills shows its newest ``max_episodes`` but never deletes what the larger one shows
-        (not by recording, :meth:`forget` or :meth:`sweep`). This is the one call that shrinks
-        the log for every memory on it; a memory configured larger raises the ring again when
-        it records.
-        """
+        """Lower the log's ring size to *max_episodes*, deleting every episode outside it; return
+        how many. The only way to shrink a log: a memory with a smaller ``max_episodes`` only
+        shows fewer, and a larger one raises the ring again when it records."""
         return await self._retention.shrink(max_episodes)
 
     @traced("sweep")
     async def sweep(self, *, dry_run: bool = False) -> int:
-        """Delete expired episodes (``forget_after`` passed, or older than ``max_age``) and
-        keys the ring no longer shows; return how many keys were deleted. ``dry_run=True``
-        deletes nothing and returns how many keys would be deleted."""
-        return await self._retention.sweep(
-            dry_run=dry_run, count=None if self._telemetry is None else self._telemetry.count
-        )
-
-    # --- reading --------------------------------------------------------------------------
+        """Delete expired episodes and the keys the ring no longer shows; return how many keys
+        were deleted (``dry_run=True``: would be, deleting nothing)."""
+        return await self._retention.sweep(dry_run=dry_run, tracing=self._telemetry)
 
     async def refresh(self) -> int:
-        """Bring this memory up to date with its store (one round trip when nothing changed)
-        and return its revision, a number that changes whenever what it shows changed
-        (episodes, grades, uses, vectors): for a viewer or cache to redo work only then."""
+        """Bring this memory up to date with its store (one round trip when nothing changed); return
+        its revision, which changes whenever what it shows (episodes, grades, uses...) changed."""
         return await self._shown.refresh()
 
     async def stats(self) -> MemoryStats:
@@ -413,23 +337,13 @@ class EpisodicMemory:
         )
 
     async def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
-        """Every stored episode this memory shows, oldest first, as copies; expired ones only
-        with *include_expired* (for inspection: no read path that feeds a prompt shows them).
-        Each reads as its grades make it (see :meth:`grade`); ``graded=False`` gives them as
-        recorded (for a backup that keeps the grades beside them)."""
+        """Every episode this memory shows, oldest first, as copies graded (``graded=False``: as
+        recorded, for a backup); expired ones only with *include_expired* (never in a prompt)."""
         return await self._shown.load(include_expired=include_expired, graded=graded)
 
     async def page(self, limit: int = 50, offset: int = 0) -> Page:
-        """The newest *limit* episodes after skipping the *offset* newest, newest first, as
-        :meth:`load` gives them, and how many this memory shows in all
-        (:class:`~deepcrew_episodic.Page`). On a store that keeps the recall index only those
-        episodes are read, so a listing's first page costs what a page costs.
-
-        Example::
-
-            first = await memory.page(20)
-            second = await memory.page(20, offset=20)
-        """
+        """The newest *limit* episodes after the *offset* newest, as :meth:`load` gives them, and
+        how many there are (:class:`~deepcrew_episodic.Page`); an indexed store reads only those."""
         return await self._shown.page(limit, offset)
 
     async def recall(
@@ -446,19 +360,14 @@ class EpisodicMemory:
     ) -> list[Episode]:
         """Up to *top_k* (default ``recall_k``) episodes relevant to *query*, best first.
 
-        An episode that shares no term with *query* is returned only when the memory has an
-        ``embedder`` and the episode means the same (docs/recall.md). ``intent="what_failed"``
-        ranks failures first among equally relevant episodes, ``"what_worked"`` successes.
-        ``tags`` keeps episodes with at least one of the tags, ``outcome`` those with that
-        outcome (or one of them), ``since`` those recorded at or after a time and ``until``
-        those recorded before one: an ISO-8601 date or time, a duration or ``timedelta``
-        meaning that long ago (``"7d"``), a phrase (``"yesterday"``, ``"last tuesday"``,
-        ``"this week"``), a ``datetime``, a ``date`` or POSIX seconds, read in the memory's
-        ``tz``. A date or phrase naming a day (week, month, year) covers all of it: ``since``
-        takes its first instant, ``until`` its end, so ``since="yesterday", until="yesterday"``
-        is yesterday (docs/recall.md#time). ``min_relevance`` overrides the memory's relevance
-        floor for this call (``0``: none).
-        """
+        An episode sharing no term with *query* is returned only when it means the same (with an
+        ``embedder``). ``intent="what_failed"`` ranks failures first among equally relevant
+        episodes, ``"what_worked"`` successes. Filters: ``tags`` (at least one), ``outcome`` (one
+        or several), ``since`` (recorded at or after) and ``until`` (before): an ISO-8601 date or
+        time, a duration or ``timedelta`` meaning that long ago (``"7d"``), a phrase (``"last
+        tuesday"``, ``"this week"``), a ``datetime``, a ``date`` or POSIX seconds, read in ``tz``;
+        a day (week, month, year) runs from ``since``'s start to ``until``'s end. ``min_relevance``
+        overrides the memory's floor (``0``: none). See docs/recall.md."""
         scored = await self.explain(
             query,
             top_k,
@@ -484,17 +393,9 @@ class EpisodicMemory:
         until: TimeLike | None = None,
         min_relevance: float | None = None,
     ) -> Ranking:
-        """:meth:`recall` with each episode's score and why (matched terms, the keyword and
-        meaning parts, recency, outcome weight), and how the list was ranked
-        (:class:`~deepcrew_episodic.Ranking`: by keywords, hybrid, or keywords because the
-        embedder failed), the relevance floor applied and what it kept out of the top k
-        (``under_floor``).
-
-        Example::
-
-            for hit in await memory.explain("refund a duplicate charge", intent="what_failed"):
-                print(f"{hit.score:.3f} {hit.episode.query!r}: {hit.why()}")
-        """
+        """:meth:`recall`, with each episode's score and why (``why()``), how the list was ranked
+        (by keywords, hybrid, or keywords because the embedder failed), the relevance floor it
+        applied and what that kept out of the top k (:class:`~deepcrew_episodic.Ranking`)."""
         return await self._searcher.explain(
             query,
             top_k,
@@ -514,43 +415,18 @@ class EpisodicMemory:
         until: TimeLike | None = None,
         tags: Collection[str] | None = None,
     ) -> History:
-        """The past runs of *task*, oldest first, and where the run of successes broke: "when
-        did this start failing?" (see :class:`~deepcrew_episodic.History`).
-
-        The runs are those :meth:`recall` finds for *task* with these filters (the same
-        ranking and floor, no limit on their number), so history agrees with what an agent
-        given *task* is shown: one item per run (its latest iteration, with its grades),
-        expired and abandoned runs left out. An episode without a usable timestamp takes its
-        place in the log (the time of the dated episode recorded before it).
-
-        Example::
-
-            history = await memory.history("deploy to staging", since="this month")
-            for item in history:
-                print(item.episode.timestamp, item.episode.outcome)
-            if history.broke is not None:
-                print("failing since", history.broke.episode.timestamp)
-        """
+        """The past runs of *task*, oldest first, and where their run of successes broke
+        (:class:`~deepcrew_episodic.History`): all :meth:`recall` finds with these filters, one
+        item per run (its latest iteration); an undated episode takes its place in the log."""
         every = await self._searcher.every_run(task)
         found = await self.explain(task, every, tags=tags, since=since, until=until)
         return self._searcher.history(task, found)
 
     def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
-        """The ``## Relevant past experience`` block for *episodes* (best first, as
-        :meth:`recall` or :meth:`explain` return them), ``""`` for none.
-
-        One dated line per item (outcome, score, tools, the question and the lesson, or the
-        answer without a lesson); stored text is neutralised so that it cannot open a heading,
-        fake a system section or end the block. With *max_chars*, items are taken best first
-        and one that does not fit what is left is skipped whole: the block never exceeds
-        *max_chars* and is never empty when one item fits. Expired episodes are never shown.
-        Secrets are redacted here too: an episode stored by deepcrew-ai, or by a memory with
-        ``redact=False``, may hold one.
-
-        Example::
-
-            block = memory.render(await memory.recall(task), max_chars=1500)
-        """
+        """The ``## Relevant past experience`` block for *episodes* (best first), ``""`` for none:
+        a dated line each, stored text neutralised (no heading, fake system section or end of the
+        block), expired ones left out, secrets redacted. With *max_chars*, the best items that
+        fit whole, in rank order: never longer, never empty when one item fits."""
         return self.fit(episodes, max_chars=max_chars)[0]
 
     def fit(
@@ -558,11 +434,7 @@ class EpisodicMemory:
     ) -> tuple[str, list[Episode]]:
         """:meth:`render`, and the episodes the block shows (redacted, in the order shown):
         for callers that report exactly what was injected."""
-        return fit_recalled(
-            episodes, max_chars=max_chars, redactor=self.redactor, expired=self.is_expired
-        )
-
-    # --- outcomes learnt later, and uses -----------------------------------------------------
+        return fit_recalled(episodes, max_chars, self.redactor, self.is_expired)
 
     @traced("grade")
     async def grade(
@@ -575,26 +447,15 @@ class EpisodicMemory:
         verified: bool | None = None,
         source: str | None = None,
     ) -> Grade:
-        """Grade an episode after it was recorded, with the signal that arrives late ("thanks,
-        that worked" / "still broken", a test run); return the grade. It is a record of its
-        own (the episode is never rewritten) that every read path applies: the outcome from the
-        best source wins (a verifier, then the user, then the agent's claim, then a model
-        judging), the newest among equals; a verified outcome beats a claimed one, and a
-        ``success`` the agent claimed reads ``claimed_success`` (see ``docs/recall.md``).
+        """Grade an episode after it was recorded, with the signal that arrives late (a user's
+        "that worked", a test run); return the grade, a record of its own that every read path
+        applies (docs/recall.md): the best source wins (verifier, user, the agent's claim, a
+        model judging), the newest among equals; an agent's ``success`` reads ``claimed_success``.
 
-        Give *outcome*, *score* (in [0, 1]; alone it stands for an outcome, see
-        :func:`~deepcrew_episodic.outcome_for_score`) or both. *source*: ``"verifier"`` (a
-        test, an exit code), ``"user"``, ``"agent"`` (a claim) or ``"judge"`` (a model judging
-        the run). Without it, *verified* says whether the grade was checked (the default) or is
-        the agent's claim; given both, they must agree. Raises :class:`ConfigurationError` when
-        no episode has *episode_id*, when it has expired, or on a wrong value.
-
-        Example::
-
-            result = await run_agent(agent, "Why is the export slow?")
-            ...  # the user's next message: "that fixed it, thanks"
-            await memory.grade(result.recorded_ids[-1], outcome="success", note="user confirmed")
-        """
+        Give *outcome*, *score* (in [0, 1]; alone, see :func:`~deepcrew_episodic.outcome_for_score`)
+        or both. *source*: ``"verifier"``, ``"user"``, ``"agent"`` or ``"judge"``; without it,
+        *verified* says whether the grade was checked (default) or a claim; both must agree.
+        Raises :class:`ConfigurationError` for an unknown or expired episode or a wrong value."""
         return await self._grading.grade(
             episode_id, outcome=outcome, score=score, note=note, verified=verified, source=source
         )
@@ -617,75 +478,43 @@ class EpisodicMemory:
         uses: int = 0,
     ) -> Episode:
         """Record *episode* from a backup with its *grades* (oldest first: :class:`Grade`
-        objects or the mappings ``export`` writes) and its use count, so that it reads as it
-        did when backed up; return the stored copy. It is recorded as :meth:`record` does
-        (checked, redacted, its ``id`` and ``timestamp`` kept); each grade keeps its outcome,
-        score, note (redacted), verified flag and time. All is checked before anything is
-        written: a wrong grade or count raises :class:`InvalidEpisodeError` naming it, and so
-        does an id already stored (a backup restored twice neither duplicates nor overwrites).
-
-        Example::
-
-            for line in backup:                      # export's JSONL, one episode a line
-                item = json.loads(line)
-                await memory.restore({k: v for k, v in item.items() if k not in ("grades", "uses")},
-                                     grades=item.get("grades", []), uses=item.get("uses", 0))
-        """
-        self.check(episode)
-        kept = self._restorer.check(grades, uses)
-        stored = await self.record(episode)
-        await self._restorer.restore(stored, kept, uses)
-        return stored
+        objects or the mappings ``export`` writes) and use count, so that it reads as it did;
+        return the stored copy. It is recorded as by :meth:`record` (its ``id`` and
+        ``timestamp`` kept; notes redacted too). All is checked first: a wrong grade or count,
+        or an id already stored, raises :class:`InvalidEpisodeError` and writes nothing."""
+        return await self._restorer.restore(episode, grades, uses, self.record)
 
     @traced("used")
     async def used(self, ids: str | Collection[str]) -> None:
-        """Count one use of each episode (the runner and :class:`EpisodicHook` call it with
-        those they injected into a run); ids no longer in the log are ignored. With
-        ``reinforce``, a used episode ranks a little higher (at most 20%). The count is kept
-        beside the episode, which is never rewritten."""
+        """Count one use of each episode (the runner and :class:`EpisodicHook` do, for those they
+        inject), kept beside it, for ``reinforce``; ids no longer in the log are ignored."""
         await self._held.count_uses(ids)
-
-    # --- recall by meaning -----------------------------------------------------------------
 
     async def backfill(
         self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
     ) -> int:
-        """Embed every episode of the log without a usable vector (recorded before the embedder
-        was set, by deepcrew-ai, or while it failed), *batch_size* texts per call; return how
-        many vectors were written. Until then such episodes are found by keywords only.
-        *progress* is called with ``(done, total)`` after each batch.
-
-        Raises :class:`EmbeddingError` when a call fails (the batches before it are kept: run
+        """Embed every episode without a usable vector (found by keywords only until then),
+        *batch_size* texts a call; return how many vectors were written. *progress* gets
+        ``(done, total)`` after each batch. Raises :class:`EmbeddingError` when a call fails (run
         it again to go on), :class:`EmbedderMismatchError` when the log's vectors are another
-        embedder's (:meth:`reembed` replaces them), :class:`ConfigurationError` without an
-        embedder.
-        """
+        embedder's (see :meth:`reembed`), :class:`ConfigurationError` without an embedder."""
         return await embed_log(self._semantic, batch_size, progress, everything=False)
 
     async def reembed(
         self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
     ) -> int:
-        """Rebuild every vector of the log with this memory's embedder and record it as the
-        log's embedder (after a change of model); return how many vectors were written.
-        Arguments and errors as :meth:`backfill`'s.
-
-        Readers with the old embedder ignore the old vectors at once (never mixed). An
-        interrupted reembed leaves the episodes not yet done without a usable vector:
-        :meth:`backfill` finishes the work.
-        """
+        """:meth:`backfill` for every vector, making this embedder the log's (after a change of
+        model): readers with the old one ignore the old vectors at once; backfill finishes."""
         return await embed_log(self._semantic, batch_size, progress, everything=True)
 
-    # --- the rules a tool filters a listing by (no I/O, as of the last read) -----------------
-
     def searched_text(self, episode: Episode) -> str:
-        """What ``containing`` (:meth:`forget`, :meth:`select`) looks in for *episode*: every
-        text field and its grades' notes, in search form (``search_form``: white space, hidden
-        characters, Unicode forms and case folded). For a tool filtering by the same rule."""
+        """What ``containing`` looks in for *episode*: its text fields and its grades' notes, in
+        ``search_form`` (white space, hidden characters, Unicode forms and case folded). No I/O:
+        as of the last read."""
         return self._shown.searched_text(episode)
 
     def recorded_at(self, episode: Episode) -> float | None:
-        """The POSIX time every ``since``/``until``/``before`` files *episode* under: its
-        timestamp or, when that cannot be used (garbled, in the future), the time of the dated
-        episode recorded before it. ``None`` when no time is known (an episode this memory has
-        not read, or no dated one before it). For a tool filtering a timeline as recall does."""
+        """The POSIX time ``since``/``until``/``before`` file *episode* under: its timestamp or,
+        unusable (garbled, future), the dated episode's before it; ``None`` when unknown. No I/O:
+        as of the last read."""
         return self._shown.recorded_at(episode)

@@ -152,7 +152,6 @@ def fit_block(
 
 def fit_recalled(
     episodes: Sequence[Episode | Scored],
-    *,
     max_chars: int | None,
     redactor: Redactor | None,
     expired: Callable[[Episode], bool],

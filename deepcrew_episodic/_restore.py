@@ -4,7 +4,7 @@ reads as it did when it was backed up. Everything is checked before anything is 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ._episode import Episode, now_iso
@@ -15,6 +15,7 @@ from ._log import EpisodeLog
 from ._options import Options
 from ._redact import redact_then_cut, safe_message
 from ._validate import shown
+from ._write import Writer
 
 __all__ = ["MAX_USES", "Restorer"]
 
@@ -30,11 +31,28 @@ class Restorer:
         episodes: EpisodeLog,
         held: HeldLog,
         options: Options,
+        writer: Writer,
     ) -> None:
         self._log = episodes
         self._held = held
+        self._writer = writer
         self._clock = options.clock
         self._redactor = options.redactor
+
+    async def restore(
+        self,
+        episode: Episode | Any,
+        grades: Sequence[Grade | Mapping[str, Any]],
+        uses: int,
+        record: Callable[[Episode | Any], Awaitable[Episode]],
+    ) -> Episode:
+        """See :meth:`EpisodicMemory.restore`. *record* is the memory's own (its span with it):
+        everything is checked before it writes anything."""
+        self._writer.check(episode)
+        kept = self.check(grades, uses)
+        stored = await record(episode)
+        await self._restored(stored, kept, uses)
+        return stored
 
     def check(self, grades: Sequence[Grade | Mapping[str, Any]], uses: int) -> list[Grade]:
         """The grades of a backup, checked (:class:`Grade` objects, or the mappings
@@ -59,7 +77,7 @@ class Restorer:
             kept.append(grade)
         return kept
 
-    async def restore(self, stored: Episode, grades: Sequence[Grade], uses: int) -> None:
+    async def _restored(self, stored: Episode, grades: Sequence[Grade], uses: int) -> None:
         """Give *stored* (just recorded) the *grades* and the use count checked by
         :meth:`check`: each grade keeps its outcome, score, note (redacted), verified flag
         and time."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection
+from typing import TYPE_CHECKING
 
 from ._episode import Episode
 from ._exceptions import ConfigurationError
@@ -17,6 +18,9 @@ from ._redact import safe_message
 from ._time import TimeLike
 from ._unicode import search_form
 from ._validate import boolean, shown, strings
+
+if TYPE_CHECKING:
+    from ._telemetry import Tracing  # only with telemetry
 
 __all__ = ["Retention"]
 
@@ -165,9 +169,8 @@ class Retention:
             selected.append((seq, ep))
         return selected
 
-    async def sweep(
-        self, *, dry_run: bool = False, count: Callable[[int], None] | None = None
-    ) -> int:
+    async def sweep(self, *, dry_run: bool = False, tracing: Tracing | None = None) -> int:
+        """See :meth:`EpisodicMemory.sweep`; *tracing* gets the count of expired records."""
         dry_run = boolean("dry_run", dry_run)
         await self._held.sync()
         now = self._clock()
@@ -179,8 +182,8 @@ class Retention:
                 self.expired(seq, now) if seq in self._held.known else self.expired_episode(ep, now)
             )
         ]
-        if count is not None:
-            count(len(expired))
+        if tracing is not None:
+            tracing.count(len(expired))
         strays = await self._log.stray_keys()
         # Grades of episodes the log no longer keeps (evicted, forgotten by another process).
         kept = {ep.id for _, ep in everything} - {ep.id for _, ep in expired}

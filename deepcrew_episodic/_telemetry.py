@@ -123,7 +123,6 @@ class Telemetry:
 
 def tracing(
     telemetry: bool | Telemetry | None,
-    *,
     namespace: str,
     redactor: Redactor | None,
     counters: Counters,

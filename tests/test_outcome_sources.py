@@ -171,7 +171,7 @@ async def test_a_grade_keeps_its_source_and_its_verified_flag_follows() -> None:
     assert (plain.source, plain.verified, plain.effective_source) == ("", True, "")
     claim = await memory.grade(stored.id, outcome="success", verified=False)
     assert (claim.source, claim.effective_source) == ("", "agent")
-    again = [g.source for g in await EpisodicMemory(memory._provider).grades(stored.id)]
+    again = [g.source for g in await EpisodicMemory(memory.backend).grades(stored.id)]
     assert again == ["user", "judge", "", ""]
 
 

@@ -69,10 +69,10 @@ async def _ceiling(folder: Path, llm: ScriptedLLM) -> float:
     await memory.explain("load the vectors")
 
     async def recall(probe: Probe) -> list[str]:
-        vector, error = await memory._query_vector(probe.query)
+        vector, error = await memory._semantic.query_vector(probe.query)
         assert error is None, error
-        seqs, sims = memory._vectors.similarities(vector)
-        return [memory._index.episode(int(seqs[i])).id for i in np.argsort(-sims)[:DEPTH]]
+        seqs, sims = memory._semantic.vectors.similarities(vector)
+        return [memory._held.index.episode(int(seqs[i])).id for i in np.argsort(-sims)[:DEPTH]]
 
     report = await evaluate(recall, [p for p in load_probes(folder) if p.labelled])
     return report.recall_at_3
