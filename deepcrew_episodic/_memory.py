@@ -314,8 +314,8 @@ class EpisodicMemory:
     @traced("shrink")
     async def shrink(self, max_episodes: int) -> int:
         """Lower the log's ring size to *max_episodes*, deleting every episode outside it; return
-        how many. The only way to shrink a log: a memory with a smaller ``max_episodes`` only
-        shows fewer, and a larger one raises the ring again when it records."""
+        how many. The only way to shrink a log: a memory with a smaller ``max_episodes`` shows
+        fewer but deletes none of them, and a larger one raises the ring again when it records."""
         return await self._retention.shrink(max_episodes)
 
     @traced("sweep")
@@ -342,8 +342,9 @@ class EpisodicMemory:
         return await self._shown.load(include_expired=include_expired, graded=graded)
 
     async def page(self, limit: int = 50, offset: int = 0) -> Page:
-        """The newest *limit* episodes after the *offset* newest, as :meth:`load` gives them, and
-        how many there are (:class:`~deepcrew_episodic.Page`); an indexed store reads only those."""
+        """The newest *limit* episodes after the *offset* newest (newest first, as :meth:`load`
+        gives them) and how many there are (:class:`~deepcrew_episodic.Page`); an indexed store
+        reads only those."""
         return await self._shown.page(limit, offset)
 
     async def recall(
@@ -504,17 +505,16 @@ class EpisodicMemory:
         self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
     ) -> int:
         """:meth:`backfill` for every vector, making this embedder the log's (after a change of
-        model): readers with the old one ignore the old vectors at once; backfill finishes."""
+        model): readers with the old one ignore the old vectors at once. An interrupted reembed
+        leaves the rest without a usable vector, for backfill to finish."""
         return await embed_log(self._semantic, batch_size, progress, everything=True)
 
     def searched_text(self, episode: Episode) -> str:
-        """What ``containing`` looks in for *episode*: its text fields and its grades' notes, in
-        ``search_form`` (white space, hidden characters, Unicode forms and case folded). No I/O:
-        as of the last read."""
+        """What ``containing`` looks in for *episode*, as of the last read (no I/O): its text
+        fields and grades' notes in ``search_form`` (white space, hidden, Unicode, case folded)."""
         return self._shown.searched_text(episode)
 
     def recorded_at(self, episode: Episode) -> float | None:
-        """The POSIX time ``since``/``until``/``before`` file *episode* under: its timestamp or,
-        unusable (garbled, future), the dated episode's before it; ``None`` when unknown. No I/O:
-        as of the last read."""
+        """The POSIX time ``since``/``until``/``before`` file *episode* under, as of the last read
+        (no I/O): its timestamp or, if unusable, the dated episode's before it; else ``None``."""
         return self._shown.recorded_at(episode)
