@@ -254,7 +254,8 @@ async def test_redis_an_index_kept_before_its_run_set_existed_still_ranks_a_run_
     client = await raw_client(redis_store)
     runs = [k for k in index_keys(client) if k.endswith("}:R")]
     marks = [k for k in index_keys(client) if k.endswith("}:w")]
-    assert len(runs) == 1 and len(marks) == 1
+    assert len(runs) == 1
+    assert len(marks) == 1
     members = client.zrange(runs[0], 0, -1)
     assert len(members) == 3  # the run's iterations, not the episode outside it
     client.delete(runs[0])  # an index written by a version that kept no run set
