@@ -163,7 +163,7 @@ class _Tail:
     from the end as the search reads them); rows are fetched in chunks that double, so a
     search that stops after a few dozen visits reads a few dozen rows."""
 
-    __slots__ = ("_read", "_size", "_term", "at", "index", "n", "rows", "seqs", "whens")
+    __slots__ = ("_read", "_size", "_term", "at", "index", "n", "rows")
 
     def __init__(self, index: StoreIndex, term: str, size: int, n: int) -> None:
         self.index = index
@@ -172,8 +172,16 @@ class _Tail:
         self._term, self._size = term, size
         self.n = n
         self.rows: list[tuple[float, int]] = []  # newest first
-        self.whens = _Column(self, 0)
-        self.seqs = _Column(self, 1)
+
+    # Made on each read rather than held: a column held by its tail would be a reference
+    # cycle, left for the garbage collector after every search.
+    @property
+    def whens(self) -> _Column:
+        return _Column(self, 0)
+
+    @property
+    def seqs(self) -> _Column:
+        return _Column(self, 1)
 
     def load(self, i: int) -> None:
         """Make position *i* (oldest first) readable."""
@@ -188,6 +196,15 @@ class _Tail:
                     f"{len(self.rows)}"
                 )
             self.rows.extend(got)
+
+
+class _Whole:
+    """One length class of one term's postings, all of them at hand (oldest first)."""
+
+    __slots__ = ("seqs", "whens")
+
+    def __init__(self, whens: Sequence[float], seqs: Sequence[int]) -> None:
+        self.whens, self.seqs = whens, seqs
 
 
 class _Column(Sequence[Any]):
@@ -261,6 +278,9 @@ class _StoreEntry:
         return self._index.episode(self.facts.seq)
 
 
+_UNREAD: Any = object()
+
+
 class _Entries(Mapping[int, _StoreEntry]):
     """seq -> entry, read from the store the first time a search asks (and kept for the
     rest of that search)."""
@@ -305,7 +325,9 @@ class _Entries(Mapping[int, _StoreEntry]):
         return isinstance(seq, int) and self._fetch(seq) is not None
 
     def get(self, seq: int, default: Any = None) -> Any:
-        found = self._fetch(seq)
+        found = self._got.get(seq, _UNREAD)
+        if found is _UNREAD:
+            found = self._fetch(seq)
         return default if found is None else found
 
     def __iter__(self) -> Iterator[int]:
@@ -349,6 +371,22 @@ class StoreIndex(Postings):
         self._query: frozenset[str] = frozenset()
         self.cursor: _Tail | None = None  # the bucket the search read a seq from last
 
+    def __enter__(self) -> StoreIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop what this search read. Its buckets and entries point back at the index:
+        dropped here, they are freed at once instead of by the garbage collector, whose
+        passes over a process holding a large cache would cost more than the search."""
+        self._postings = {}
+        self._df = {}
+        self._entries = {}
+        self._episodes = {}
+        self.cursor = None
+
     def _prepare(self, q_terms: frozenset[str] | set[str]) -> None:
         if self._query != q_terms:
             self._query = frozenset(q_terms)
@@ -358,10 +396,18 @@ class StoreIndex(Postings):
         counts = self.reader.counts(sorted(t for t in q_terms if t not in self._postings))
         postings = cast("dict[str, Any]", self._postings)
         df = cast("dict[str, int]", self._df)
+        whole = getattr(self.reader, "whole", None)
         for term, sizes in counts.items():
             if any(n < 0 for n in sizes.values()):
                 raise StaleIndexError(f"the index counts fewer than no postings of {term!r}")
-            postings[term] = {s: _Tail(self, term, s, n) for s, n in sizes.items() if n}
+            buckets: dict[int, _Tail | _Whole] = {}
+            for s, n in sizes.items():
+                rows = whole(term, s) if n and whole is not None else None
+                if rows is not None and len(rows[1]) == n:
+                    buckets[s] = _Whole(*rows)
+                elif n:
+                    buckets[s] = _Tail(self, term, s, n)
+            postings[term] = buckets
             df[term] = sum(sizes.values())
 
     def _count(self, ordered: Sequence[str]) -> Counter[int]:

@@ -186,7 +186,7 @@ class CachingReader:
 
     Keys of what is kept: ``("n",)`` the newest seq; ``("c", term)`` a term's counts by length
     class; ``("p", term, size)`` a class's postings read so far, newest first, and whether they
-    are all; ``("f", seq)`` an episode's facts and the query terms they are known for
+    are all; ``("P", term, size)`` all of them, oldest first (see :meth:`whole`); ``("f", seq)`` an episode's facts and the query terms they are known for
     (``None``: all of its terms); ``("g", id)`` an id's grade records; ``("u", seq)`` a use
     count; ``("d", seq)`` the decoded record; ``("m", terms)`` the counting of a long scan;
     ``("r", run)`` a run's seqs; ``("ar", live)``, ``("x", live)`` whether a run is in view,
@@ -311,6 +311,24 @@ class CachingReader:
             rows = (more_whens, more_seqs, len(got) < limit)
             self._put(key, rows, len(term) + _ROW * len(more_seqs))
         return got
+
+    def whole(self, term: str, size: int) -> tuple[array[float], array[int]] | None:
+        """All the postings of one length class of *term*, oldest first, when every one of
+        them is kept and this reader asks the store nothing (``None`` otherwise): the search
+        then reads them as it reads the in-process index's, with nothing in between."""
+        if self._reader is not None:
+            return None  # (reading the store, the search fetches facts along the postings)
+        found = self._get(("P", term, size))
+        if found is not None:
+            rows: tuple[array[float], array[int]] = found[0]
+            return rows
+        kept = self._get(("p", term, size))
+        if kept is None or not kept[0][2]:
+            return None
+        whens, seqs, _ = kept[0]
+        rows = (whens[::-1], seqs[::-1])
+        self._put(("P", term, size), rows, len(term) + _ROW * len(seqs))
+        return rows
 
     def matches(self, terms: Sequence[str]) -> Counter[int]:
         key = ("m", tuple(terms))

@@ -154,13 +154,13 @@ class StoreReads:
             live = self._shown(reader, head)
             if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
                 return False
-            index = StoreIndex(reader, live)
-            view = StoreView(self, index, False)
-            for seq in reversed(reader.conversation(conversation_id)):
-                if seq in live and view.indexed(seq) and not view.expired(seq, now):
-                    self._remember(index, [seq])
-                    return view.episode(seq).copy()
-            return None
+            with StoreIndex(reader, live) as index:
+                view = StoreView(self, index, False)
+                for seq in reversed(reader.conversation(conversation_id)):
+                    if seq in live and view.indexed(seq) and not view.expired(seq, now):
+                        self._remember(index, [seq])
+                        return view.episode(seq).copy()
+                return None
 
         try:
             found: Episode | bool | None = await self._log.read_index(run)
@@ -203,48 +203,48 @@ class StoreReads:
             live = self._shown(reader, head)
             if reader.newest_after(live.start, now + FUTURE_SKEW_SECONDS):
                 return None
-            index = StoreIndex(reader, live)
-            view = StoreView(self, index, head.uses is not None, reader.any_run(live))
-            search: Any = None
-            score: Any = None
-            if query_vector is not None:
-                vectors = self._store_vectors(reader, index, live, len(query_vector))
-                if vectors is None:
-                    return None  # this store keeps no vectors: they are read in process
-                from ._vectors import hybrid_rules
+            with StoreIndex(reader, live) as index:
+                view = StoreView(self, index, head.uses is not None, reader.any_run(live))
+                search: Any = None
+                score: Any = None
+                if query_vector is not None:
+                    vectors = self._store_vectors(reader, index, live, len(query_vector))
+                    if vectors is None:
+                        return None  # this store keeps no vectors: they are read in process
+                    from ._vectors import hybrid_rules
 
-                search, score = hybrid_rules(
+                    search, score = hybrid_rules(
+                        index,
+                        vectors,
+                        query,
+                        query_vector,
+                        now=now,
+                        intent=intent,
+                        half_life_days=self._half_life,
+                        similarity_floor=semantic.similarity_floor,
+                        min_similarity=semantic.min_similarity,
+                        since=since,
+                        floor=floor,
+                    )
+                found, under = keyword_ranking(
+                    view,
                     index,
-                    vectors,
                     query,
-                    query_vector,
+                    k,
                     now=now,
                     intent=intent,
                     half_life_days=self._half_life,
-                    similarity_floor=semantic.similarity_floor,
-                    min_similarity=semantic.min_similarity,
+                    outcomes=outcomes,
+                    tags=tags,
                     since=since,
+                    until=until,
                     floor=floor,
+                    search=search,
+                    score=score,
                 )
-            found, under = keyword_ranking(
-                view,
-                index,
-                query,
-                k,
-                now=now,
-                intent=intent,
-                half_life_days=self._half_life,
-                outcomes=outcomes,
-                tags=tags,
-                since=since,
-                until=until,
-                floor=floor,
-                search=search,
-                score=score,
-            )
-            self._remember(index, [seq for seq, _ in found])
-            self._bad_grades |= index.bad_grades
-            return found, under, reader.corrupt(live)
+                self._remember(index, [seq for seq, _ in found])
+                self._bad_grades |= index.bad_grades
+                return found, under, reader.corrupt(live)
 
         try:
             result = await self._read(head, run, kept=query_vector is None)
@@ -282,7 +282,10 @@ class StoreReads:
             return await self._log.read_index(run)
         if kept:
             try:
-                return run(CachingReader(None, cache, space))
+                caching = CachingReader(None, cache, space)
+                result = run(caching)
+                caching.keep()
+                return result
             except Miss:
                 pass  # read the store (what the search did so far is done again there)
 
@@ -345,9 +348,9 @@ class StoreReads:
             if found is None:
                 return None  # this store lists from the log
             seqs, total = found
-            index = StoreIndex(reader, live)
-            self._remember(index, seqs)
-            return Page([index.episode(s).copy() for s in seqs], total, offset)
+            with StoreIndex(reader, live) as index:
+                self._remember(index, seqs)
+                return Page([index.episode(s).copy() for s in seqs], total, offset)
 
         try:
             listed: Page | None = await self._log.read_index(run)

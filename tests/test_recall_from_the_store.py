@@ -242,6 +242,35 @@ async def test_redis_a_run_of_several_iterations_and_phases_ranks_as_one_item(
     assert max(s.iterations for s in ranking) > 1
 
 
+async def test_redis_an_index_kept_before_its_run_set_existed_still_ranks_a_run_as_one_item(
+    backend: MemoryProvider, redis_store: Store, clock: Clock
+) -> None:
+    memory = EpisodicMemory(backend, namespace="oldruns", clock=clock)
+    for i in range(3):
+        await memory.record(
+            Episode(query=f"deploy staging attempt {i}", outcome="failure", run_id="run-a")
+        )
+    await memory.record(Episode(query="deploy staging", outcome="success"))
+    client = await raw_client(redis_store)
+    runs = [k for k in index_keys(client) if k.endswith("}:R")]
+    marks = [k for k in index_keys(client) if k.endswith("}:w")]
+    assert len(runs) == 1
+    assert len(marks) == 1
+    members = client.zrange(runs[0], 0, -1)
+    assert len(members) == 3  # the run's iterations, not the episode outside it
+    client.delete(runs[0])  # an index written by a version that kept no run set
+    client.hdel(marks[0], "runs")
+    fresh = await same_answers(backend, clock, "oldruns")
+    assert reads_from_the_store(fresh)
+    ranking = await fresh.explain("deploy staging attempt", top_k=10)
+    assert [s.iterations for s in ranking if s.episode.run_id] == [3]
+    assert client.zrange(runs[0], 0, -1) == members  # rebuilt from the run's own set
+    assert client.hget(marks[0], "runs") == "1"
+    await memory.forget([e.id for e in await memory.load() if e.run_id])
+    assert client.zcard(runs[0]) == 0  # forgotten iterations leave it
+    client.close()
+
+
 async def test_redis_an_episode_dated_in_the_future_is_ranked_from_the_log(
     backend: MemoryProvider, clock: Clock
 ) -> None:

@@ -19,6 +19,9 @@ its digits, so that members of equal score sort by number)::
     r:<run> c:<conv> i:<id>
                         sorted sets by seq: a run's iterations, a conversation's turns, the
                         episodes holding an id
+    R                   sorted set by seq: every episode that belongs to a run (complete once
+                        ``w`` holds ``runs``; an index written before it had none, and the
+                        first read that needs it builds it from the ``r:`` sets)
     g                   hash: grade number -> the episode id it names
     gi:<id>             sorted set: the grade numbers naming an episode id
     w                   hash: the watermarks ``e`` and ``g``: every record at or below them is
@@ -99,7 +102,10 @@ local function drop_episode(b, seq)
   redis.call('ZREM', b .. 's', m)
   redis.call('ZREM', b .. 'd', m)
   redis.call('ZREM', b .. 'x', m)
-  if run ~= '' then redis.call('ZREM', b .. 'r:' .. run, m) end
+  if run ~= '' then
+    redis.call('ZREM', b .. 'r:' .. run, m)
+    redis.call('ZREM', b .. 'R', m)
+  end
   if conv ~= '' then redis.call('ZREM', b .. 'c:' .. conv, m) end
   if id ~= '' then redis.call('ZREM', b .. 'i:' .. id, m) end
   redis.call('DEL', f)
@@ -131,7 +137,10 @@ local function add_episode(a, i, keep)
     for t in string.gmatch(terms, '%S+') do
       redis.call('ZADD', b .. 't:' .. size .. ':' .. t, when, m)
     end
-    if run ~= '' then redis.call('ZADD', b .. 'r:' .. run, seq, m) end
+    if run ~= '' then
+      redis.call('ZADD', b .. 'r:' .. run, seq, m)
+      redis.call('ZADD', b .. 'R', seq, m)
+    end
     if conv ~= '' then redis.call('ZADD', b .. 'c:' .. conv, seq, m) end
     if id ~= '' then redis.call('ZADD', b .. 'i:' .. id, seq, m) end
   end
@@ -312,6 +321,24 @@ for _, m in ipairs(order) do
 end
 return out
 """
+# ARGV: base, first seq, last seq, the SCAN pattern of the base's run sets. 1 when an episode
+# of a run lies between the two seqs. An index written before ``R`` existed gets it first:
+# the union of every run set (with what writers added to it meanwhile), then the mark.
+ANY_RUN = r"""
+local b = ARGV[1]
+if redis.call('HGET', b .. 'w', 'runs') ~= '1' then
+  local cursor = '0'
+  repeat
+    local r = redis.call('SCAN', cursor, 'MATCH', ARGV[4], 'COUNT', 1000)
+    cursor = r[1]
+    for _, k in ipairs(r[2]) do
+      redis.call('ZUNIONSTORE', b .. 'R', 2, b .. 'R', k, 'AGGREGATE', 'MAX')
+    end
+  until cursor == '0'
+  redis.call('HSET', b .. 'w', 'runs', '1')
+end
+return #redis.call('ZRANGEBYSCORE', b .. 'R', ARGV[2], ARGV[3], 'LIMIT', 0, 1)
+"""
 # ARGV: base, first seq, time. 1 when an episode at or past that seq ranks by a later time.
 NEWEST_AFTER = r"""
 local b, start = ARGV[1], tonumber(ARGV[2])
@@ -455,6 +482,7 @@ _FACTS = SyncScript(FACTS)
 _COUNTS = SyncScript(COUNTS)
 _MATCHES = SyncScript(MATCHES)
 _NEWEST_AFTER = SyncScript(NEWEST_AFTER)
+_ANY_RUN = SyncScript(ANY_RUN)
 _CATCH_UP = SyncScript(CATCH_UP)
 _HEAD = SyncScript(HEAD)
 
@@ -492,7 +520,11 @@ class RedisIndexReader:
         """Nothing to do: the facts read carry every term of their episode."""
 
     def any_run(self, live: range) -> bool:
-        return True  # not known without a read; the ranking rules are exact either way
+        if not live:
+            return False
+        pattern = _glob(self._base) + "r:*"
+        args: list[str | int] = [self._base, live.start, live.stop - 1, pattern]
+        return bool(_ANY_RUN(self._client, [self._route], args))
 
     def newest(
         self, live: range, now: float, oldest: float, limit: int, offset: int
@@ -741,6 +773,14 @@ def _number(value: Any) -> int:
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
         return int(value)
     return 0
+
+
+def _glob(text: str) -> str:
+    """*text* matched literally by a SCAN pattern."""
+    return _GLOB.sub(r"\\\1", text)
+
+
+_GLOB = re.compile(r"([*?\[\]\\])")
 
 
 def index_keys_pattern(glob_prefix: str) -> str:
