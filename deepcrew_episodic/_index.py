@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -288,10 +288,16 @@ class _Entries(Mapping[int, _StoreEntry]):
     def __init__(self, index: StoreIndex) -> None:
         self._index = index
         self._got: dict[int, _StoreEntry | None] = {}
+        # A reader that answers from what is kept, one episode at a time (see _store_cache).
+        self._kept: Callable[[int], Facts | None] | None = getattr(index.reader, "kept", None)
 
     def _fetch(self, seq: int) -> _StoreEntry | None:
         got = self._got
-        if seq not in got:
+        if seq not in got and self._kept is not None:
+            index = self._index
+            facts = self._kept(seq)
+            got[seq] = index.entry(facts) if facts is not None and seq in index.live else None
+        elif seq not in got:
             wanted = [seq]
             tail = self._index.cursor
             if tail is not None and tail.at < len(tail.rows) and tail.rows[tail.at][1] == seq:

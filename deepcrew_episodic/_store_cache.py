@@ -31,7 +31,7 @@ import threading
 import weakref
 from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
 from ._episode import Episode
@@ -361,6 +361,22 @@ class CachingReader:
                     result[seq] = facts
                 self._put(("f", seq), *self._facts_kept(seq, facts))
         return result
+
+    @property
+    def kept(self) -> Callable[[int], Facts | None] | None:
+        """When this reader asks the store nothing: the facts of one episode, from what is
+        kept (``None``: not indexed; raises :class:`Miss` when not kept)."""
+        return self._kept_facts if self._reader is None else None
+
+    def _kept_facts(self, seq: int) -> Facts | None:
+        found = self._get(("f", seq))
+        if found is None:
+            raise Miss
+        facts, known = found[0]
+        if known is not None and not self._query <= known:
+            raise Miss
+        kept: Facts | None = facts
+        return kept
 
     def _facts_kept(self, seq: int, facts: Facts | None) -> tuple[Any, int]:
         if facts is None:
