@@ -401,7 +401,9 @@ async def child_build(spec: dict[str, Any]) -> dict[str, Any]:
         stored.id = episode_id(seq)
         items[log.entry_key(seq, None)] = stored.to_json()
         if embedder is not None:
-            fields = memory._options.embedding.fields
+            # (The build runs on the --old tree, which kept the fields on the memory.)
+            options = getattr(memory, "_options", None)
+            fields = options.embedding.fields if options else memory._embed_fields
             texts.append((seq, embed_text(stored, fields, memory._redactor)))
         if len(items) >= batch_size:
             await flush()
