@@ -370,6 +370,11 @@ class StoreIndex(Postings):
     def _ahead(self, seqs: Sequence[int]) -> None:
         cast("_Entries", self._entries).ahead(seqs)
 
+    def _sized_count(self, ordered: Sequence[str]) -> dict[int, tuple[int, int]] | None:
+        read = getattr(self.reader, "sized_matches", None)
+        found: dict[int, tuple[int, int]] | None = None if read is None else read(ordered)
+        return found
+
     # --- what the memory's filters and ranking rules read ------------------------------------
 
     def entry(self, facts: Facts) -> _StoreEntry:

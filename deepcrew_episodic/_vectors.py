@@ -61,7 +61,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._embed import SIMILARITY_FLOOR
-from ._recall import WEIGHTS, RecallIndex, Scored, terms
+from ._recall import WEIGHTS, RecallIndex, Scored, relevance, terms
 
 if TYPE_CHECKING:
     from ._index import StoreIndex
@@ -96,6 +96,11 @@ _IDENTIFIER = re.compile(r"[0-9]")
 # Up to this many episodes without a vector are scored one by one; more are found by the
 # keyword search (see hybrid_search).
 _LACKING = 2048
+
+# More meaning candidates than this in a store are ordered by rough bounds first (see
+# rough_bounds), and their facts read this many at a time while one could enter the top k.
+_ROUGH_OVER = 256
+_ROUGH_BATCH = 128
 
 # Everyday requests that no agent's log is about, in English and, with the same topics, in German,
 # French and Spanish (at least HUB_TOP in each, so that a query in one of them is measured against
@@ -585,6 +590,34 @@ class HybridScorer:
         )
 
 
+def rough_bounds(index: Index, hybrid: HybridScorer, intent: str) -> dict[int, float]:
+    """At least :meth:`HybridScorer.bound` of each episode of ``hybrid.reach``, read without
+    its facts: its keyword relevance is at most ``m / |Q|`` for the ``m`` query terms it holds
+    (counted over the postings, in one read), its recency factor at most 1 and its outcome
+    weight at most the intent's largest (the exact bound is the same expression, increasing in
+    each)."""
+    q_terms = hybrid.q_terms
+    postings, df = index._postings, index._df
+    ordered = sorted((t for t in q_terms if t in postings), key=df.__getitem__)
+    q, cap = len(q_terms), index.length_cap
+    # With each episode's length class (a store's postings hold it), the keyword relevance
+    # itself: m / (|Q| + |E| - m).
+    sized = index._sized_count(ordered) if ordered else {}
+    if sized is None:
+        counts = index._count(ordered)
+        sized = {seq: (m, m) for seq, m in counts.items()}  # |E| >= m: at most m / |Q|
+    rw = index.recency_weight
+    most = max(1.0, 1.0 - rw) * max(WEIGHTS[intent].values()) * (1 + 1e-9)
+    low, span = hybrid.hub + hybrid.floor, MEANING_SPAN
+    found: dict[int, float] = {}
+    for seq, reach in hybrid.reach.items():
+        m, size = sized.get(seq, (0, 0))
+        keyword = min(1.0, relevance(m, q, size, cap))
+        meaning = min(1.0, max(0.0, (reach - low) / span))
+        found[seq] = (keyword + (meaning + 1e-6) * (1.0 - keyword)) * most
+    return found
+
+
 def hybrid_search(
     index: Index,
     vectors: Vectors,
@@ -627,13 +660,20 @@ def hybrid_search(
     cutoff = -math.inf if since is None else since
     scored_at: dict[int, Item | None] = {}
     # The episodes that may have a meaning part, by the best score each could reach: only
-    # those that could enter the top k are measured (their vectors read, in a store).
-    index._ahead(list(hybrid.reach))
-    pending = [
-        (-hybrid.bound(seq), seq)
-        for seq in hybrid.reach
-        if seq in index and index.when(seq) >= cutoff
-    ]
+    # those that could enter the top k are measured (their vectors read, in a store). Many
+    # of them in a store (a query close to much of the log): each first by a rough bound that
+    # needs none of its facts (see rough_bounds), its facts read, for its exact bound, only
+    # when that could enter the top k. ``(-bound, rough, seq)``.
+    pending: list[tuple[float, bool, int]]
+    if not vectors.exact and len(hybrid.reach) > _ROUGH_OVER:
+        pending = [(-b, True, seq) for seq, b in rough_bounds(index, hybrid, intent).items()]
+    else:
+        index._ahead(list(hybrid.reach))
+        pending = [
+            (-hybrid.bound(seq), False, seq)
+            for seq in hybrid.reach
+            if seq in index and index.when(seq) >= cutoff
+        ]
     heapq.heapify(pending)
     # The other episodes have no meaning part: an episode's hybrid score is then its keyword
     # score when its keyword match counts (it is strong, on an identifier, or the episode has
@@ -677,12 +717,25 @@ def hybrid_search(
         everything = heapq.nlargest(k, ranked, key=order) if collecting else best
         return best, everything
 
+    def could_enter(best: list[Item]) -> bool:
+        return bool(pending) and (len(best) < k or -pending[0][0] >= best[-1][0])
+
     def measure(best: list[Item]) -> list[Item]:
         # The pending episodes that could enter the top k, best bound first.
-        while pending:
-            if len(best) == k and -pending[0][0] < best[-1][0]:
-                break
-            batch = [heapq.heappop(pending)[1] for _ in range(min(16, len(pending)))]
+        while could_enter(best):
+            if pending[0][1]:
+                # Rough bounds first: their facts in one trip, each back with its exact bound.
+                rough: list[int] = []
+                while len(rough) < _ROUGH_BATCH and could_enter(best) and pending[0][1]:
+                    rough.append(heapq.heappop(pending)[2])
+                index._ahead(rough)
+                for seq in rough:
+                    if seq in index and index.when(seq) >= cutoff:
+                        heapq.heappush(pending, (-hybrid.bound(seq), False, seq))
+                continue
+            batch: list[int] = []
+            while len(batch) < 16 and pending and not pending[0][1]:
+                batch.append(heapq.heappop(pending)[2])
             vectors.ahead(batch)
             for seq in batch:
                 if seq not in scored_at and (accept is None or accept(seq)):
@@ -693,20 +746,26 @@ def hybrid_search(
     wanted = max(4 * k, 32)
     open_streams = [(stream, wanted) for stream in streams]
     while True:
-        read: list[tuple[dict[str, Any], int, Found, Found]] = []
+        read: list[tuple[dict[str, Any], int, list[tuple[int, float]], list[tuple[int, float]]]]
+        read = []
         for stream, n in open_streams:
-            keyword_under: list[tuple[int, Scored]] = []
-            fetched = index.search(
-                query,
-                n,
-                now=now,
-                intent=intent,
-                half_life_days=half_life_days,
-                since=since,
-                accept=accept,
-                min_relevance=min_relevance,
-                under=keyword_under if collecting else None,
-                **stream,
+            keyword_under: list[tuple[int, float]] = []
+            # (seq, score) only: the hybrid score is this search's own, no record is read.
+            fetched = cast(
+                "list[tuple[int, float]]",
+                index.search(
+                    query,
+                    n,
+                    now=now,
+                    intent=intent,
+                    half_life_days=half_life_days,
+                    since=since,
+                    accept=accept,
+                    min_relevance=min_relevance,
+                    under=cast("list[tuple[int, Scored]]", keyword_under) if collecting else None,
+                    scored=False,
+                    **stream,
+                ),
             )
             new = [seq for seq, _ in chain(fetched, keyword_under) if seq not in scored_at]
             if not stream:
@@ -718,11 +777,11 @@ def hybrid_search(
         best, everything = tops()
         open_streams = []
         for stream, n, fetched, keyword_under in read:
-            done = len(fetched) < n or (len(best) == k and best[-1][0] >= fetched[-1][1].score)
+            done = len(fetched) < n or (len(best) == k and best[-1][0] >= fetched[-1][1])
             if collecting and done:
                 # The same test for the top k without the floor (what fell under it is
                 # reported): the stream's top `n` without the floor is in fetched + under.
-                pool = heapq.nlargest(n, (s.score for _, s in chain(fetched, keyword_under)))
+                pool = heapq.nlargest(n, (s for _, s in chain(fetched, keyword_under)))
                 if len(pool) == n:
                     done = len(everything) == k and everything[-1][0] >= pool[-1]
             if not done:

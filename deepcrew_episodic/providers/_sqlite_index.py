@@ -333,6 +333,19 @@ class SQLiteIndexReader:
         ).fetchone()
         return Counter(map(int, joined.split(","))) if joined else Counter()
 
+    def sized_matches(self, terms: Sequence[str]) -> dict[int, tuple[int, int]]:
+        """seq -> (how many of *terms* it holds, its length class), for every episode holding
+        one: what its keyword relevance is, read from the postings alone (no facts)."""
+        # One string, as matches(): each posting as seq * 16 + its length class (under 16).
+        (joined,) = self._conn.execute(
+            "SELECT group_concat(seq * 16 + size) FROM ix_posting WHERE ns = ? AND size >= 0 "
+            "AND size < 16 AND term IN (SELECT value FROM json_each(?))",
+            (self._ns, json.dumps(list(terms), ensure_ascii=False)),
+        ).fetchone()
+        if not joined:
+            return {}
+        return {v >> 4: (n, v & 15) for v, n in Counter(map(int, joined.split(","))).items()}
+
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         known = self._facts
         wanted = [s for s in seqs if s not in known]
