@@ -336,15 +336,21 @@ class SQLiteIndexReader:
     def sized_matches(self, terms: Sequence[str]) -> dict[int, tuple[int, int]]:
         """seq -> (how many of *terms* it holds, its length class), for every episode holding
         one: what its keyword relevance is, read from the postings alone (no facts)."""
-        # One string, as matches(): each posting as seq * 16 + its length class (under 16).
+        # One string, as matches(): each posting as seq * 16 + its length class (clamped to
+        # 0..15: a class edited out of range reads lower, which only raises a bound).
         (joined,) = self._conn.execute(
-            "SELECT group_concat(seq * 16 + size) FROM ix_posting WHERE ns = ? AND size >= 0 "
-            "AND size < 16 AND term IN (SELECT value FROM json_each(?))",
+            "SELECT group_concat(seq * 16 + max(0, min(size, 15))) FROM ix_posting "
+            "WHERE ns = ? AND term IN (SELECT value FROM json_each(?))",
             (self._ns, json.dumps(list(terms), ensure_ascii=False)),
         ).fetchone()
+        found: dict[int, tuple[int, int]] = {}
         if not joined:
-            return {}
-        return {v >> 4: (n, v & 15) for v, n in Counter(map(int, joined.split(","))).items()}
+            return found
+        for v, n in Counter(map(int, joined.split(","))).items():
+            seq, size = v >> 4, v & 15
+            had = found.get(seq)
+            found[seq] = (n, size) if had is None else (had[0] + n, min(had[1], size))
+        return found
 
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         known = self._facts
