@@ -400,6 +400,9 @@ class StoreVectors:
         keep: list[npt.NDArray[np.int64]] = []
         reach: list[npt.NDArray[np.float64]] = []
         self._present[:] = False
+        # One float32 buffer for every block's components (a fresh array per block costs
+        # its page faults, more than the product itself).
+        buffer: Matrix | None = None
         for first, heads, data in self._reader.blocks(self._mark, dim, live):
             scales = np.frombuffer(heads, dtype="<f8")
             n = len(scales)
@@ -409,7 +412,10 @@ class StoreVectors:
             present = (scales > 0) & (seqs >= live.start) & (seqs < live.stop)
             self._present[seqs[present] - live.start] = True
             codes = np.frombuffer(data, dtype=np.int8).reshape(n, dim)
-            bound = scales * (codes.astype(np.float32) @ query) + scales * spread + _ROUNDING
+            if buffer is None or len(buffer) != n:
+                buffer = np.empty((n, dim), dtype=np.float32)
+            np.copyto(buffer, codes, casting="unsafe")  # int8 to float32: exact
+            bound = scales * (buffer @ query) + scales * spread + _ROUNDING
             if at_least is not None:
                 present &= bound >= at_least
             keep.append(seqs[present])
@@ -767,7 +773,13 @@ def hybrid_search(
                     **stream,
                 ),
             )
-            new = [seq for seq, _ in chain(fetched, keyword_under) if seq not in scored_at]
+            # A meaning candidate is pending already: measured (its vector read) only once
+            # its bound could enter the top k, however the keyword search ranks it.
+            new = [
+                seq
+                for seq, _ in chain(fetched, keyword_under)
+                if seq not in scored_at and seq not in hybrid.reach
+            ]
             if not stream:
                 vectors.ahead(new)  # the weak matches checked: each reads its vector
             for seq in new:
