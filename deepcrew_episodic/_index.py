@@ -375,6 +375,14 @@ class StoreIndex(Postings):
     def _ahead(self, seqs: Sequence[int]) -> None:
         cast("_Entries", self._entries).ahead(seqs)
 
+    def _ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, bool]] | None:
+        read = getattr(self.reader, "ranked", None)
+        if read is None:
+            return None
+        live = self.live
+        rows: dict[int, tuple[float, str, str, int]] = read([s for s in seqs if s in live])
+        return {s: (r[0], rank_key(r[1], r[2]), r[3] > 0) for s, r in rows.items()}
+
     def _sized_count(self, ordered: Sequence[str]) -> dict[int, tuple[int, int]] | None:
         read = getattr(self.reader, "sized_matches", None)
         found: dict[int, tuple[int, int]] | None = None if read is None else read(ordered)

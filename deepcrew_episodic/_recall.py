@@ -488,6 +488,11 @@ class Postings:
         episode that holds one, from the postings alone (``None``: not known so)."""
         return None
 
+    def _ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, bool]] | None:
+        """seq -> (the time it ranks by, its recorded outcome as ``rank_key``, whether grades
+        name it) of the indexed episodes among *seqs* in view (``None``: not read so)."""
+        return None
+
     def parts(
         self, seq: int, q_terms: frozenset[str] | set[str], *, now: float, half_life_days: float
     ) -> Parts:

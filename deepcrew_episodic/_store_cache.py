@@ -336,6 +336,12 @@ class CachingReader:
         self._put(key, counted, (_ENTRY + 60) * len(counted))
         return counted  # never changed by the search (it reads it only)
 
+    def ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, str, int]] | None:
+        """The reader's ``ranked`` (``None``: it has none); not kept (read for bounds)."""
+        read = getattr(self._store(), "ranked", None)
+        found: dict[int, tuple[float, str, str, int]] | None = None if read is None else read(seqs)
+        return found
+
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         result: dict[int, Facts] = {}
         missing: list[int] = []

@@ -98,7 +98,7 @@ _IDENTIFIER = re.compile(r"[0-9]")
 _LACKING = 2048
 
 # More meaning candidates than this in a store are ordered by rough bounds first (see
-# rough_bounds), and their facts read this many at a time while one could enter the top k.
+# RoughBounds), and read this many at a time while one could enter the top k.
 _ROUGH_OVER = 256
 _ROUGH_BATCH = 128
 
@@ -596,32 +596,58 @@ class HybridScorer:
         )
 
 
-def rough_bounds(index: Index, hybrid: HybridScorer, intent: str) -> dict[int, float]:
-    """At least :meth:`HybridScorer.bound` of each episode of ``hybrid.reach``, read without
-    its facts: its keyword relevance is at most ``m / |Q|`` for the ``m`` query terms it holds
-    (counted over the postings, in one read), its recency factor at most 1 and its outcome
-    weight at most the intent's largest (the exact bound is the same expression, increasing in
-    each)."""
-    q_terms = hybrid.q_terms
-    postings, df = index._postings, index._df
-    ordered = sorted((t for t in q_terms if t in postings), key=df.__getitem__)
-    q, cap = len(q_terms), index.length_cap
-    # With each episode's length class (a store's postings hold it), the keyword relevance
-    # itself: m / (|Q| + |E| - m).
-    sized = index._sized_count(ordered) if ordered else {}
-    if sized is None:
-        counts = index._count(ordered)
-        sized = {seq: (m, m) for seq, m in counts.items()}  # |E| >= m: at most m / |Q|
-    rw = index.recency_weight
-    most = max(1.0, 1.0 - rw) * max(WEIGHTS[intent].values()) * (1 + 1e-9)
-    low, span = hybrid.hub + hybrid.floor, MEANING_SPAN
-    found: dict[int, float] = {}
-    for seq, reach in hybrid.reach.items():
-        m, size = sized.get(seq, (0, 0))
-        keyword = min(1.0, relevance(m, q, size, cap))
-        meaning = min(1.0, max(0.0, (reach - low) / span))
-        found[seq] = (keyword + (meaning + 1e-6) * (1.0 - keyword)) * most
-    return found
+class RoughBounds:
+    """Bounds of the score of each episode of ``hybrid.reach`` (at least
+    :meth:`HybridScorer.bound`, the same expression, increasing in each part) read without
+    its facts: its keyword relevance from the postings (the ``m`` query terms it holds and
+    its length class, in one read; at most ``m / |Q|`` where the class is not known), and
+    either a recency factor of 1 and the intent's largest outcome weight (:meth:`rough`), or
+    those of its time and recorded outcome (:meth:`closer`, from a row of a few columns)."""
+
+    def __init__(
+        self, index: Index, hybrid: HybridScorer, intent: str, now: float, half_life_days: float
+    ) -> None:
+        q_terms = hybrid.q_terms
+        postings, df = index._postings, index._df
+        ordered = sorted((t for t in q_terms if t in postings), key=df.__getitem__)
+        sized = index._sized_count(ordered) if ordered else {}
+        if sized is None:
+            counts = index._count(ordered)
+            sized = {seq: (m, m) for seq, m in counts.items()}  # |E| >= m: at most m / |Q|
+        q, cap = len(q_terms), index.length_cap
+        low, span = hybrid.hub + hybrid.floor, MEANING_SPAN
+        # seq -> its relevance bound (keyword and meaning), before recency and weight.
+        self.relevance: dict[int, float] = {}
+        for seq, reach in hybrid.reach.items():
+            m, size = sized.get(seq, (0, 0))
+            keyword = min(1.0, relevance(m, q, size, cap))
+            meaning = min(1.0, max(0.0, (reach - low) / span))
+            self.relevance[seq] = keyword + (meaning + 1e-6) * (1.0 - keyword)
+        self._rw = index.recency_weight
+        self._weights = WEIGHTS[intent]
+        self._w_max = max(self._weights.values())
+        self._now, self._half_life = now, half_life_days
+
+    def rough(self) -> dict[int, float]:
+        most = max(1.0, 1.0 - self._rw) * self._w_max * _OVER
+        return {seq: r * most for seq, r in self.relevance.items()}
+
+    def closer(self, seq: int, when: float, outcome: str, graded: bool) -> float:
+        """With the episode's time and recorded outcome (a grade may change the outcome:
+        then the largest weight)."""
+        recency = (
+            0.0
+            if when == -math.inf
+            else 0.5 ** (max(0.0, self._now - when) / 86400.0 / self._half_life)
+        )
+        factor = 1.0 - self._rw + self._rw * recency
+        weight = self._w_max if graded else self._weights.get(outcome, 1.0)
+        return self.relevance[seq] * factor * weight * _OVER * _OVER
+
+
+# A hair over one: a bound computed another way than the exact one is above it by more than
+# their rounding.
+_OVER = 1 + 1e-9
 
 
 def hybrid_search(
@@ -668,15 +694,17 @@ def hybrid_search(
     # The episodes that may have a meaning part, by the best score each could reach: only
     # those that could enter the top k are measured (their vectors read, in a store). Many
     # of them in a store (a query close to much of the log): each first by a rough bound that
-    # needs none of its facts (see rough_bounds), its facts read, for its exact bound, only
-    # when that could enter the top k. ``(-bound, rough, seq)``.
-    pending: list[tuple[float, bool, int]]
+    # needs none of its facts (see RoughBounds), its facts read, for its exact bound, only
+    # when that could enter the top k.
+    pending: list[tuple[float, int, int]]  # (-bound, 2 rough / 1 closer / 0 exact, seq)
+    bounds: RoughBounds | None = None
     if not vectors.exact and len(hybrid.reach) > _ROUGH_OVER:
-        pending = [(-b, True, seq) for seq, b in rough_bounds(index, hybrid, intent).items()]
+        bounds = RoughBounds(index, hybrid, intent, now, half_life_days)
+        pending = [(-b, 2, seq) for seq, b in bounds.rough().items()]
     else:
         index._ahead(list(hybrid.reach))
         pending = [
-            (-hybrid.bound(seq), False, seq)
+            (-hybrid.bound(seq), 0, seq)
             for seq in hybrid.reach
             if seq in index and index.when(seq) >= cutoff
         ]
@@ -729,15 +757,24 @@ def hybrid_search(
     def measure(best: list[Item]) -> list[Item]:
         # The pending episodes that could enter the top k, best bound first.
         while could_enter(best):
-            if pending[0][1]:
-                # Rough bounds first: their facts in one trip, each back with its exact bound.
+            tier = pending[0][1]
+            if tier:
+                # Rough bounds first: a closer one from a few columns of each (one trip), then
+                # the exact one from its facts (one trip), each back in the queue.
                 rough: list[int] = []
-                while len(rough) < _ROUGH_BATCH and could_enter(best) and pending[0][1]:
+                while len(rough) < _ROUGH_BATCH and could_enter(best) and pending[0][1] == tier:
                     rough.append(heapq.heappop(pending)[2])
+                rows = index._ranked(rough) if tier == 2 and bounds is not None else None
+                if rows is not None and bounds is not None:
+                    for seq in rough:
+                        row = rows.get(seq)
+                        if row is not None and row[0] >= cutoff:
+                            heapq.heappush(pending, (-bounds.closer(seq, *row), 1, seq))
+                    continue
                 index._ahead(rough)
                 for seq in rough:
                     if seq in index and index.when(seq) >= cutoff:
-                        heapq.heappush(pending, (-hybrid.bound(seq), False, seq))
+                        heapq.heappush(pending, (-hybrid.bound(seq), 0, seq))
                 continue
             batch: list[int] = []
             while len(batch) < 16 and pending and not pending[0][1]:

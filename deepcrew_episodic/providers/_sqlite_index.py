@@ -352,6 +352,20 @@ class SQLiteIndexReader:
             found[seq] = (n, size) if had is None else (had[0] + n, min(had[1], size))
         return found
 
+    def ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, str, int]]:
+        """seq -> (recorded, outcome, source, graded) of the indexed, decodable episodes among
+        *seqs*: what bounds their scores, without their terms."""
+        if not seqs:
+            return {}
+        return {
+            int(r[0]): (float(r[1]), str(r[2]), str(r[3]), int(r[4]))
+            for r in self._conn.execute(
+                "SELECT seq, recorded, outcome, source, graded FROM ix_episode WHERE ns = ? "
+                "AND corrupt = 0 AND seq IN (SELECT value FROM json_each(?))",
+                (self._ns, json.dumps(list(seqs))),
+            )
+        }
+
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         known = self._facts
         wanted = [s for s in seqs if s not in known]
