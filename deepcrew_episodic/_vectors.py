@@ -497,7 +497,8 @@ class HybridScorer:
             self._measured = {
                 int(seqs[i]): (float(sims[i]), float(excess[i]), True) for i in range(len(seqs))
             }
-        self.reach: dict[int, float] = {int(seqs[i]): float(sims[i]) for i in range(len(seqs))}
+        # (tolist: the same Python ints and floats as int() and float() of each, at C speed)
+        self.reach: dict[int, float] = dict(zip(seqs.tolist(), sims.tolist(), strict=True))
         self._weights = WEIGHTS[intent]
 
     def _above(self, sims: Matrix) -> npt.NDArray[np.bool_]:
@@ -618,11 +619,16 @@ class RoughBounds:
         low, span = hybrid.hub + hybrid.floor, MEANING_SPAN
         # seq -> its relevance bound (keyword and meaning), before recency and weight.
         self.relevance: dict[int, float] = {}
+        none = (0, 0)
+        get = sized.get
         for seq, reach in hybrid.reach.items():
-            m, size = sized.get(seq, (0, 0))
-            keyword = min(1.0, relevance(m, q, size, cap))
-            meaning = min(1.0, max(0.0, (reach - low) / span))
-            self.relevance[seq] = keyword + (meaning + 1e-6) * (1.0 - keyword)
+            meaning = min(1.0, max(0.0, (reach - low) / span)) + 1e-6
+            m, size = get(seq, none)
+            if m:
+                keyword = min(1.0, relevance(m, q, size, cap))
+                self.relevance[seq] = keyword + meaning * (1.0 - keyword)
+            else:
+                self.relevance[seq] = meaning
         self._rw = index.recency_weight
         self._weights = WEIGHTS[intent]
         self._w_max = max(self._weights.values())
