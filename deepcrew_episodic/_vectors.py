@@ -44,8 +44,11 @@ Where the vectors are
     compact copy (int8 components and a scale, read for a namespace in one pass): the
     similarity each implies is within a proven bound of the exact one, so the episodes that
     could have a meaning part are found from it, and only those whose bound could enter the
-    top k are decoded and measured exactly. Similarities are computed row by row (``einsum``, whose result for a row does not
-    depend on the rows beside it, unlike a BLAS matrix product), so both give the same bits.
+    top k are decoded and measured exactly. When they are many (a query close to much of the
+    log), each is first bounded without its facts (:class:`RoughBounds`: from the postings,
+    then from a few columns of its row), its facts read only while that could enter the top k.
+    Similarities are computed row by row (``einsum``, whose result for a row does not depend
+    on the rows beside it, unlike a BLAS matrix product), so both give the same bits.
 """
 
 from __future__ import annotations
