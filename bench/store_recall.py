@@ -410,8 +410,11 @@ async def child_build(spec: dict[str, Any]) -> dict[str, Any]:
         stored.id = episode_id(seq)
         items[log.entry_key(seq, None)] = stored.to_json()
         if embedder is not None:
-            fields = memory._options.embedding.fields
-            texts.append((seq, embed_text(stored, fields, memory.redactor)))
+            # (The build runs on the --old tree, which kept the fields on the memory.)
+            options = getattr(memory, "_options", None)
+            fields = options.embedding.fields if options else memory._embed_fields
+            redactor = getattr(memory, "redactor", None) or getattr(memory, "_redactor", None)
+            texts.append((seq, embed_text(stored, fields, redactor)))
         if len(items) >= batch_size:
             await flush()
             if seq % 100_000 < batch_size:

@@ -376,6 +376,8 @@ class StoreIndex(Postings):
         self.bad_grades: set[str] = set()
         self._query: frozenset[str] = frozenset()
         self.cursor: _Tail | None = None  # the bucket the search read a seq from last
+        # terms -> seq -> (how many of them it holds, its length class), as read once.
+        self._sized: dict[frozenset[str], dict[int, tuple[int, int]]] = {}
 
     def __enter__(self) -> StoreIndex:
         return self
@@ -417,10 +419,28 @@ class StoreIndex(Postings):
             df[term] = sum(sizes.values())
 
     def _count(self, ordered: Sequence[str]) -> Counter[int]:
+        sized = self._sized.get(frozenset(ordered))
+        if sized is not None:  # the same postings, counted already (see _sized_count)
+            return Counter({seq: m for seq, (m, _) in sized.items()})
         return self.reader.matches(ordered)
 
     def _ahead(self, seqs: Sequence[int]) -> None:
         cast("_Entries", self._entries).ahead(seqs)
+
+    def _ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, bool]] | None:
+        read = getattr(self.reader, "ranked", None)
+        if read is None:
+            return None
+        live = self.live
+        rows: dict[int, tuple[float, str, str, int]] = read([s for s in seqs if s in live])
+        return {s: (r[0], rank_key(r[1], r[2]), r[3] > 0) for s, r in rows.items()}
+
+    def _sized_count(self, ordered: Sequence[str]) -> dict[int, tuple[int, int]] | None:
+        read = getattr(self.reader, "sized_matches", None)
+        found: dict[int, tuple[int, int]] | None = None if read is None else read(ordered)
+        if found is not None:
+            self._sized[frozenset(ordered)] = found
+        return found
 
     # --- what the memory's filters and ranking rules read ------------------------------------
 

@@ -483,6 +483,16 @@ class Postings:
             counts.update(chain.from_iterable(b.seqs for b in postings[t].values()))
         return counts
 
+    def _sized_count(self, ordered: Sequence[str]) -> dict[int, tuple[int, int]] | None:
+        """seq -> (how many of the terms *ordered* it holds, its length class), for every
+        episode that holds one, from the postings alone (``None``: not known so)."""
+        return None
+
+    def _ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, bool]] | None:
+        """seq -> (the time it ranks by, its recorded outcome as ``rank_key``, whether grades
+        name it) of the indexed episodes among *seqs* in view (``None``: not read so)."""
+        return None
+
     def parts(
         self, seq: int, q_terms: frozenset[str] | set[str], *, now: float, half_life_days: float
     ) -> Parts:
@@ -551,6 +561,7 @@ class Postings:
         least: float = 0.0,
         only: Collection[str] | None = None,
         among: Callable[[int], bool] | None = None,
+        scored: bool = True,
     ) -> list[tuple[int, Scored]]:
         """The *k* best episodes sharing a term with *query*, best first (ties: newest first).
 
@@ -568,6 +579,9 @@ class Postings:
         *least*); *only* keeps the episodes that hold one of these query terms (only their
         postings are read); *among* keeps the seqs it accepts, asked before anything else is
         read of them.
+
+        With *scored* false, each episode comes as ``(seq, score)`` only (here and in *under*),
+        and its record is not read (the hybrid ranking scores them itself).
         """
         q_terms = terms(query)
         if not q_terms or k <= 0:
@@ -718,11 +732,13 @@ class Postings:
                             theta = top[0][0]
         if every is not None and under is not None:
             under.extend(
-                self._scored(t, q, now, weights, half_life_days)
+                self._scored(t, q, now, weights, half_life_days) if scored else (t[2], t[0])  # type: ignore[misc]
                 for t in sorted(every, key=lambda t: t[:3], reverse=True)
                 if relevance(len(t[3]), q, entries[t[2]].size, cap) < floor_at
             )
         ranked = sorted(top, key=lambda t: t[:3], reverse=True)
+        if not scored:
+            return [(t[2], t[0]) for t in ranked]  # type: ignore[misc]
         return [self._scored(t, q, now, weights, half_life_days) for t in ranked]
 
     def _scored(

@@ -340,6 +340,26 @@ class CachingReader:
         self._put(key, counted, _ENTRY * len(counted))
         return counted  # never changed by the search (it reads it only)
 
+    def sized_matches(self, terms: Sequence[str]) -> dict[int, tuple[int, int]] | None:
+        """The reader's ``sized_matches`` (``None``: it has none), kept like ``matches``."""
+        key = ("ms", tuple(terms))
+        found = self._get(key)
+        if found is not None:
+            kept: dict[int, tuple[int, int]] = found[0]
+            return kept
+        read = getattr(self._store(), "sized_matches", None)
+        if read is None:
+            return None
+        counted: dict[int, tuple[int, int]] = read(terms)
+        self._put(key, counted, (_ENTRY + 60) * len(counted))
+        return counted  # never changed by the search (it reads it only)
+
+    def ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, str, int]] | None:
+        """The reader's ``ranked`` (``None``: it has none); not kept (read for bounds)."""
+        read = getattr(self._store(), "ranked", None)
+        found: dict[int, tuple[float, str, str, int]] | None = None if read is None else read(seqs)
+        return found
+
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         result: dict[int, Facts] = {}
         missing: list[int] = []

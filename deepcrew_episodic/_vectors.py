@@ -44,8 +44,11 @@ Where the vectors are
     compact copy (int8 components and a scale, read for a namespace in one pass): the
     similarity each implies is within a proven bound of the exact one, so the episodes that
     could have a meaning part are found from it, and only those whose bound could enter the
-    top k are decoded and measured exactly. Similarities are computed row by row (``einsum``, whose result for a row does not
-    depend on the rows beside it, unlike a BLAS matrix product), so both give the same bits.
+    top k are decoded and measured exactly. When they are many (a query close to much of the
+    log), each is first bounded without its facts (:class:`RoughBounds`: from the postings,
+    then from a few columns of its row), its facts read only while that could enter the top k.
+    Similarities are computed row by row (``einsum``, whose result for a row does not depend
+    on the rows beside it, unlike a BLAS matrix product), so both give the same bits.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._embed import SIMILARITY_FLOOR
-from ._recall import WEIGHTS, RecallIndex, Scored, terms
+from ._recall import WEIGHTS, RecallIndex, Scored, relevance, terms
 
 if TYPE_CHECKING:
     from ._index import StoreIndex
@@ -96,6 +99,11 @@ _IDENTIFIER = re.compile(r"[0-9]")
 # Up to this many episodes without a vector are scored one by one; more are found by the
 # keyword search (see hybrid_search).
 _LACKING = 2048
+
+# More meaning candidates than this in a store are ordered by rough bounds first (see
+# RoughBounds), and read this many at a time while one could enter the top k.
+_ROUGH_OVER = 256
+_ROUGH_BATCH = 128
 
 # Everyday requests that no agent's log is about, in English and, with the same topics, in German,
 # French and Spanish (at least HUB_TOP in each, so that a query in one of them is measured against
@@ -395,6 +403,9 @@ class StoreVectors:
         keep: list[npt.NDArray[np.int64]] = []
         reach: list[npt.NDArray[np.float64]] = []
         self._present[:] = False
+        # One float32 buffer for every block's components (a fresh array per block costs
+        # its page faults, more than the product itself).
+        buffer: Matrix | None = None
         for first, heads, data in self._reader.blocks(self._mark, dim, live):
             scales = np.frombuffer(heads, dtype="<f8")
             n = len(scales)
@@ -404,7 +415,10 @@ class StoreVectors:
             present = (scales > 0) & (seqs >= live.start) & (seqs < live.stop)
             self._present[seqs[present] - live.start] = True
             codes = np.frombuffer(data, dtype=np.int8).reshape(n, dim)
-            bound = scales * (codes.astype(np.float32) @ query) + scales * spread + _ROUNDING
+            if buffer is None or len(buffer) != n:
+                buffer = np.empty((n, dim), dtype=np.float32)
+            np.copyto(buffer, codes, casting="unsafe")  # int8 to float32: exact
+            bound = scales * (buffer @ query) + scales * spread + _ROUNDING
             if at_least is not None:
                 present &= bound >= at_least
             keep.append(seqs[present])
@@ -486,7 +500,8 @@ class HybridScorer:
             self._measured = {
                 int(seqs[i]): (float(sims[i]), float(excess[i]), True) for i in range(len(seqs))
             }
-        self.reach: dict[int, float] = {int(seqs[i]): float(sims[i]) for i in range(len(seqs))}
+        # (tolist: the same Python ints and floats as int() and float() of each, at C speed)
+        self.reach: dict[int, float] = dict(zip(seqs.tolist(), sims.tolist(), strict=True))
         self._weights = WEIGHTS[intent]
 
     def _above(self, sims: Matrix) -> npt.NDArray[np.bool_]:
@@ -585,6 +600,65 @@ class HybridScorer:
         )
 
 
+class RoughBounds:
+    """Bounds of the score of each episode of ``hybrid.reach`` (at least
+    :meth:`HybridScorer.bound`, the same expression, increasing in each part) read without
+    its facts: its keyword relevance from the postings (the ``m`` query terms it holds and
+    its length class, in one read; at most ``m / |Q|`` where the class is not known), and
+    either a recency factor of 1 and the intent's largest outcome weight (:meth:`rough`), or
+    those of its time and recorded outcome (:meth:`closer`, from a row of a few columns)."""
+
+    def __init__(
+        self, index: Index, hybrid: HybridScorer, intent: str, now: float, half_life_days: float
+    ) -> None:
+        q_terms = hybrid.q_terms
+        postings, df = index._postings, index._df
+        ordered = sorted((t for t in q_terms if t in postings), key=df.__getitem__)
+        sized = index._sized_count(ordered) if ordered else {}
+        if sized is None:
+            counts = index._count(ordered)
+            sized = {seq: (m, m) for seq, m in counts.items()}  # |E| >= m: at most m / |Q|
+        q, cap = len(q_terms), index.length_cap
+        low, span = hybrid.hub + hybrid.floor, MEANING_SPAN
+        # seq -> its relevance bound (keyword and meaning), before recency and weight.
+        self.relevance: dict[int, float] = {}
+        none = (0, 0)
+        get = sized.get
+        for seq, reach in hybrid.reach.items():
+            meaning = min(1.0, max(0.0, (reach - low) / span)) + 1e-6
+            m, size = get(seq, none)
+            if m:
+                keyword = min(1.0, relevance(m, q, size, cap))
+                self.relevance[seq] = keyword + meaning * (1.0 - keyword)
+            else:
+                self.relevance[seq] = meaning
+        self._rw = index.recency_weight
+        self._weights = WEIGHTS[intent]
+        self._w_max = max(self._weights.values())
+        self._now, self._half_life = now, half_life_days
+
+    def rough(self) -> dict[int, float]:
+        most = max(1.0, 1.0 - self._rw) * self._w_max * _OVER
+        return {seq: r * most for seq, r in self.relevance.items()}
+
+    def closer(self, seq: int, when: float, outcome: str, graded: bool) -> float:
+        """With the episode's time and recorded outcome (a grade may change the outcome:
+        then the largest weight)."""
+        recency = (
+            0.0
+            if when == -math.inf
+            else 0.5 ** (max(0.0, self._now - when) / 86400.0 / self._half_life)
+        )
+        factor = 1.0 - self._rw + self._rw * recency
+        weight = self._w_max if graded else self._weights.get(outcome, 1.0)
+        return self.relevance[seq] * factor * weight * _OVER * _OVER
+
+
+# A hair over one: a bound computed another way than the exact one is above it by more than
+# their rounding.
+_OVER = 1 + 1e-9
+
+
 def hybrid_search(
     index: Index,
     vectors: Vectors,
@@ -627,13 +701,22 @@ def hybrid_search(
     cutoff = -math.inf if since is None else since
     scored_at: dict[int, Item | None] = {}
     # The episodes that may have a meaning part, by the best score each could reach: only
-    # those that could enter the top k are measured (their vectors read, in a store).
-    index._ahead(list(hybrid.reach))
-    pending = [
-        (-hybrid.bound(seq), seq)
-        for seq in hybrid.reach
-        if seq in index and index.when(seq) >= cutoff
-    ]
+    # those that could enter the top k are measured (their vectors read, in a store). Many
+    # of them in a store (a query close to much of the log): each first by a rough bound that
+    # needs none of its facts (see RoughBounds), its facts read, for its exact bound, only
+    # when that could enter the top k.
+    pending: list[tuple[float, int, int]]  # (-bound, 2 rough / 1 closer / 0 exact, seq)
+    bounds: RoughBounds | None = None
+    if not vectors.exact and len(hybrid.reach) > _ROUGH_OVER:
+        bounds = RoughBounds(index, hybrid, intent, now, half_life_days)
+        pending = [(-b, 2, seq) for seq, b in bounds.rough().items()]
+    else:
+        index._ahead(list(hybrid.reach))
+        pending = [
+            (-hybrid.bound(seq), 0, seq)
+            for seq in hybrid.reach
+            if seq in index and index.when(seq) >= cutoff
+        ]
     heapq.heapify(pending)
     # The other episodes have no meaning part: an episode's hybrid score is then its keyword
     # score when its keyword match counts (it is strong, on an identifier, or the episode has
@@ -677,12 +760,34 @@ def hybrid_search(
         everything = heapq.nlargest(k, ranked, key=order) if collecting else best
         return best, everything
 
+    def could_enter(best: list[Item]) -> bool:
+        return bool(pending) and (len(best) < k or -pending[0][0] >= best[-1][0])
+
     def measure(best: list[Item]) -> list[Item]:
         # The pending episodes that could enter the top k, best bound first.
-        while pending:
-            if len(best) == k and -pending[0][0] < best[-1][0]:
-                break
-            batch = [heapq.heappop(pending)[1] for _ in range(min(16, len(pending)))]
+        while could_enter(best):
+            tier = pending[0][1]
+            if tier:
+                # Rough bounds first: a closer one from a few columns of each (one trip), then
+                # the exact one from its facts (one trip), each back in the queue.
+                rough: list[int] = []
+                while len(rough) < _ROUGH_BATCH and could_enter(best) and pending[0][1] == tier:
+                    rough.append(heapq.heappop(pending)[2])
+                rows = index._ranked(rough) if tier == 2 and bounds is not None else None
+                if rows is not None and bounds is not None:
+                    for seq in rough:
+                        row = rows.get(seq)
+                        if row is not None and row[0] >= cutoff:
+                            heapq.heappush(pending, (-bounds.closer(seq, *row), 1, seq))
+                    continue
+                index._ahead(rough)
+                for seq in rough:
+                    if seq in index and index.when(seq) >= cutoff:
+                        heapq.heappush(pending, (-hybrid.bound(seq), 0, seq))
+                continue
+            batch: list[int] = []
+            while len(batch) < 16 and pending and not pending[0][1]:
+                batch.append(heapq.heappop(pending)[2])
             vectors.ahead(batch)
             for seq in batch:
                 if seq not in scored_at and (accept is None or accept(seq)):
@@ -693,22 +798,34 @@ def hybrid_search(
     wanted = max(4 * k, 32)
     open_streams = [(stream, wanted) for stream in streams]
     while True:
-        read: list[tuple[dict[str, Any], int, Found, Found]] = []
+        read: list[tuple[dict[str, Any], int, list[tuple[int, float]], list[tuple[int, float]]]]
+        read = []
         for stream, n in open_streams:
-            keyword_under: list[tuple[int, Scored]] = []
-            fetched = index.search(
-                query,
-                n,
-                now=now,
-                intent=intent,
-                half_life_days=half_life_days,
-                since=since,
-                accept=accept,
-                min_relevance=min_relevance,
-                under=keyword_under if collecting else None,
-                **stream,
+            keyword_under: list[tuple[int, float]] = []
+            # (seq, score) only: the hybrid score is this search's own, no record is read.
+            fetched = cast(
+                "list[tuple[int, float]]",
+                index.search(
+                    query,
+                    n,
+                    now=now,
+                    intent=intent,
+                    half_life_days=half_life_days,
+                    since=since,
+                    accept=accept,
+                    min_relevance=min_relevance,
+                    under=cast("list[tuple[int, Scored]]", keyword_under) if collecting else None,
+                    scored=False,
+                    **stream,
+                ),
             )
-            new = [seq for seq, _ in chain(fetched, keyword_under) if seq not in scored_at]
+            # A meaning candidate is pending already: measured (its vector read) only once
+            # its bound could enter the top k, however the keyword search ranks it.
+            new = [
+                seq
+                for seq, _ in chain(fetched, keyword_under)
+                if seq not in scored_at and seq not in hybrid.reach
+            ]
             if not stream:
                 vectors.ahead(new)  # the weak matches checked: each reads its vector
             for seq in new:
@@ -718,11 +835,11 @@ def hybrid_search(
         best, everything = tops()
         open_streams = []
         for stream, n, fetched, keyword_under in read:
-            done = len(fetched) < n or (len(best) == k and best[-1][0] >= fetched[-1][1].score)
+            done = len(fetched) < n or (len(best) == k and best[-1][0] >= fetched[-1][1])
             if collecting and done:
                 # The same test for the top k without the floor (what fell under it is
                 # reported): the stream's top `n` without the floor is in fetched + under.
-                pool = heapq.nlargest(n, (s.score for _, s in chain(fetched, keyword_under)))
+                pool = heapq.nlargest(n, (s for _, s in chain(fetched, keyword_under)))
                 if len(pool) == n:
                     done = len(everything) == k and everything[-1][0] >= pool[-1]
             if not done:

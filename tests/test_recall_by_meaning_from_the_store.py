@@ -498,3 +498,46 @@ async def test_a_log_mostly_without_vectors_ranks_from_the_store_as_in_process(
             want = await loaded.explain(query, 5, min_relevance=floor)
             assert not fresh._log.synced
             assert _summary(got) == _summary(want), (query, floor)
+
+
+async def test_a_question_close_in_meaning_to_most_of_a_large_log_ranks_as_in_process(
+    tmp_path: Path,
+) -> None:
+    # A few words make every episode: most of the log is a meaning candidate for any
+    # question of them (more than the store orders by their facts one by one), at every age,
+    # outcome, length and grade.
+    rng = random.Random(12)
+    path = tmp_path / "store.db"
+    provider = SQLiteMemoryProvider(path)
+    writer = EpisodicMemory(
+        provider, max_episodes=2000, clock=lambda: NOW, embedder=_embedder("dense")
+    )
+    vocabulary = WORDS[:6]
+    for n in range(900):
+        words = rng.sample(vocabulary, rng.randint(1, 4)) + rng.sample(FILLER, rng.randint(0, 4))
+        await writer.record(
+            Episode(
+                query=" ".join(words),
+                outcome=rng.choice(OUTCOMES[:4]),  # type: ignore[arg-type]
+                timestamp=now_iso(NOW - rng.choice([0, 2, 30, 90, 400]) * DAY - n),
+            )
+        )
+    stored = await writer.load()
+    for episode in rng.sample(stored, 40):
+        await writer.grade(episode.id, outcome=rng.choice(["success", "failure"]), source="user")
+    await provider.aclose()
+    fresh, loaded = await _both(path, _embedder("dense"))
+    for _ in range(12):
+        query = " ".join(rng.sample(vocabulary, rng.randint(1, 3)))
+        for k, options in (
+            (1, {}),
+            (3, {}),
+            (10, {"min_relevance": 0.0}),
+            (3, {"intent": "what_failed"}),
+            (3, {"since": NOW - 10 * DAY}),
+        ):
+            got = await fresh.explain(query, k, **options)  # type: ignore[arg-type]
+            want = await loaded.explain(query, k, **options)  # type: ignore[arg-type]
+            assert not fresh._log.synced
+            assert got.by == "hybrid"
+            assert _summary(got) == _summary(want), (query, k, options)

@@ -333,6 +333,39 @@ class SQLiteIndexReader:
         ).fetchone()
         return Counter(map(int, joined.split(","))) if joined else Counter()
 
+    def sized_matches(self, terms: Sequence[str]) -> dict[int, tuple[int, int]]:
+        """seq -> (how many of *terms* it holds, its length class), for every episode holding
+        one: what its keyword relevance is, read from the postings alone (no facts)."""
+        # One string, as matches(): each posting as seq * 16 + its length class (clamped to
+        # 0..15: a class edited out of range reads lower, which only raises a bound).
+        (joined,) = self._conn.execute(
+            "SELECT group_concat(seq * 16 + max(0, min(size, 15))) FROM ix_posting "
+            "WHERE ns = ? AND term IN (SELECT value FROM json_each(?))",
+            (self._ns, json.dumps(list(terms), ensure_ascii=False)),
+        ).fetchone()
+        found: dict[int, tuple[int, int]] = {}
+        if not joined:
+            return found
+        for v, n in Counter(map(int, joined.split(","))).items():
+            seq, size = v >> 4, v & 15
+            had = found.get(seq)
+            found[seq] = (n, size) if had is None else (had[0] + n, min(had[1], size))
+        return found
+
+    def ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, str, int]]:
+        """seq -> (recorded, outcome, source, graded) of the indexed, decodable episodes among
+        *seqs*: what bounds their scores, without their terms."""
+        if not seqs:
+            return {}
+        return {
+            int(r[0]): (float(r[1]), str(r[2]), str(r[3]), int(r[4]))
+            for r in self._conn.execute(
+                "SELECT seq, recorded, outcome, source, graded FROM ix_episode WHERE ns = ? "
+                "AND corrupt = 0 AND seq IN (SELECT value FROM json_each(?))",
+                (self._ns, json.dumps(list(seqs))),
+            )
+        }
+
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         known = self._facts
         wanted = [s for s in seqs if s not in known]
