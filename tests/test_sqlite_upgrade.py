@@ -16,7 +16,7 @@ import pytest
 from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory
 from deepcrew_episodic.providers import SQLiteMemoryProvider
 from deepcrew_episodic.providers._sqlite import _SCHEMA_VERSION
-from deepcrew_episodic.providers._sqlite_index import BATCH, HEAD_SEQ, TAIL_SEQ
+from deepcrew_episodic.providers._sqlite_index import BATCH, HEAD_SEQ, TABLES, TAIL_SEQ
 
 pytestmark = pytest.mark.anyio
 
@@ -174,8 +174,26 @@ def _as_schema_4(conn: sqlite3.Connection) -> None:
         f"WHERE seq > {HEAD_SEQ} AND seq < {TAIL_SEQ} GROUP BY ns, term, size"
     )
     conn.execute(f"DELETE FROM ix_posting WHERE seq IN ({HEAD_SEQ}, {TAIL_SEQ})")
-    conn.execute("DROP TRIGGER ix_record_deleted")
+    for trigger in ("ix_record_deleted", "ix_grade_added", "ix_grade_deleted"):
+        conn.execute(f"DROP TRIGGER {trigger}")
     conn.execute("ALTER TABLE ix_posting DROP COLUMN n")
+    # Its episode rows kept their record's key, unique.
+    conn.execute(
+        "CREATE TABLE ix_episode_4 (key TEXT NOT NULL UNIQUE, ns TEXT NOT NULL, "
+        "seq INTEGER NOT NULL, episode_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
+        "recorded REAL NOT NULL, outcome TEXT NOT NULL, source TEXT NOT NULL, "
+        "size INTEGER NOT NULL, terms TEXT NOT NULL, tags TEXT NOT NULL, forget_at REAL, "
+        "run TEXT NOT NULL, conversation TEXT NOT NULL, graded INTEGER NOT NULL DEFAULT 0, "
+        "corrupt INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (ns, seq)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT INTO ix_episode_4 SELECT 'episodic:' || ns || ':e:' || seq, * FROM ix_episode"
+    )
+    conn.execute("DROP TABLE ix_episode")
+    conn.execute("ALTER TABLE ix_episode_4 RENAME TO ix_episode")
+    for statement in TABLES:  # its indexes and the grade triggers are those of schema 4
+        if " ON ix_episode " in statement or " ON ix_grade BEGIN" in statement:
+            conn.execute(statement)
     conn.execute(_SCHEMA_4_TRIGGER)
     conn.execute("PRAGMA user_version = 4")
 
@@ -313,6 +331,9 @@ async def test_a_schema_4_store_is_upgraded_in_place_with_its_counts_taken_from_
     # Dropped: a process of the older version that still has the store open fails on its next
     # write or search (no such table) rather than reading counter rows as postings.
     assert "ix_count" not in _schema(path, "table")
+    assert not any(
+        name.startswith("sqlite_autoindex_ix_episode") for name in _schema(path, "index")
+    )
     assert _counts_are_exact(path)
     async with SQLiteMemoryProvider(path) as backend:
         memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)

@@ -2,8 +2,8 @@
 
 Tables (``ns`` is the namespace as it appears in the log's keys)::
 
-    ix_episode(key, ns, seq, episode_id, timestamp, recorded, outcome, source, size, terms,
-               tags, forget_at, run, conversation, graded, corrupt)
+    ix_episode(ns, seq, episode_id, timestamp, recorded, outcome, source, size, terms, tags,
+               forget_at, run, conversation, graded, corrupt)
         one row per episode record (``episodic:<ns>:e:<seq>``): what ranking, the filters and
         retention read of it; ``recorded`` is the time it ranks by (its timestamp, or for one
         without a usable timestamp the time of the episode before it).
@@ -63,19 +63,29 @@ _COUNTERS = (
 # counter rows of a count left at zero; its facts. One statement per table, not a trigger per
 # posting: a ring eviction drops about thirty rows.
 _TERMS = "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j"
-_TERMS_OF = "SELECT e.ns, j.value, e.size FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key}"
+# The row of the episode whose record has the key {key}, found by its primary key: the
+# namespace and seq read from the key (``episodic:<ns>:e:<seq>``, a namespace holds no colon),
+# and the key made again from them to compare (a key of another kind or form has no row).
+_AT = "instr(substr({key}, 10), ':')"
+_ROW_OF = (
+    f"{{e}}ns = substr({{key}}, 10, {_AT} - 1) "
+    f"AND {{e}}seq = CAST(substr({{key}}, {_AT} + 12) AS INTEGER) "
+    "AND 'episodic:' || {e}ns || ':e:' || {e}seq = {key}"
+)
+_IS_E = _ROW_OF.replace("{e}", "e.")
+_TERMS_OF = "SELECT e.ns, j.value, e.size FROM ix_episode AS e, " + _TERMS + " WHERE " + _IS_E
 _COUNTER_OF = (
     "(SELECT n FROM ix_posting AS c WHERE c.ns = e.ns AND c.term = j.value AND c.size = e.size "
     "AND c.recorded = {at} AND c.seq = {seq})"
 )
 _DROP_EPISODE: tuple[str, ...] = (
     "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
-    "e.size, e.recorded, e.seq FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key})",
+    "e.size, e.recorded, e.seq FROM ix_episode AS e, " + _TERMS + " WHERE " + _IS_E + ")",
     "INSERT INTO ix_posting (ns, term, size, recorded, seq, n) "
     f"SELECT e.ns, j.value, e.size, {HEAD_AT}, {HEAD_SEQ}, 1 FROM ix_episode AS e, "
     + _TERMS
     + " WHERE changes() = json_array_length(CASE WHEN json_valid(e.terms) THEN e.terms "
-    "ELSE '[]' END) AND e.key = {key} "
+    "ELSE '[]' END) AND " + _IS_E + " "
     "ON CONFLICT (ns, term, size, recorded, seq) DO UPDATE SET n = coalesce(n, 0) + 1",
     # Nothing raised (changes() is 0): counted again; exact in any case.
     f"UPDATE ix_posting SET n = CASE WHEN seq = {HEAD_SEQ} THEN 0 ELSE (SELECT count(*) "
@@ -83,15 +93,17 @@ _DROP_EPISODE: tuple[str, ...] = (
     f"AND t.size = ix_posting.size AND t.seq > {HEAD_SEQ} AND t.recorded < {TAIL_AT}) END "
     "WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, e.size, k.recorded, k.seq "
     f"FROM ix_episode AS e, {_TERMS}, {_COUNTERS} AS k "
-    "WHERE e.key = {key} AND changes() = 0)",
+    "WHERE " + _IS_E + " AND changes() = 0)",
     "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
     f"e.size, k.recorded, k.seq FROM ix_episode AS e, {_TERMS}, {_COUNTERS} AS k "
-    "WHERE e.key = {key} AND coalesce("
+    "WHERE "
+    + _IS_E
+    + " AND coalesce("
     + _COUNTER_OF.format(at=TAIL_AT, seq=TAIL_SEQ)
     + ", 0) - coalesce("
     + _COUNTER_OF.format(at=HEAD_AT, seq=HEAD_SEQ)
     + ", 0) <= 0)",
-    "DELETE FROM ix_episode WHERE key = {key}",
+    "DELETE FROM ix_episode WHERE " + _ROW_OF.replace("{e}", ""),
 )
 _DROP_BY_KEY = tuple(statement.format(key="?1") for statement in _DROP_EPISODE)
 # An episode's postings (?1 ns, ?2 size, ?3 its terms as a JSON array, distinct, ?4 time, ?5
@@ -116,8 +128,12 @@ _RECOUNT: tuple[str, ...] = (
     f"AND seq = {HEAD_SEQ} AND term IN (SELECT value FROM json_each(?3))",
 )
 
+_EPISODE_COLUMNS = (
+    "ns, seq, episode_id, timestamp, recorded, outcome, source, size, terms, tags, forget_at, "
+    "run, conversation, graded, corrupt"
+)
 TABLES: tuple[str, ...] = (
-    "CREATE TABLE IF NOT EXISTS ix_episode (key TEXT NOT NULL UNIQUE, ns TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS ix_episode (ns TEXT NOT NULL, "
     "seq INTEGER NOT NULL, episode_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
     "recorded REAL NOT NULL, outcome TEXT NOT NULL, source TEXT NOT NULL, "
     "size INTEGER NOT NULL, terms TEXT NOT NULL, tags TEXT NOT NULL, forget_at REAL, "
@@ -180,14 +196,23 @@ UPGRADE_FROM_3: tuple[str, ...] = (
 # postings. The tails are counted from the postings themselves (a count taken over as it was
 # could carry an edit of the index); no head is needed until a posting is dropped. ix_count
 # goes: a process of schema 4 that still has the store open fails on its next write or search
-# ("no such table") instead of reading counter rows as postings.
+# ("no such table") instead of reading counter rows as postings. Schema 4's ix_episode kept each
+# record's key in a column of its own, with an index a record paid for; schema 5 finds the row
+# by its primary key, so the table is copied without it (the triggers that name it are made
+# again by TABLES, with its indexes).
 UPGRADE_FROM_4: tuple[str, ...] = (
     "DROP TRIGGER IF EXISTS ix_record_deleted",
+    "DROP TRIGGER IF EXISTS ix_grade_added",
+    "DROP TRIGGER IF EXISTS ix_grade_deleted",
     "ALTER TABLE ix_posting ADD COLUMN n INTEGER",
     "INSERT INTO ix_posting (ns, term, size, recorded, seq, n) "
     f"SELECT ns, term, size, {TAIL_AT}, {TAIL_SEQ}, count(*) FROM ix_posting "
     "GROUP BY ns, term, size",
     "DROP TABLE IF EXISTS ix_count",
+    TABLES[0].replace("ix_episode (", "ix_episode_5 (", 1),
+    f"INSERT INTO ix_episode_5 ({_EPISODE_COLUMNS}) SELECT {_EPISODE_COLUMNS} FROM ix_episode",
+    "DROP TABLE ix_episode",
+    "ALTER TABLE ix_episode_5 RENAME TO ix_episode",
 )
 QUEUE_EVERY_RECORD = (
     "INSERT OR IGNORE INTO ix_pending (key) SELECT key FROM kv "
@@ -250,7 +275,10 @@ def index_pending(
 def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: str) -> None:
     # Indexed already and queued again: the record was replaced behind the library's back
     # (an INSERT OR REPLACE fires no delete trigger). Its old rows go; it is indexed as it is.
-    if conn.execute("SELECT 1 FROM ix_episode WHERE key = ?", (key,)).fetchone() is not None:
+    if (
+        conn.execute("SELECT 1 FROM ix_episode WHERE ns = ? AND seq = ?", (ns, seq)).fetchone()
+        is not None
+    ):
         for statement in _DROP_BY_KEY:
             conn.execute(statement, (key,))
     row = index_row(raw)
@@ -263,10 +291,10 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
         when = float(before[0]) if before else -math.inf
     if row is None:
         conn.execute(
-            "INSERT INTO ix_episode (key, ns, seq, episode_id, timestamp, recorded, outcome, "
+            "INSERT INTO ix_episode (ns, seq, episode_id, timestamp, recorded, outcome, "
             "source, size, terms, tags, forget_at, run, conversation, corrupt) "
-            "VALUES (?, ?, ?, '', '', ?, '', '', 0, '[]', '[]', NULL, '', '', 1)",
-            (key, ns, seq, when),
+            "VALUES (?, ?, '', '', ?, '', '', 0, '[]', '[]', NULL, '', '', 1)",
+            (ns, seq, when),
         )
         return
     (graded,) = conn.execute(
@@ -274,11 +302,10 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
     ).fetchone()
     terms = row.terms_json()
     conn.execute(
-        "INSERT INTO ix_episode (key, ns, seq, episode_id, timestamp, recorded, outcome, source, "
+        "INSERT INTO ix_episode (ns, seq, episode_id, timestamp, recorded, outcome, source, "
         "size, terms, tags, forget_at, run, conversation, graded) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
-            key,
             ns,
             seq,
             row.episode_id,
