@@ -74,10 +74,6 @@ _ROW_OF = (
 )
 _IS_E = _ROW_OF.replace("{e}", "e.")
 _TERMS_OF = "SELECT e.ns, j.value, e.size FROM ix_episode AS e, " + _TERMS + " WHERE " + _IS_E
-_COUNTER_OF = (
-    "(SELECT n FROM ix_posting AS c WHERE c.ns = e.ns AND c.term = j.value AND c.size = e.size "
-    "AND c.recorded = {at} AND c.seq = {seq})"
-)
 _DROP_EPISODE: tuple[str, ...] = (
     "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
     "e.size, e.recorded, e.seq FROM ix_episode AS e, " + _TERMS + " WHERE " + _IS_E + ")",
@@ -94,15 +90,15 @@ _DROP_EPISODE: tuple[str, ...] = (
     "WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, e.size, k.recorded, k.seq "
     f"FROM ix_episode AS e, {_TERMS}, {_COUNTERS} AS k "
     "WHERE " + _IS_E + " AND changes() = 0)",
-    "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
-    f"e.size, k.recorded, k.seq FROM ix_episode AS e, {_TERMS}, {_COUNTERS} AS k "
-    "WHERE "
-    + _IS_E
-    + " AND coalesce("
-    + _COUNTER_OF.format(at=TAIL_AT, seq=TAIL_SEQ)
-    + ", 0) - coalesce("
-    + _COUNTER_OF.format(at=HEAD_AT, seq=HEAD_SEQ)
-    + ", 0) <= 0)",
+    # Found from the tails (rows by their keys, two a term), not by a subquery per row.
+    # (CROSS JOIN: in this order, the episode's terms first, never a scan of the postings.)
+    "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT t.ns, t.term, "
+    f"t.size, k.recorded, k.seq FROM ix_episode AS e CROSS JOIN {_TERMS} "
+    "CROSS JOIN ix_posting AS t "
+    "LEFT JOIN ix_posting AS h ON h.ns = t.ns AND h.term = t.term AND h.size = t.size "
+    f"AND h.recorded = {HEAD_AT} AND h.seq = {HEAD_SEQ} CROSS JOIN {_COUNTERS} AS k "
+    "WHERE " + _IS_E + " AND t.ns = e.ns AND t.term = j.value AND t.size = e.size "
+    f"AND t.recorded = {TAIL_AT} AND t.seq = {TAIL_SEQ} AND t.n - coalesce(h.n, 0) <= 0)",
     "DELETE FROM ix_episode WHERE " + _ROW_OF.replace("{e}", ""),
 )
 _DROP_BY_KEY = tuple(statement.format(key="?1") for statement in _DROP_EPISODE)
@@ -544,11 +540,11 @@ class SQLiteIndexReader:
 
 
 # The counts of the query's terms (?2) in each length class: a tail less its head (none yet:
-# nothing dropped), two rows found by their keys.
+# nothing dropped), two rows found by their keys (CROSS JOIN: in this order, never a scan).
 _COUNTS = (
-    "SELECT q.value, s.value, t.n - coalesce(h.n, 0) FROM json_each(?2) AS q, "
+    "SELECT q.value, s.value, t.n - coalesce(h.n, 0) FROM json_each(?2) AS q CROSS JOIN "
     f"json_each('{json.dumps(list(range(1, LENGTH_CAP + 1)))}') AS s "
-    "JOIN ix_posting AS t ON t.ns = ?1 AND t.term = q.value AND t.size = s.value "
+    "CROSS JOIN ix_posting AS t ON t.ns = ?1 AND t.term = q.value AND t.size = s.value "
     f"AND t.recorded = {TAIL_AT} AND t.seq = {TAIL_SEQ} "
     "LEFT JOIN ix_posting AS h ON h.ns = ?1 AND h.term = q.value AND h.size = s.value "
     f"AND h.recorded = {HEAD_AT} AND h.seq = {HEAD_SEQ}"
