@@ -15,11 +15,13 @@ import pytest
 
 from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory
 from deepcrew_episodic.providers import SQLiteMemoryProvider
-from deepcrew_episodic.providers._sqlite_index import BATCH
+from deepcrew_episodic.providers._sqlite import _SCHEMA_VERSION
+from deepcrew_episodic.providers._sqlite_index import BATCH, HEAD_SEQ, TABLES, TAIL_SEQ
 
 pytestmark = pytest.mark.anyio
 
 NOW = 1_800_000_000.0
+SCHEMA = _SCHEMA_VERSION
 
 
 def clock() -> float:
@@ -89,7 +91,7 @@ async def test_an_older_store_is_indexed_on_first_open_with_progress(tmp_path: P
     await backend.retrieve_many(["x"])  # the first call opens the database
     await backend.aclose()
     assert seen == [(300, 300)]
-    assert _index_counts(path) == (0, 300, 4)
+    assert _index_counts(path) == (0, 300, SCHEMA)
     assert await _same_answers(path, "sync the ledger for shop 5")
 
 
@@ -116,10 +118,10 @@ async def test_a_kill_during_the_upgrade_leaves_the_rest_queued_and_the_next_ope
     child.join(120)
     assert child.exitcode == -signal.SIGKILL
     pending, indexed, version = _index_counts(path)
-    assert version == 4
+    assert version == SCHEMA
     assert (indexed, pending) == (BATCH, episodes - BATCH)  # one batch in, the rest queued
     assert await _same_answers(path, "sync the ledger for shop 11")
-    assert _index_counts(path) == (0, episodes, 4)
+    assert _index_counts(path) == (0, episodes, SCHEMA)
 
 
 async def test_the_page_cache_is_bounded_by_a_setting(tmp_path: Path) -> None:
@@ -132,9 +134,72 @@ async def test_the_page_cache_is_bounded_by_a_setting(tmp_path: Path) -> None:
     assert size == -1024
 
 
-# Schema 3 kept the posting counts with a trigger per posting (schema 4 in the statements that
-# add and drop an episode's postings), and its postings in ix_term; its tables are otherwise
-# those of schema 4.
+# Schema 4 kept the posting counts in a table of their own, ix_count, lowered and raised in
+# the statements that add and drop an episode's postings; its tables are otherwise those of
+# the current schema.
+_SCHEMA_4_TERMS = "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j"
+_SCHEMA_4_TERMS_OF = (
+    "SELECT e.ns, j.value, e.size FROM ix_episode AS e, "
+    + _SCHEMA_4_TERMS
+    + " WHERE e.key = old.key"
+)
+_SCHEMA_4_TRIGGER = (
+    "CREATE TRIGGER ix_record_deleted AFTER DELETE ON kv "
+    "WHEN old.key GLOB 'episodic:*:[eg]:[0-9]*' BEGIN "
+    "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
+    "e.size, e.recorded, e.seq FROM ix_episode AS e, "
+    + _SCHEMA_4_TERMS
+    + " WHERE e.key = old.key); "
+    "UPDATE ix_count SET n = n - 1 WHERE changes() = (SELECT json_array_length(CASE WHEN "
+    "json_valid(e.terms) THEN e.terms ELSE '[]' END) FROM ix_episode AS e WHERE e.key = old.key) "
+    "AND (ns, term, size) IN (" + _SCHEMA_4_TERMS_OF + "); "
+    "UPDATE ix_count SET n = (SELECT count(*) FROM ix_posting AS t WHERE t.ns = ix_count.ns "
+    "AND t.term = ix_count.term AND t.size = ix_count.size) "
+    "WHERE (ns, term, size) IN (" + _SCHEMA_4_TERMS_OF + " AND changes() = 0); "
+    "DELETE FROM ix_count WHERE n <= 0 AND (ns, term, size) IN (" + _SCHEMA_4_TERMS_OF + "); "
+    "DELETE FROM ix_episode WHERE key = old.key; "
+    "DELETE FROM ix_grade WHERE key = old.key; "
+    "DELETE FROM ix_pending WHERE key = old.key; END"
+)
+
+
+def _as_schema_4(conn: sqlite3.Connection) -> None:
+    """Turn a store of the current schema into one of schema 4, as that version wrote it."""
+    conn.execute(
+        "CREATE TABLE ix_count (ns TEXT NOT NULL, term TEXT NOT NULL, size INTEGER NOT NULL, "
+        "n INTEGER NOT NULL, PRIMARY KEY (ns, term, size)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT INTO ix_count SELECT ns, term, size, count(*) FROM ix_posting "
+        f"WHERE seq > {HEAD_SEQ} AND seq < {TAIL_SEQ} GROUP BY ns, term, size"
+    )
+    conn.execute(f"DELETE FROM ix_posting WHERE seq IN ({HEAD_SEQ}, {TAIL_SEQ})")
+    for trigger in ("ix_record_deleted", "ix_grade_added", "ix_grade_deleted"):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("ALTER TABLE ix_posting DROP COLUMN n")
+    # Its episode rows kept their record's key, unique.
+    conn.execute(
+        "CREATE TABLE ix_episode_4 (key TEXT NOT NULL UNIQUE, ns TEXT NOT NULL, "
+        "seq INTEGER NOT NULL, episode_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
+        "recorded REAL NOT NULL, outcome TEXT NOT NULL, source TEXT NOT NULL, "
+        "size INTEGER NOT NULL, terms TEXT NOT NULL, tags TEXT NOT NULL, forget_at REAL, "
+        "run TEXT NOT NULL, conversation TEXT NOT NULL, graded INTEGER NOT NULL DEFAULT 0, "
+        "corrupt INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (ns, seq)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT INTO ix_episode_4 SELECT 'episodic:' || ns || ':e:' || seq, * FROM ix_episode"
+    )
+    conn.execute("DROP TABLE ix_episode")
+    conn.execute("ALTER TABLE ix_episode_4 RENAME TO ix_episode")
+    for statement in TABLES:  # its indexes and the grade triggers are those of schema 4
+        if " ON ix_episode " in statement or " ON ix_grade BEGIN" in statement:
+            conn.execute(statement)
+    conn.execute(_SCHEMA_4_TRIGGER)
+    conn.execute("PRAGMA user_version = 4")
+
+
+# Schema 3 kept the posting counts with a trigger per posting, and its postings in ix_term; its
+# tables are otherwise those of schema 4.
 _SCHEMA_3_TRIGGERS = (
     "CREATE TRIGGER ix_record_deleted AFTER DELETE ON kv "
     "WHEN old.key GLOB 'episodic:*:[eg]:[0-9]*' BEGIN "
@@ -155,13 +220,36 @@ _SCHEMA_3_TRIGGERS = (
 )
 
 
+def _counted(conn: sqlite3.Connection, postings: str) -> set[tuple[str, str, int, int]]:
+    """The posting counts a store keeps: ix_count up to schema 4, counter rows since."""
+    if postings != "ix_posting" or conn.execute("PRAGMA user_version").fetchone()[0] < 5:
+        return set(conn.execute("SELECT ns, term, size, n FROM ix_count"))
+    tails = {
+        (ns, term, size): n
+        for ns, term, size, n in conn.execute(
+            f"SELECT ns, term, size, n FROM ix_posting WHERE seq = {TAIL_SEQ}"
+        )
+    }
+    heads = {
+        (ns, term, size): n
+        for ns, term, size, n in conn.execute(
+            f"SELECT ns, term, size, n FROM ix_posting WHERE seq = {HEAD_SEQ}"
+        )
+    }
+    assert set(heads) <= set(tails)  # a head is never left without its tail
+    return {(*k, n - heads.get(k, 0)) for k, n in tails.items()}
+
+
 def _counts_are_exact(path: Path, postings: str = "ix_posting") -> bool:
     """Whether every posting count is the number of postings it counts, and no other is kept."""
     conn = sqlite3.connect(path)
     try:
-        counted = set(conn.execute("SELECT ns, term, size, n FROM ix_count"))
+        counted = _counted(conn, postings)
         actual = set(
-            conn.execute(f"SELECT ns, term, size, count(*) FROM {postings} GROUP BY ns, term, size")
+            conn.execute(
+                f"SELECT ns, term, size, count(*) FROM {postings} "
+                f"WHERE seq > {HEAD_SEQ} AND seq < {TAIL_SEQ} GROUP BY ns, term, size"
+            )
         )
         return bool(actual) and counted == actual
     finally:
@@ -198,6 +286,7 @@ async def test_a_schema_3_store_is_upgraded_in_place_and_its_counts_stay_exact(
     path = tmp_path / "v3.db"
     await _record(path, 1, 30)
     conn = sqlite3.connect(path)
+    _as_schema_4(conn)
     conn.execute("DROP TRIGGER ix_record_deleted")
     conn.execute("ALTER TABLE ix_posting RENAME TO ix_term")
     for statement in _SCHEMA_3_TRIGGERS:
@@ -210,7 +299,7 @@ async def test_a_schema_3_store_is_upgraded_in_place_and_its_counts_stay_exact(
     assert _index_counts(path) == (0, 29, 3)
 
     await _record(path, 31, 40)  # the first open upgrades; nothing is indexed again
-    assert _index_counts(path) == (0, 39, 4)
+    assert _index_counts(path) == (0, 39, SCHEMA)
     assert not {"ix_posting_added", "ix_posting_deleted"} & _schema(path, "trigger")
     # Renamed: a process of the older version that still has the store open fails on its next
     # write of postings (no such table) rather than writing them without their counts.
@@ -221,6 +310,49 @@ async def test_a_schema_3_store_is_upgraded_in_place_and_its_counts_stay_exact(
         assert await memory.forget(containing="shop 2") == 6
     assert _counts_are_exact(path)
     assert await _same_answers(path, "sync the ledger for shop 4")
+
+
+async def test_a_schema_4_store_is_upgraded_in_place_with_its_counts_taken_from_the_postings(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v4.db"
+    await _record(path, 1, 30)
+    conn = sqlite3.connect(path)
+    _as_schema_4(conn)
+    conn.execute("DELETE FROM kv WHERE key = 'episodic:default:e:3'")  # schema 4's trigger
+    # A count edited by hand: the upgrade counts the postings, it does not take this over.
+    conn.execute("UPDATE ix_count SET n = n + 7 WHERE term = 'ledger'")
+    conn.commit()
+    conn.close()
+    assert _index_counts(path) == (0, 29, 4)
+
+    await _record(path, 31, 40)  # the first open upgrades; nothing is indexed again
+    assert _index_counts(path) == (0, 39, SCHEMA)
+    # Dropped: a process of the older version that still has the store open fails on its next
+    # write or search (no such table) rather than reading counter rows as postings.
+    assert "ix_count" not in _schema(path, "table")
+    assert not any(
+        name.startswith("sqlite_autoindex_ix_episode") for name in _schema(path, "index")
+    )
+    assert _counts_are_exact(path)
+    async with SQLiteMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)
+        assert await memory.forget(containing="shop 2") == 6
+    assert _counts_are_exact(path)
+    assert await _same_answers(path, "sync the ledger for shop 4")
+
+
+async def test_counter_rows_go_with_the_last_posting_they_count(tmp_path: Path) -> None:
+    path = tmp_path / "gone.db"
+    await _record(path, 1, 12)
+    async with SQLiteMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)
+        assert await memory.forget(containing="sync") == 12
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT count(*) FROM ix_posting").fetchone() == (0,)
+    finally:
+        conn.close()
 
 
 async def test_a_ring_keeps_the_posting_counts_exact(tmp_path: Path) -> None:
@@ -252,7 +384,7 @@ async def test_postings_left_behind_by_an_index_edit_are_not_counted_twice(
     conn.commit()
     conn.close()
     await _record(path, 13, 14)
-    assert _index_counts(path) == (0, 14, 4)
+    assert _index_counts(path) == (0, 14, SCHEMA)
     assert _counts_are_exact(path)
 
 
@@ -264,7 +396,7 @@ async def test_an_episode_with_postings_lost_to_an_index_edit_leaves_exact_count
     conn = sqlite3.connect(path)
     conn.execute("DELETE FROM ix_posting WHERE seq = 5 AND term = 'ledger'")  # the index edited
     conn.execute(  # and its count with it
-        "UPDATE ix_count SET n = n + 3 WHERE term = 'ledger' "
+        f"UPDATE ix_posting SET n = n + 3 WHERE term = 'ledger' AND seq = {TAIL_SEQ} "
         "AND size = (SELECT size FROM ix_episode WHERE seq = 5)"
     )
     conn.commit()
@@ -272,5 +404,5 @@ async def test_an_episode_with_postings_lost_to_an_index_edit_leaves_exact_count
     async with SQLiteMemoryProvider(path) as backend:
         memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)
         assert await memory.forget(containing="batch 5)") == 1
-    assert _index_counts(path) == (0, 11, 4)
+    assert _index_counts(path) == (0, 11, SCHEMA)
     assert _counts_are_exact(path)

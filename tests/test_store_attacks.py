@@ -21,6 +21,7 @@ from conftest import Clock
 
 from deepcrew_episodic import Episode, EpisodicMemory, InvalidEpisodeError
 from deepcrew_episodic.providers import MemoryProvider, RedisMemoryProvider, SQLiteMemoryProvider
+from deepcrew_episodic.providers._sqlite_index import TAIL_SEQ
 
 pytestmark = pytest.mark.anyio
 
@@ -558,7 +559,7 @@ async def test_sqlite_a_negative_posting_count_in_the_index_still_recalls(
     fresh, loaded = await sqlite_case(
         sqlite_path,
         clock,
-        lambda _: raw_sql(sqlite_path, "UPDATE ix_count SET n = -5"),
+        lambda _: raw_sql(sqlite_path, f"UPDATE ix_posting SET n = -5 WHERE seq = {TAIL_SEQ}"),
         "item refund",
     )
     assert fresh == loaded

@@ -76,7 +76,7 @@ T = TypeVar("T")
 
 # "DCEP" in PRAGMA application_id marks a database as ours; user_version is its schema.
 _APPLICATION_ID = 0x44434550
-_SCHEMA_VERSION = 4
+_SCHEMA_VERSION = 5
 _SCHEMA = "CREATE TABLE kv (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID"
 # Version 2: the log is append-only in the schema, not only in the code. An episode's record
 # (episodic:<namespace>:e:<seq>) and a grade's (…:g:<n>) can be written once and deleted (forget,
@@ -90,6 +90,7 @@ _APPEND_ONLY = (
 )
 # Version 3: the recall index (see _sqlite_index.py), in tables of its own beside kv. Version 4:
 # its posting counts kept without a trigger per posting, the postings table named ix_posting.
+# Version 5: the counts kept in counter rows among the postings (no table of their own).
 # SQLite's primary result codes for a file that is not a database, or a damaged one.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -443,10 +444,16 @@ class SQLiteMemoryProvider(MemoryProvider):
                     conn.execute(statement)
                 conn.execute(index.QUEUE_EVERY_RECORD)
                 conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-            elif app == _APPLICATION_ID and version == 3:
-                # The index is there and exact: its triggers change and its postings table is
-                # renamed, in this transaction; nothing is indexed again.
-                for statement in (*index.UPGRADE_FROM_3, *index.TABLES):
+            elif app == _APPLICATION_ID and version in (3, 4):
+                # The index is there and exact: its triggers change, its postings table is
+                # renamed (3) and takes the counts (4), in this transaction; nothing is
+                # indexed again.
+                steps = (
+                    (*index.UPGRADE_FROM_3, *index.UPGRADE_FROM_4)
+                    if version == 3
+                    else index.UPGRADE_FROM_4
+                )
+                for statement in (*steps, *index.TABLES):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             elif app != _APPLICATION_ID:

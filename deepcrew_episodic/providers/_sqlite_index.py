@@ -2,17 +2,17 @@
 
 Tables (``ns`` is the namespace as it appears in the log's keys)::
 
-    ix_episode(key, ns, seq, episode_id, timestamp, recorded, outcome, source, size, terms,
-               tags, forget_at, run, conversation, graded, corrupt)
+    ix_episode(ns, seq, episode_id, timestamp, recorded, outcome, source, size, terms, tags,
+               forget_at, run, conversation, graded, corrupt)
         one row per episode record (``episodic:<ns>:e:<seq>``): what ranking, the filters and
         retention read of it; ``recorded`` is the time it ranks by (its timestamp, or for one
         without a usable timestamp the time of the episode before it).
-    ix_posting(ns, term, size, recorded, seq)
+    ix_posting(ns, term, size, recorded, seq, n)
         the postings: one row per term of an episode's default recall fields, in the order a
-        search reads them (newest first within a term and length class).
-    ix_count(ns, term, size, n)
-        how many postings each term and length class has (exact: kept by the statements that
-        add and drop an episode's postings, see _DROP_EPISODE and _ADD_COUNTS).
+        search reads them (newest first within a term and length class); and around each
+        term's postings in a length class, two counter rows whose ``n`` make how many it has
+        (exact: kept by the statements that add and drop an episode's postings, see HEAD_AT,
+        _DROP_EPISODE and _ADD_COUNTS).
     ix_grade(key, ns, n, episode_id, record)
         one row per grade record (``episodic:<ns>:g:<n>``).
     ix_pending(key)
@@ -41,31 +41,69 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from .._index import Facts, index_row
+from .._recall import LENGTH_CAP
+
+# A term's count lives among its postings, in two counter rows of ix_posting that sort around
+# them: the tail (TAIL_AT, TAIL_SEQ: after the newest) counts the postings added, the head
+# (HEAD_AT, HEAD_SEQ: before the oldest) those dropped; the count is tail - head. A record adds
+# postings beside the tail and a ring eviction drops them beside the head, so the counts change
+# on pages the postings dirty anyway (a table of counts apart costs a page per term). No real
+# posting takes either place: a seq is at least 1 and at most 18 digits, a time is never +inf.
+HEAD_AT, HEAD_SEQ = "-9e999", 0
+TAIL_AT, TAIL_SEQ = "9e999", 2**63 - 1
+REAL = f"seq > {HEAD_SEQ} AND recorded < {TAIL_AT}"  # a posting, not a counter row
+_COUNTERS = (
+    f"(SELECT {HEAD_AT} AS recorded, {HEAD_SEQ} AS seq UNION ALL SELECT {TAIL_AT}, {TAIL_SEQ})"
+)
 
 # What an episode's record takes with it when it goes ({key}: the SQL of its key), in this order:
-# its postings; the count of each lowered by one when every posting of its terms was there (the
+# its postings; its terms' heads raised by one when every posting of its terms was there (the
 # common case: ``changes()`` is what the statement before deleted), else those counts taken again
 # from the postings that remain (rows lost to an edit of the index: a count stays exact); the
-# counts left at zero; its facts. One statement per table, not a trigger per posting: a ring
-# eviction drops about thirty rows.
+# counter rows of a count left at zero; its facts. One statement per table, not a trigger per
+# posting: a ring eviction drops about thirty rows.
 _TERMS = "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j"
-_TERMS_OF = "SELECT e.ns, j.value, e.size FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key}"
+# The row of the episode whose record has the key {key}, found by its primary key: the
+# namespace and seq read from the key (``episodic:<ns>:e:<seq>``, a namespace holds no colon),
+# and the key made again from them to compare (a key of another kind or form has no row).
+_AT = "instr(substr({key}, 10), ':')"
+_ROW_OF = (
+    f"{{e}}ns = substr({{key}}, 10, {_AT} - 1) "
+    f"AND {{e}}seq = CAST(substr({{key}}, {_AT} + 12) AS INTEGER) "
+    "AND 'episodic:' || {e}ns || ':e:' || {e}seq = {key}"
+)
+_IS_E = _ROW_OF.replace("{e}", "e.")
+_TERMS_OF = "SELECT e.ns, j.value, e.size FROM ix_episode AS e, " + _TERMS + " WHERE " + _IS_E
 _DROP_EPISODE: tuple[str, ...] = (
     "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
-    "e.size, e.recorded, e.seq FROM ix_episode AS e, " + _TERMS + " WHERE e.key = {key})",
-    "UPDATE ix_count SET n = n - 1 WHERE changes() = (SELECT json_array_length(CASE WHEN "
-    "json_valid(e.terms) THEN e.terms ELSE '[]' END) FROM ix_episode AS e WHERE e.key = {key}) "
-    "AND (ns, term, size) IN (" + _TERMS_OF + ")",
-    # Nothing lowered (changes() is 0): counted again; exact in any case.
-    "UPDATE ix_count SET n = (SELECT count(*) FROM ix_posting AS t WHERE t.ns = ix_count.ns "
-    "AND t.term = ix_count.term AND t.size = ix_count.size) "
-    "WHERE (ns, term, size) IN (" + _TERMS_OF + " AND changes() = 0)",
-    "DELETE FROM ix_count WHERE n <= 0 AND (ns, term, size) IN (" + _TERMS_OF + ")",
-    "DELETE FROM ix_episode WHERE key = {key}",
+    "e.size, e.recorded, e.seq FROM ix_episode AS e, " + _TERMS + " WHERE " + _IS_E + ")",
+    "INSERT INTO ix_posting (ns, term, size, recorded, seq, n) "
+    f"SELECT e.ns, j.value, e.size, {HEAD_AT}, {HEAD_SEQ}, 1 FROM ix_episode AS e, "
+    + _TERMS
+    + " WHERE changes() = json_array_length(CASE WHEN json_valid(e.terms) THEN e.terms "
+    "ELSE '[]' END) AND " + _IS_E + " "
+    "ON CONFLICT (ns, term, size, recorded, seq) DO UPDATE SET n = coalesce(n, 0) + 1",
+    # Nothing raised (changes() is 0): counted again; exact in any case.
+    f"UPDATE ix_posting SET n = CASE WHEN seq = {HEAD_SEQ} THEN 0 ELSE (SELECT count(*) "
+    "FROM ix_posting AS t WHERE t.ns = ix_posting.ns AND t.term = ix_posting.term "
+    f"AND t.size = ix_posting.size AND t.seq > {HEAD_SEQ} AND t.recorded < {TAIL_AT}) END "
+    "WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, e.size, k.recorded, k.seq "
+    f"FROM ix_episode AS e, {_TERMS}, {_COUNTERS} AS k "
+    "WHERE " + _IS_E + " AND changes() = 0)",
+    # Found from the tails (rows by their keys, two a term), not by a subquery per row.
+    # (CROSS JOIN: in this order, the episode's terms first, never a scan of the postings.)
+    "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT t.ns, t.term, "
+    f"t.size, k.recorded, k.seq FROM ix_episode AS e CROSS JOIN {_TERMS} "
+    "CROSS JOIN ix_posting AS t "
+    "LEFT JOIN ix_posting AS h ON h.ns = t.ns AND h.term = t.term AND h.size = t.size "
+    f"AND h.recorded = {HEAD_AT} AND h.seq = {HEAD_SEQ} CROSS JOIN {_COUNTERS} AS k "
+    "WHERE " + _IS_E + " AND t.ns = e.ns AND t.term = j.value AND t.size = e.size "
+    f"AND t.recorded = {TAIL_AT} AND t.seq = {TAIL_SEQ} AND t.n - coalesce(h.n, 0) <= 0)",
+    "DELETE FROM ix_episode WHERE " + _ROW_OF.replace("{e}", ""),
 )
 _DROP_BY_KEY = tuple(statement.format(key="?1") for statement in _DROP_EPISODE)
 # An episode's postings (?1 ns, ?2 size, ?3 its terms as a JSON array, distinct, ?4 time, ?5
-# seq), then their counts raised: all of them when every posting was new (the common case),
+# seq), then their tails raised: all of them when every posting was new (the common case),
 # else the counts of those terms taken again from the postings (one was there already: rows
 # left behind by an edit of the index).
 _ADD_POSTINGS = (
@@ -73,17 +111,25 @@ _ADD_POSTINGS = (
     "SELECT ?1, j.value, ?2, ?4, ?5 FROM json_each(?3) AS j"
 )
 _ADD_COUNTS = (
-    "INSERT INTO ix_count (ns, term, size, n) SELECT ?1, j.value, ?2, 1 FROM json_each(?3) AS j "
-    "WHERE true ON CONFLICT (ns, term, size) DO UPDATE SET n = n + 1"
+    "INSERT INTO ix_posting (ns, term, size, recorded, seq, n) "
+    f"SELECT ?1, j.value, ?2, {TAIL_AT}, {TAIL_SEQ}, 1 FROM json_each(?3) AS j "
+    "WHERE true ON CONFLICT (ns, term, size, recorded, seq) DO UPDATE SET n = coalesce(n, 0) + 1"
 )
-_RECOUNT = (
-    "INSERT INTO ix_count (ns, term, size, n) SELECT ns, term, size, count(*) FROM ix_posting "
-    "WHERE ns = ?1 AND size = ?2 AND term IN (SELECT value FROM json_each(?3)) GROUP BY term "
-    "ON CONFLICT (ns, term, size) DO UPDATE SET n = excluded.n"
+_RECOUNT: tuple[str, ...] = (
+    "INSERT INTO ix_posting (ns, term, size, recorded, seq, n) "
+    f"SELECT ns, term, size, {TAIL_AT}, {TAIL_SEQ}, count(*) FROM ix_posting "
+    f"WHERE ns = ?1 AND size = ?2 AND term IN (SELECT value FROM json_each(?3)) AND {REAL} "
+    "GROUP BY term ON CONFLICT (ns, term, size, recorded, seq) DO UPDATE SET n = excluded.n",
+    f"UPDATE ix_posting SET n = 0 WHERE ns = ?1 AND size = ?2 AND recorded = {HEAD_AT} "
+    f"AND seq = {HEAD_SEQ} AND term IN (SELECT value FROM json_each(?3))",
 )
 
+_EPISODE_COLUMNS = (
+    "ns, seq, episode_id, timestamp, recorded, outcome, source, size, terms, tags, forget_at, "
+    "run, conversation, graded, corrupt"
+)
 TABLES: tuple[str, ...] = (
-    "CREATE TABLE IF NOT EXISTS ix_episode (key TEXT NOT NULL UNIQUE, ns TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS ix_episode (ns TEXT NOT NULL, "
     "seq INTEGER NOT NULL, episode_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
     "recorded REAL NOT NULL, outcome TEXT NOT NULL, source TEXT NOT NULL, "
     "size INTEGER NOT NULL, terms TEXT NOT NULL, tags TEXT NOT NULL, forget_at REAL, "
@@ -98,11 +144,10 @@ TABLES: tuple[str, ...] = (
     "WHERE conversation != ''",
     "CREATE INDEX IF NOT EXISTS ix_episode_recorded ON ix_episode (ns, recorded)",
     "CREATE INDEX IF NOT EXISTS ix_episode_corrupt ON ix_episode (ns, seq) WHERE corrupt = 1",
+    # n: the count of a counter row (see HEAD_AT), NULL in a posting.
     "CREATE TABLE IF NOT EXISTS ix_posting (ns TEXT NOT NULL, term TEXT NOT NULL, "
-    "size INTEGER NOT NULL, recorded REAL NOT NULL, seq INTEGER NOT NULL, "
+    "size INTEGER NOT NULL, recorded REAL NOT NULL, seq INTEGER NOT NULL, n INTEGER, "
     "PRIMARY KEY (ns, term, size, recorded, seq)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS ix_count (ns TEXT NOT NULL, term TEXT NOT NULL, "
-    "size INTEGER NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (ns, term, size)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS ix_grade (key TEXT PRIMARY KEY NOT NULL, ns TEXT NOT NULL, "
     "n INTEGER NOT NULL, episode_id TEXT NOT NULL, record TEXT NOT NULL) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS ix_grade_episode ON ix_grade (ns, episode_id, n)",
@@ -142,6 +187,34 @@ UPGRADE_FROM_3: tuple[str, ...] = (
     "DROP TRIGGER IF EXISTS ix_posting_deleted",
     "DROP TRIGGER IF EXISTS ix_record_deleted",
     "ALTER TABLE ix_term RENAME TO ix_posting",
+)
+# Schema 4 kept the counts in a table of their own, ix_count; schema 5 in counter rows among the
+# postings. The tails are counted from the postings themselves (a count taken over as it was
+# could carry an edit of the index); no head is needed until a posting is dropped. ix_count
+# goes: a process of schema 4 that still has the store open fails on its next write or search
+# ("no such table") instead of reading counter rows as postings. Schema 4's ix_episode kept each
+# record's key in a column of its own, with an index a record paid for; schema 5 finds the row
+# by its primary key, so the table is copied without it (the triggers that name it are made
+# again by TABLES, with its indexes).
+UPGRADE_FROM_4: tuple[str, ...] = (
+    "DROP TRIGGER IF EXISTS ix_record_deleted",
+    "DROP TRIGGER IF EXISTS ix_grade_added",
+    "DROP TRIGGER IF EXISTS ix_grade_deleted",
+    "ALTER TABLE ix_posting ADD COLUMN n INTEGER",
+    "INSERT INTO ix_posting (ns, term, size, recorded, seq, n) "
+    f"SELECT ns, term, size, {TAIL_AT}, {TAIL_SEQ}, count(*) FROM ix_posting "
+    "GROUP BY ns, term, size",
+    "DROP TABLE IF EXISTS ix_count",
+    TABLES[0].replace("ix_episode (", "ix_episode_5 (", 1),
+    # Made before the rows are copied, in the order of seq: the index by id is filled in the
+    # order a store fills it, with room left in its pages. Built after, it would be packed
+    # full, and every record would split a page of it for a long while.
+    "DROP INDEX IF EXISTS ix_episode_id",
+    "CREATE INDEX ix_episode_id ON ix_episode_5 (ns, episode_id)",
+    f"INSERT INTO ix_episode_5 ({_EPISODE_COLUMNS}) SELECT {_EPISODE_COLUMNS} FROM ix_episode "
+    "ORDER BY ns, seq",
+    "DROP TABLE ix_episode",
+    "ALTER TABLE ix_episode_5 RENAME TO ix_episode",
 )
 QUEUE_EVERY_RECORD = (
     "INSERT OR IGNORE INTO ix_pending (key) SELECT key FROM kv "
@@ -204,7 +277,10 @@ def index_pending(
 def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: str) -> None:
     # Indexed already and queued again: the record was replaced behind the library's back
     # (an INSERT OR REPLACE fires no delete trigger). Its old rows go; it is indexed as it is.
-    if conn.execute("SELECT 1 FROM ix_episode WHERE key = ?", (key,)).fetchone() is not None:
+    if (
+        conn.execute("SELECT 1 FROM ix_episode WHERE ns = ? AND seq = ?", (ns, seq)).fetchone()
+        is not None
+    ):
         for statement in _DROP_BY_KEY:
             conn.execute(statement, (key,))
     row = index_row(raw)
@@ -217,10 +293,10 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
         when = float(before[0]) if before else -math.inf
     if row is None:
         conn.execute(
-            "INSERT INTO ix_episode (key, ns, seq, episode_id, timestamp, recorded, outcome, "
+            "INSERT INTO ix_episode (ns, seq, episode_id, timestamp, recorded, outcome, "
             "source, size, terms, tags, forget_at, run, conversation, corrupt) "
-            "VALUES (?, ?, ?, '', '', ?, '', '', 0, '[]', '[]', NULL, '', '', 1)",
-            (key, ns, seq, when),
+            "VALUES (?, ?, '', '', ?, '', '', 0, '[]', '[]', NULL, '', '', 1)",
+            (ns, seq, when),
         )
         return
     (graded,) = conn.execute(
@@ -228,11 +304,10 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
     ).fetchone()
     terms = row.terms_json()
     conn.execute(
-        "INSERT INTO ix_episode (key, ns, seq, episode_id, timestamp, recorded, outcome, source, "
+        "INSERT INTO ix_episode (ns, seq, episode_id, timestamp, recorded, outcome, source, "
         "size, terms, tags, forget_at, run, conversation, graded) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
-            key,
             ns,
             seq,
             row.episode_id,
@@ -251,8 +326,8 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
     )
     if row.terms:
         added = conn.execute(_ADD_POSTINGS, (ns, row.size, terms, when, seq)).rowcount
-        counts = _ADD_COUNTS if added == len(row.terms) else _RECOUNT
-        conn.execute(counts, (ns, row.size, terms))
+        for statement in (_ADD_COUNTS,) if added == len(row.terms) else _RECOUNT:
+            conn.execute(statement, (ns, row.size, terms))
 
 
 def _index_grade(conn: sqlite3.Connection, key: str, ns: str, number: int, raw: str) -> None:
@@ -299,9 +374,7 @@ class SQLiteIndexReader:
         if not terms:
             return found
         for term, size, n in self._conn.execute(
-            "SELECT term, size, n FROM ix_count WHERE ns = ? AND term IN "
-            "(SELECT value FROM json_each(?))",
-            (self._ns, json.dumps(list(terms), ensure_ascii=False)),
+            _COUNTS, (self._ns, json.dumps(list(terms), ensure_ascii=False))
         ):
             found.setdefault(term, {})[int(size)] = int(n)
         return found
@@ -312,13 +385,14 @@ class SQLiteIndexReader:
         if before is None:
             cursor = self._conn.execute(
                 "SELECT recorded, seq FROM ix_posting WHERE ns = ? AND term = ? AND size = ? "
-                "ORDER BY recorded DESC, seq DESC LIMIT ?",
+                f"AND {REAL} ORDER BY recorded DESC, seq DESC LIMIT ?",
                 (self._ns, term, size, limit),
             )
         else:
             cursor = self._conn.execute(
                 "SELECT recorded, seq FROM ix_posting WHERE ns = ? AND term = ? AND size = ? "
-                "AND (recorded, seq) < (?, ?) ORDER BY recorded DESC, seq DESC LIMIT ?",
+                f"AND (recorded, seq) < (?, ?) AND {REAL} ORDER BY recorded DESC, seq DESC "
+                "LIMIT ?",
                 (self._ns, term, size, before[0], before[1], limit),
             )
         return cursor.fetchall()
@@ -328,7 +402,7 @@ class SQLiteIndexReader:
         # three times as much.
         (joined,) = self._conn.execute(
             "SELECT group_concat(seq) FROM ix_posting WHERE ns = ? AND term IN "
-            "(SELECT value FROM json_each(?))",
+            f"(SELECT value FROM json_each(?)) AND {REAL}",
             (self._ns, json.dumps(list(terms), ensure_ascii=False)),
         ).fetchone()
         return Counter(map(int, joined.split(","))) if joined else Counter()
@@ -497,6 +571,17 @@ class SQLiteIndexReader:
         """The vector reads of this namespace (see VECTOR_TABLES; ``None``: none kept)."""
         return vector_reader(self._conn, self._ns)
 
+
+# The counts of the query's terms (?2) in each length class: a tail less its head (none yet:
+# nothing dropped), two rows found by their keys (CROSS JOIN: in this order, never a scan).
+_COUNTS = (
+    "SELECT q.value, s.value, t.n - coalesce(h.n, 0) FROM json_each(?2) AS q CROSS JOIN "
+    f"json_each('{json.dumps(list(range(1, LENGTH_CAP + 1)))}') AS s "
+    "CROSS JOIN ix_posting AS t ON t.ns = ?1 AND t.term = q.value AND t.size = s.value "
+    f"AND t.recorded = {TAIL_AT} AND t.seq = {TAIL_SEQ} "
+    "LEFT JOIN ix_posting AS h ON h.ns = ?1 AND h.term = q.value AND h.size = s.value "
+    f"AND h.recorded = {HEAD_AT} AND h.seq = {HEAD_SEQ}"
+)
 
 # What ranking reads of an episode; of its terms, only those of the query (?1).
 _COLUMNS = (
