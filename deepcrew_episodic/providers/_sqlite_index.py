@@ -414,7 +414,7 @@ class SQLiteIndexReader:
         # 0..15: a class edited out of range reads lower, which only raises a bound).
         (joined,) = self._conn.execute(
             "SELECT group_concat(seq * 16 + max(0, min(size, 15))) FROM ix_posting "
-            "WHERE ns = ? AND term IN (SELECT value FROM json_each(?))",
+            f"WHERE ns = ? AND term IN (SELECT value FROM json_each(?)) AND {REAL}",
             (self._ns, json.dumps(list(terms), ensure_ascii=False)),
         ).fetchone()
         found: dict[int, tuple[int, int]] = {}
