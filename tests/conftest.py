@@ -328,12 +328,29 @@ def clock() -> Clock:
 
 
 @pytest.fixture
+async def _litellm_clients_closed() -> AsyncIterator[None]:
+    """Closes, on the test's event loop before it ends, the HTTP clients litellm made there.
+
+    litellm keeps one client per event loop and never closes the clients of a loop that has
+    ended: each test's would keep its connection to the test's server open for the rest of
+    the session, and be collected, its socket unclosed, during some later test."""
+    yield
+    litellm = sys.modules.get("litellm")
+    if litellm is not None:
+        await litellm.close_litellm_async_clients()
+
+
+@pytest.fixture
 def llm(request: pytest.FixtureRequest) -> Iterator[ScriptedLLM]:
     """A scripted OpenAI-compatible server (see ``tests/llm_server.py``); fails the test if a
     request arrived that no scripted reply matched. Skips an async test on trio: litellm's
     ``acompletion`` is asyncio-only (it calls ``asyncio.get_event_loop()``)."""
-    if _backend_of(request) == "trio":
+    backend = _backend_of(request)
+    if backend == "trio":
         pytest.skip("litellm is asyncio-only: acompletion needs asyncio's event loop")
+    if backend is not None and inspect.iscoroutinefunction(getattr(request, "function", None)):
+        # An async fixture: torn down on the test's own loop, which its clients belong to.
+        request.getfixturevalue("_litellm_clients_closed")
     with scripted_llm() as server:
         yield server
         assert not server.unscripted, (

@@ -322,6 +322,7 @@ class ScriptedLLM:
         self._queue: list[Reply] = []
         self._embed_queue: list[EmbedReply] = []
         self._closing = threading.Event()
+        self._connections = 0
         self.requests: list[RecordedRequest] = []
         self.embedded: list[list[str]] = []
         self.embed_fallback: EmbedReply | None = None
@@ -365,6 +366,13 @@ class ScriptedLLM:
         """Scripted embedding replies no request has consumed yet."""
         with self._lock:
             return list(self._embed_queue)
+
+    @property
+    def open_connections(self) -> int:
+        """How many client connections the server holds open right now (a client keeps one
+        open between requests until it closes it)."""
+        with self._lock:
+            return self._connections
 
     def start(self) -> None:
         self._thread.start()
@@ -427,6 +435,18 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
             pass
+
+        def setup(self) -> None:
+            with llm._lock:
+                llm._connections += 1
+            super().setup()
+
+        def finish(self) -> None:
+            try:
+                super().finish()
+            finally:
+                with llm._lock:
+                    llm._connections -= 1
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0].rstrip("/")

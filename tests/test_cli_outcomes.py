@@ -6,6 +6,7 @@ process through ``main(argv)``, on a JSON file, SQLite and a real redis-server."
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +357,18 @@ def transcript(tmp_path: Path, messages: list[dict[str, Any]], name: str = "run.
 
 def distill_argv(llm: ScriptedLLM, path: Path, *extra: str) -> list[str]:
     return ["record", str(path), "--distill-model", "openai/x", "--api-base", llm.base_url, *extra]
+
+
+def test_a_command_that_called_the_model_leaves_no_connection_to_it_open(
+    run: Run, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    llm.script(distilled("success"))
+    assert run.ok(*distill_argv(llm, transcript(tmp_path, RUN))).startswith("recorded ")
+    for _ in range(500):  # the server sees the connection close a moment later (10 s at most)
+        if llm.open_connections == 0:
+            break
+        time.sleep(0.02)
+    assert llm.open_connections == 0, "the command left its connection to the model open"
 
 
 def test_a_transcript_is_distilled_into_a_claimed_episode(

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .._litellm import close_litellm_clients
 from ._errors import CliError, UsageError
 from ._grade import cmd_grade
 from ._mcp import cmd_mcp
@@ -111,6 +112,13 @@ def _main(argv: list[str]) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: Settings, provider: MemoryProvider) -> int:
+    try:
+        return await _command(args, settings, provider)
+    finally:
+        await close_litellm_clients()
+
+
+async def _command(args: argparse.Namespace, settings: Settings, provider: MemoryProvider) -> int:
     async with provider:
         memory = await make_memory(provider, settings, args.command)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {

@@ -610,7 +610,7 @@ class RedisMemoryProvider(MemoryProvider):
     async def aclose(self) -> None:
         sync, self._sync_client = self._sync_client, None
         if sync is not None and self._sync_pid == os.getpid():
-            await anyio.to_thread.run_sync(sync.close)
+            await anyio.to_thread.run_sync(_close_sync_client, sync)
         if self._owns_client:
             async with _translated("CLOSE", ""):
                 await self._client.aclose()
@@ -768,6 +768,24 @@ async def _translated(op: str, key: str) -> AsyncIterator[None]:
         raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
     except OSError as exc:
         raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
+
+
+def _close_sync_client(client: Any) -> None:
+    """Close the index reader's synchronous client and every connection it opened.
+
+    redis-py's ``close()`` does not do it alone: a synchronous ``RedisCluster`` gives each
+    node a client over a pool of its own that ``close()`` leaves connected, and a ``Redis``
+    built over a pool (the one made for a client passed in) leaves that pool connected. Those
+    sockets would stay open until the collector reached them, and then, as often as not, be
+    finalized before redis-py's connection could close them: an unclosed-socket warning in
+    whatever code happens to be running."""
+    disconnect_nodes = getattr(client, "disconnect_connection_pools", None)
+    if disconnect_nodes is not None:  # a cluster: one pool per node
+        disconnect_nodes()
+        client.close()
+    else:
+        client.close()  # first: it hands a connection it holds back to the pool
+        client.connection_pool.disconnect()
 
 
 def _connections(client: Any) -> list[Any]:
