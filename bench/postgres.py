@@ -64,7 +64,7 @@ NAMESPACE = "default"
 TARGETS = {"record": 2.0, "first": 50.0}
 FULL = {"episodes": 100_000, "records": 200, "rounds": 5, "writers": 8, "each": 500}
 FULL |= {"namespaces": 1_000, "per_namespace": 100}
-QUICK = {"episodes": 2_000, "records": 50, "rounds": 2, "writers": 8, "each": 40}
+QUICK = {"episodes": 2_000, "records": 50, "rounds": 1, "writers": 4, "each": 40}
 QUICK |= {"namespaces": 50, "per_namespace": 20}
 
 
@@ -154,6 +154,7 @@ async def child_first(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 async def child_writer(spec: dict[str, Any]) -> dict[str, Any]:
+    import anyio.to_thread
     from store_recall import episodes
 
     import deepcrew_episodic  # noqa: F401
@@ -162,7 +163,10 @@ async def child_writer(spec: dict[str, Any]) -> dict[str, Any]:
     provider = open_provider(spec)
     memory = EpisodicMemory(provider, namespace=spec["namespace"], max_episodes=1_000_000)
     mine = list(episodes(spec["count"], seed=100 + spec["writer"]))
-    await asyncio.sleep(max(0.0, spec["start"] - time.time()))  # every writer at once
+    await provider.keys("episodic:none:")  # connected before the start
+    # Every writer at once: ready, then wait for the parent's word (sent when all are ready).
+    print("ready", flush=True)
+    await anyio.to_thread.run_sync(sys.stdin.readline)
     began = time.perf_counter()
     for episode in mine:
         await memory.record(episode)
@@ -353,10 +357,10 @@ def child(spec: dict[str, Any], timeout: float | None = 900.0) -> dict[str, Any]
     return wait(spawn(spec), spec, timeout)
 
 
-def spawn(spec: dict[str, Any]) -> subprocess.Popen[str]:
+def spawn(spec: dict[str, Any], stdin: int | None = None) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(HERE.parent), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, env=env, stdin=stdin, stdout=subprocess.PIPE, text=True)
 
 
 def wait(proc: subprocess.Popen[str], spec: dict[str, Any], timeout: float | None) -> Any:
@@ -398,7 +402,9 @@ def main() -> None:
     parser.add_argument("--measures", default=",".join(MEASURES), help=f"of {','.join(MEASURES)}")
     for name in FULL:
         flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, type=int, help=f"(default {FULL[name]:,}; --quick {QUICK[name]:,})")
+        parser.add_argument(
+            flag, type=int, help=f"(default {FULL[name]:,}; --quick {QUICK[name]:,})"
+        )
     parser.add_argument(
         "--cache", type=Path, default=Path(tempfile.gettempdir()) / "deepcrew-bench-postgres"
     )
@@ -462,12 +468,19 @@ def main() -> None:
             w, each = sizes["writers"], sizes["each"]
             for kind in stores:
                 with built.copy(kind, "empty", None) as target:
-                    start = time.time() + 3.0 + 0.5 * w  # after every child has imported
                     procs = []
                     for i in range(w):
                         spec = {"op": "writer", "target": target, "namespace": "shared"}
-                        spec |= {"writer": i, "count": each, "start": start}
-                        procs.append((spawn(spec), spec))
+                        spec |= {"writer": i, "count": each}
+                        procs.append((spawn(spec, subprocess.PIPE), spec))
+                    for proc, _ in procs:  # every writer imported and connected
+                        if proc.stdout is None or proc.stdout.readline().strip() != "ready":
+                            raise SystemExit("a writer failed before its start")
+                    for proc, _ in procs:  # then all at once
+                        assert proc.stdin is not None
+                        proc.stdin.write("go\n")
+                        proc.stdin.close()
+                        proc.stdin = None
                     per = [wait(p, s, 900.0)["ms"] for p, s in procs]
                     count = child({"op": "count", "target": target, "namespace": "shared"})
                 ok = count["total"] == count["records"] == w * each
