@@ -245,3 +245,22 @@ def test_a_dsn_that_does_not_parse_is_a_configuration_error_without_the_password
     with pytest.raises(ConfigurationError, match="invalid PostgreSQL DSN") as caught:
         PostgresMemoryProvider(f"host=127.0.0.1 password={PASSWORD} port")
     assert PASSWORD not in str(caught.value)
+
+
+def test_the_postgres_example_keeps_every_episode_from_four_processes(
+    postgres_server_: PostgresServer,
+) -> None:
+    from test_examples import run_example
+
+    out = run_example("postgres_store.py", env={"DATABASE_URL": postgres_server_.url})
+    assert "200 episodes from 4 processes (200 recorded)" in out
+    block = out.split("## Relevant past experience", 1)[1]
+    recalled = [line for line in block.splitlines() if line.startswith("- ")]
+    assert len(recalled) == 2
+    assert all("Refund a double charge" in line for line in recalled)
+    assert PASSWORD not in out
+    with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+        (left,) = conn.execute(
+            "SELECT count(*) FROM episodic_example.kv WHERE key LIKE 'episodic:example-%:e:%'"
+        ).fetchone()
+    assert left == 0  # the example's namespace is gone
