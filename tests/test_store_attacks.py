@@ -766,3 +766,36 @@ async def test_a_record_key_whose_namespace_holds_colons_is_indexed_under_that_n
         neighbour = await backend.read_index("episodic:agent:", lambda r: r.newest_seq())
     assert seen == (3, {i: records[f"episodic:agent:v2:e:{i}"] for i in (1, 2, 3)}, [2], [1, 2, 3])
     assert neighbour == 0
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("e:5", "moved"), ("g:1", "g:9"), ("note", "e:9"), ("e:5", "e:50")]
+)
+async def test_postgres_a_record_is_never_renamed_by_raw_sql(
+    postgres_target: str, clock: Clock, old: str, new: str
+) -> None:
+    """As on SQLite: renaming a record (or another key into one) is refused in the schema, so
+    nothing is indexed under a key that no longer holds it."""
+    import psycopg
+
+    from deepcrew_episodic.providers import open_provider
+
+    async with open_provider(postgres_target) as backend:
+        episodes = await six_episodes(backend, clock)
+        await EpisodicMemory(backend, namespace=NS, clock=clock).grade(
+            episodes[0].id, outcome="failure", source="user"
+        )
+        await backend.write({SQL_PREFIX + "note": "{}"})
+        before = await answers(backend, clock, "item refund")
+    with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="never renamed"):
+        raw_pg(
+            postgres_target,
+            "UPDATE {kv} SET key = %s WHERE key = %s",
+            (SQL_PREFIX + new).encode(),
+            (SQL_PREFIX + old).encode(),
+        )
+    async with open_provider(postgres_target) as backend:
+        assert await backend.retrieve(SQL_PREFIX + old) is not None
+        assert await backend.retrieve(SQL_PREFIX + new) is None
+        assert await answers(backend, clock, "item refund") == before
+        assert await loaded_answers(backend, clock, "item refund") == before
