@@ -460,7 +460,8 @@ def main() -> None:
                 m = statistics.median(took)
                 rows.append([kind, f"{n:,}", f"{m:.1f} ms", verdict(kind, "first", m, full)])
                 note(f"first {kind}: {m:.1f} ms")
-            text = f"The median of {sizes['rounds']} fresh processes, one query each."
+            many_ = "es" if sizes["rounds"] != 1 else ""
+            text = f"The median of {sizes['rounds']} fresh process{many_}, one query each."
             head = ["store", "episodes", "first recall", "target"]
             out.append(table("first recall from a fresh process (keywords)", head, rows, text))
         if "writers" in measures:
