@@ -277,9 +277,9 @@ class Stores:
 
     def __init__(self, cache: Path, pg: Any, tmp: Path) -> None:
         self.cache, self.pg, self.tmp = cache, pg, tmp
-        self.redis: dict[str, Any] = {}  # RDB file -> the context of its server
 
     def name(self, kind: str, label: str) -> str:
+        """The cached store's name: the same built stores for every kind, by build format."""
         return f"b{BUILD_FORMAT}_{label}"
 
     @contextlib.contextmanager
