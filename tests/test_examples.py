@@ -13,8 +13,8 @@ import pytest
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
-def run_example(name: str, timeout: float = 120) -> str:
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+def run_example(name: str, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
         env.pop(key, None)
     done = subprocess.run(

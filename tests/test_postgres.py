@@ -245,3 +245,69 @@ def test_a_dsn_that_does_not_parse_is_a_configuration_error_without_the_password
     with pytest.raises(ConfigurationError, match="invalid PostgreSQL DSN") as caught:
         PostgresMemoryProvider(f"host=127.0.0.1 password={PASSWORD} port")
     assert PASSWORD not in str(caught.value)
+
+
+def test_the_postgres_example_keeps_every_episode_from_four_processes(
+    postgres_server_: PostgresServer,
+) -> None:
+    from test_examples import run_example
+
+    out = run_example("postgres_store.py", env={"DATABASE_URL": postgres_server_.url})
+    assert "200 episodes from 4 processes (200 recorded)" in out
+    block = out.split("## Relevant past experience", 1)[1]
+    recalled = [line for line in block.splitlines() if line.startswith("- ")]
+    assert len(recalled) == 2
+    assert all("Refund a double charge" in line for line in recalled)
+    assert PASSWORD not in out
+    with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+        (left,) = conn.execute(
+            "SELECT count(*) FROM episodic_example.kv WHERE key LIKE 'episodic:example-%:e:%'"
+        ).fetchone()
+    assert left == 0  # the example's namespace is gone
+
+
+async def test_a_store_of_the_first_schema_is_upgraded_in_place_and_keeps_its_records(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    """A store of the first schema, holding a log, gains what later migrations add (records
+    keep their keys) on its first open by this version, and recalls what it held."""
+    from deepcrew_episodic.providers._postgres_schema import MIGRATIONS
+
+    source = _schema()
+    async with PostgresMemoryProvider(postgres_server_.url, schema=source) as backend:
+        memory = EpisodicMemory(backend, namespace="bot")
+        stored = [
+            await memory.record(Episode(query=f"rotate the key {i}", response="done"))
+            for i in range(3)
+        ]
+    quoted = f'"{schema}"'
+    with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {quoted}")
+        conn.execute(
+            f"CREATE TABLE {quoted}.schema_version (version integer PRIMARY KEY, "
+            f"applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement.replace("{s}", quoted))
+        conn.execute(f"INSERT INTO {quoted}.schema_version (version) VALUES (1)")
+        # The log as the first schema's triggers take it in (queued, then indexed).
+        conn.execute(f'INSERT INTO {quoted}.kv SELECT key, value FROM "{source}".kv')
+    async with PostgresMemoryProvider(postgres_server_.url, schema=schema) as backend:
+        fresh = EpisodicMemory(backend, namespace="bot")
+        found = await fresh.recall("rotate key", top_k=5)
+        assert not fresh._log.synced
+        added = await fresh.record(Episode(query="rotate the key again", response="done"))
+    assert sorted(e.id for e in found) == sorted(e.id for e in stored)
+    with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+        versions = conn.execute(f"SELECT version FROM {quoted}.schema_version").fetchall()
+        with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="never renamed"):
+            conn.execute(
+                f"UPDATE {quoted}.kv SET key = %s WHERE key = %s",
+                (b"episodic:bot:moved", b"episodic:bot:e:1"),
+            )
+    assert versions == [(v,) for v in range(1, LATEST + 1)]
+    async with PostgresMemoryProvider(postgres_server_.url, schema=schema) as backend:
+        assert (
+            len(await EpisodicMemory(backend, namespace="bot").recall("rotate key", top_k=10)) == 4
+        )
+    assert added.id not in {e.id for e in stored}

@@ -648,3 +648,155 @@ async def test_sqlite_an_undecodable_grade_is_skipped_counted_and_logged_by_the_
         assert not fresh._log.synced
         assert fresh.counters.corrupt_records == 1  # once, not once per search
         assert "undecodable grade" in caplog.text
+
+
+# --- PostgreSQL: raw SQL on the tables ---------------------------------------------------------
+
+
+def raw_pg(target: str, statement: str, *args: Any) -> None:
+    """*statement* run by another program, ``{kv}`` standing for the store's table."""
+    import psycopg
+    from psycopg import sql
+
+    from deepcrew_episodic.providers._postgres import split_schema
+
+    dsn, schema = split_schema(target)
+    table = sql.Identifier(schema or "deepcrew_episodic", "kv").as_string(None)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement.replace("{kv}", table), args)
+
+
+async def pg_case(
+    target: str, clock: Clock, edit: Callable[[list[Episode]], None], query: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from deepcrew_episodic.providers import open_provider
+
+    async with open_provider(target) as backend:
+        episodes = await six_episodes(backend, clock)
+    edit(episodes)
+    # A provider of its own, as a fresh process has: nothing it knows comes from the writer.
+    async with open_provider(target) as backend:
+        fresh = await answers(backend, clock, query)
+        loaded = await loaded_answers(backend, clock, query)
+        # The next write indexes what the edit queued, and must still commit.
+        await EpisodicMemory(backend, namespace=NS, clock=clock).record(
+            Episode(query="item 7 refund", response="done", conversation_id="chat")
+        )
+    return fresh, loaded
+
+
+@pytest.mark.parametrize("key", ["e:0", "e:05", "e:007", "e:0000000000000000007", "g:0", "g:01"])
+async def test_postgres_a_record_under_a_number_the_log_never_uses_is_not_indexed(
+    postgres_target: str, clock: Clock, key: str
+) -> None:
+    """Sequence and grade numbers start at 1 and are written without leading zeros: ``e:007``
+    is not record 7 (which the log holds too), on either path."""
+    record = {"query": "zebra odd", "response": "r", "id": "odd", "conversation_id": "chat"}
+    record |= {"timestamp": _iso(clock.now), "episode": "x", "outcome": "failure"}
+    fresh, loaded = await pg_case(
+        postgres_target,
+        clock,
+        lambda _: raw_pg(
+            postgres_target,
+            "INSERT INTO {kv} VALUES (%s, %s)",
+            (SQL_PREFIX + key).encode(),
+            json.dumps(record).encode(),
+        ),
+        "item refund zebra",
+    )
+    assert "zebra odd" not in [q for q, _, _ in loaded["recall"]]
+    assert fresh == loaded
+
+
+@pytest.mark.parametrize("namespace", ["agent:v2", "a:e:1", "tenant:42:g", "x:"])
+async def test_postgres_a_namespace_holding_a_colon_recalls_from_the_store_as_in_process(
+    postgres_target: str, clock: Clock, namespace: str
+) -> None:
+    from deepcrew_episodic.providers import open_provider
+
+    async with open_provider(postgres_target) as backend:
+        writer = EpisodicMemory(backend, namespace=namespace, clock=clock)
+        stored = [
+            await writer.record(
+                Episode(query=f"rotate key {i}", response="ok", conversation_id="c")
+            )
+            for i in range(4)
+        ]
+        await writer.grade(stored[1].id, outcome="failure", source="user")
+    async with open_provider(postgres_target) as backend:
+        fresh = EpisodicMemory(backend, namespace=namespace, clock=clock)
+        from_store = ranked(await fresh.explain("rotate key", top_k=10))
+        latest = await fresh.latest("c")
+        assert not fresh._log.synced
+        loaded = EpisodicMemory(backend, namespace=namespace, clock=clock)
+        await loaded.load()
+        assert from_store == ranked(await loaded.explain("rotate key", top_k=10))
+        assert latest == await loaded.latest("c")
+        assert len(from_store) == 4
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+async def test_a_record_key_whose_namespace_holds_colons_is_indexed_under_that_namespace(
+    request: pytest.FixtureRequest, kind: str
+) -> None:
+    """The provider contract, below the memory's key encoding: ``episodic:<ns>:e:<n>`` is
+    record *n* of *ns* whatever *ns* holds (``:`` included), on every store that keeps the
+    index, and nothing of it shows under a neighbouring namespace."""
+    from deepcrew_episodic.providers import open_provider
+
+    target = request.getfixturevalue("clean_redis" if kind == "redis" else "postgres_target")
+    records = {
+        f"episodic:agent:v2:e:{i}": json.dumps(
+            {"query": f"q{i}", "response": "r", "id": f"id{i}", "conversation_id": "c"}
+        )
+        for i in (1, 2, 3)
+    }
+
+    def read(reader: Any) -> tuple[int, dict[int, str], list[int], list[int]]:
+        return (
+            reader.newest_seq(),
+            reader.records([1, 2, 3]),
+            reader.with_id("id2"),
+            reader.conversation("c"),
+        )
+
+    async with open_provider(target) as backend:
+        await backend.write(records)
+    async with open_provider(target) as backend:
+        seen = await backend.read_index("episodic:agent:v2:", read)
+        neighbour = await backend.read_index("episodic:agent:", lambda r: r.newest_seq())
+    assert seen == (3, {i: records[f"episodic:agent:v2:e:{i}"] for i in (1, 2, 3)}, [2], [1, 2, 3])
+    assert neighbour == 0
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("e:5", "moved"), ("g:1", "g:9"), ("note", "e:9"), ("e:5", "e:50")]
+)
+async def test_postgres_a_record_is_never_renamed_by_raw_sql(
+    postgres_target: str, clock: Clock, old: str, new: str
+) -> None:
+    """As on SQLite: renaming a record (or another key into one) is refused in the schema, so
+    nothing is indexed under a key that no longer holds it."""
+    import psycopg
+
+    from deepcrew_episodic.providers import open_provider
+
+    async with open_provider(postgres_target) as backend:
+        episodes = await six_episodes(backend, clock)
+        await EpisodicMemory(backend, namespace=NS, clock=clock).grade(
+            episodes[0].id, outcome="failure", source="user"
+        )
+        await backend.write({SQL_PREFIX + "note": "{}"})
+        before = await answers(backend, clock, "item refund")
+    with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="never renamed"):
+        raw_pg(
+            postgres_target,
+            "UPDATE {kv} SET key = %s WHERE key = %s",
+            (SQL_PREFIX + new).encode(),
+            (SQL_PREFIX + old).encode(),
+        )
+    async with open_provider(postgres_target) as backend:
+        assert await backend.retrieve(SQL_PREFIX + old) is not None
+        assert await backend.retrieve(SQL_PREFIX + new) is None
+        assert await answers(backend, clock, "item refund") == before
+        assert await loaded_answers(backend, clock, "item refund") == before

@@ -37,7 +37,11 @@ from .._index import Facts, index_row
 
 __all__ = ["PostgresIndexReader", "index_pending", "key_bytes", "text_bytes"]
 
-_RECORD = re.compile(r"episodic:([^:]+):([eg]):([0-9]{1,18})")
+# An episode or grade record of a namespace, as Redis's and the log read it: a namespace may
+# hold ':' (the greedy group takes all but the last two parts); a number is the log's only in
+# its one spelling (from 1, no leading zero), so ``e:007`` is not record 7 and never meets it
+# in ix_episode's primary key.
+_RECORD = re.compile(r"episodic:(.+):([eg]):([1-9][0-9]{0,17})", re.DOTALL)
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
 

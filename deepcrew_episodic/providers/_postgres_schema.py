@@ -15,8 +15,9 @@ a value another program left undecodable). ``bytea`` compares byte by byte, whic
 point order for UTF-8: ``keys(prefix)`` is a range scan of the primary key.
 
 Append-only in the schema: a trigger refuses an ``UPDATE`` that would change the value of an
-episode record (``episodic:<ns>:e:<seq>``) or a grade record (``…:g:<n>``), whoever runs it;
-they can be written once and deleted (forget, retention, the ring).
+episode record (``episodic:<ns>:e:<seq>``) or a grade record (``…:g:<n>``), whoever runs it,
+and another one that renames a record's key (or renames another key into one); they can be
+written once and deleted (forget, retention, the ring).
 
 Migrations are numbered; :func:`migrate` applies the missing ones on a provider's first
 connection, inside one transaction that holds an advisory lock on the schema's name, so several
@@ -143,7 +144,22 @@ _V1 = (
     END $$""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Version 2: a record keeps its key. An UPDATE that renames an episode or grade record, or
+# renames another key into one, would leave the index rows under a key that no longer holds
+# them (the queue and delete triggers follow INSERT and DELETE only): refused, as SQLite does.
+_V2 = (
+    "CREATE FUNCTION {s}.refuse_rename() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "RAISE EXCEPTION 'episodes and grades keep their keys: a stored one is never renamed' "
+    "USING ERRCODE = 'integrity_constraint_violation'; END $$",
+    "CREATE TRIGGER records_keep_their_keys BEFORE UPDATE OF key ON {s}.kv FOR EACH ROW "
+    "WHEN (old.key IS DISTINCT FROM new.key AND ("
+    + _RECORD.format(key="old.key")
+    + " OR "
+    + _RECORD.format(key="new.key")
+    + ")) EXECUTE FUNCTION {s}.refuse_rename()",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 """Migration *n* (from 1) is ``MIGRATIONS[n - 1]``: statements with ``{s}`` for the schema."""
 LATEST = len(MIGRATIONS)
 
