@@ -11,7 +11,7 @@ import importlib
 import sys
 from types import ModuleType
 
-__all__ = ["close_litellm_clients", "load_litellm"]
+__all__ = ["load_litellm"]
 
 
 async def load_litellm() -> ModuleType:
@@ -22,18 +22,3 @@ async def load_litellm() -> ModuleType:
     import anyio.to_thread
 
     return await anyio.to_thread.run_sync(importlib.import_module, "litellm")
-
-
-async def close_litellm_clients() -> None:
-    """Close the HTTP clients litellm has cached; called by the command line as its event
-    loop ends.
-
-    litellm caches its clients per event loop and never closes those of a loop that has ended:
-    their connections would stay open until the collector found them, unclosed. This closes
-    every client litellm has cached, whichever loop made it, so it is only for a program that
-    owns the process's use of litellm, as the command line does. Nothing to do if litellm was
-    never loaded."""
-    module = sys.modules.get("litellm")
-    close = getattr(module, "close_litellm_async_clients", None) if module is not None else None
-    if close is not None:
-        await close()

@@ -9,7 +9,6 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .._litellm import close_litellm_clients
 from ._errors import CliError, UsageError
 from ._grade import cmd_grade
 from ._mcp import cmd_mcp
@@ -115,7 +114,20 @@ async def _run(args: argparse.Namespace, settings: Settings, provider: MemoryPro
     try:
         return await _command(args, settings, provider)
     finally:
-        await close_litellm_clients()
+        await _close_model_clients()
+
+
+async def _close_model_clients() -> None:
+    """Close the HTTP clients litellm cached, as the command's event loop ends.
+
+    litellm keeps its clients per event loop and never closes those of a loop that has ended:
+    their connections would stay open until the collector found them. This closes every client
+    it cached, whichever loop made it: right for the command line, which owns the process.
+    Nothing to do when no model was called (litellm never loaded)."""
+    litellm = sys.modules.get("litellm")
+    close = getattr(litellm, "close_litellm_async_clients", None) if litellm else None
+    if close is not None:
+        await close()
 
 
 async def _command(args: argparse.Namespace, settings: Settings, provider: MemoryProvider) -> int:
