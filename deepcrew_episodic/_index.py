@@ -31,7 +31,7 @@ from ._episode import Episode, parse_time, run_key
 from ._grade import Grade, deciding, graded
 from ._recall import DEFAULT_FIELDS, LENGTH_CAP, RECENCY_WEIGHT, Postings, episode_terms, rank_key
 
-__all__ = ["IndexReader", "IndexRow", "StoreIndex", "index_row"]
+__all__ = ["IndexReader", "IndexRow", "StoreIndex", "Whole", "index_row"]
 
 UNDATED = -math.inf
 
@@ -113,6 +113,28 @@ class Facts:
     run: str
     conversation: str
     graded: int  # how many grade records name its id
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """Everything a keyword search reads of one namespace, read in one go from a store (its
+    reader's optional ``whole_namespace``), so that what recalls keep answers any question
+    (see _store_cache.py). Each part is what the reader's own read of it returns.
+
+    ``postings``: (term, length class) -> all its postings oldest first, as two arrays;
+    ``episodes``: every indexed seq in order as ``(seq, recorded, run, corrupt)``, the
+    undecodable ones included; ``facts``: those of the decodable ones, with *all* their terms;
+    ``grades``: the grade records of every id an episode counts grades for; ``uses``: the
+    non-zero use counts; ``records``: the stored records of the decodable episodes."""
+
+    newest: int
+    counts: dict[str, dict[int, int]]
+    postings: dict[tuple[str, int], tuple[Any, Any]]
+    facts: dict[int, Facts]
+    episodes: list[tuple[int, float, str, bool]]
+    grades: dict[str, tuple[str, ...]]
+    uses: dict[int, int]
+    records: dict[int, str]
 
 
 class IndexReader(Protocol):

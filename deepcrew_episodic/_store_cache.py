@@ -25,6 +25,7 @@ itself is the same code over the same values either way, so the answers are the 
 from __future__ import annotations
 
 import bisect
+import math
 import operator
 import os
 import threading
@@ -35,7 +36,7 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
 from ._episode import Episode
-from ._index import Facts
+from ._index import Facts, Whole
 
 __all__ = ["DEFAULT_BYTES", "CachingReader", "Miss", "RecallCache", "cache_of"]
 
@@ -55,11 +56,14 @@ class Miss(Exception):
 class Space:
     """What is kept of one namespace, for one revision of it."""
 
-    __slots__ = ("bytes", "data", "prefix", "token")
+    __slots__ = ("bytes", "data", "misses", "prefix", "token")
 
     def __init__(self, prefix: str, token: Hashable) -> None:
         self.prefix = prefix
         self.token = token
+        # How many searches found something missing here (see CachingReader.load); -1: the
+        # store cannot hand this namespace over whole, or it would not fit.
+        self.misses = 0
         # key -> (value, its size), oldest first. Read without the lock (one dict read under
         # the interpreter's lock); values are never changed once kept, only replaced.
         self.data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
@@ -206,6 +210,26 @@ class CachingReader:
         # A store whose facts carry every term of their episode (Redis) rather than the
         # query's only (SQLite).
         self._every_term = bool(getattr(reader, "facts_hold_every_term", False))
+        # The whole namespace, when it was read in one go (see load): it answers every read
+        # it holds an answer for, the others go on as without it.
+        found = self._data.get(_WHOLE)
+        self._whole: _Loaded | None = found[0] if found is not None else None
+
+    def load(self) -> None:
+        """Read the whole namespace from the store, when it has the optional
+        ``whole_namespace`` read and the namespace takes at most a quarter of the budget
+        (what keep() keeps as one value): every question is then answered from memory."""
+        read = getattr(self._reader, "whole_namespace", None)
+        space = self._space
+        if read is None or space is None or self._whole is not None:
+            return
+        whole = read(self._cache.max_bytes // 4 // _PER_EPISODE)
+        loaded = None if whole is None else _Loaded(whole)
+        if loaded is None or loaded.size * 4 > self._cache.max_bytes:
+            space.misses = -1  # not tried again at this revision
+            return
+        self._whole = loaded
+        self._put(_WHOLE, loaded, loaded.size)
 
     def keep(self) -> None:
         """Keep what the store returned to this reader (after a search that succeeded)."""
@@ -231,6 +255,8 @@ class CachingReader:
     # --- IndexReader --------------------------------------------------------------------
 
     def newest_seq(self) -> int:
+        if self._whole is not None:
+            return self._whole.newest
         found = self._get(("n",))
         if found is not None:
             newest: int = found[0]
@@ -245,6 +271,8 @@ class CachingReader:
             self._reader.set_query(terms)
 
     def any_run(self, live: range) -> bool:
+        if self._whole is not None:
+            return self._whole.any_run(live)
         key = ("ar", live.start, live.stop)
         found = self._get(key)
         if found is not None:
@@ -255,6 +283,8 @@ class CachingReader:
         return hit
 
     def newest_after(self, start: int, when: float) -> bool:
+        if self._whole is not None:
+            return self._whole.newest_after(start, when)
         key = ("na", start)
         found = self._get(key)
         if found is not None and when >= found[0]:
@@ -265,6 +295,8 @@ class CachingReader:
         return later
 
     def corrupt(self, live: range) -> list[int]:
+        if self._whole is not None:
+            return self._whole.corrupt(live)
         key = ("x", live.start, live.stop)
         found = self._get(key)
         if found is not None:
@@ -275,6 +307,13 @@ class CachingReader:
 
     def counts(self, terms: Sequence[str]) -> dict[str, dict[int, int]]:
         result: dict[str, dict[int, int]] = {}
+        if self._whole is not None:
+            counted = self._whole.counts
+            for term in terms:
+                sizes = counted.get(term)
+                if sizes:
+                    result[term] = dict(sizes)
+            return result
         missing = []
         for term in terms:
             found = self._get(("c", term))
@@ -294,6 +333,8 @@ class CachingReader:
     def postings(
         self, term: str, size: int, limit: int, before: tuple[float, int] | None
     ) -> list[tuple[float, int]]:
+        if self._whole is not None:
+            return self._whole.postings(term, size, limit, before)
         key = ("p", term, size)
         found = self._get(key)
         # Kept as two arrays (16 bytes a row, against 120 as a list of tuples), newest first.
@@ -316,6 +357,8 @@ class CachingReader:
         """All the postings of one length class of *term*, oldest first, when every one of
         them is kept and this reader asks the store nothing (``None`` otherwise): the search
         then reads them as it reads the in-process index's, with nothing in between."""
+        if self._whole is not None:
+            return self._whole.whole(term, size)
         if self._reader is not None:
             return None  # (reading the store, the search fetches facts along the postings)
         found = self._get(("P", term, size))
@@ -331,6 +374,8 @@ class CachingReader:
         return rows
 
     def matches(self, terms: Sequence[str]) -> Counter[int]:
+        if self._whole is not None:
+            return self._whole.matches(terms)
         key = ("m", tuple(terms))
         found = self._get(key)
         if found is not None:
@@ -362,6 +407,13 @@ class CachingReader:
 
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         result: dict[int, Facts] = {}
+        if self._whole is not None:
+            every = self._whole.facts
+            for seq in seqs:
+                facts = every.get(seq)
+                if facts is not None:
+                    result[seq] = facts
+            return result
         missing: list[int] = []
         query = self._query
         for seq in seqs:
@@ -386,6 +438,8 @@ class CachingReader:
     def kept(self) -> Callable[[int], Facts | None] | None:
         """When this reader asks the store nothing: the facts of one episode, from what is
         kept (``None``: not indexed; raises :class:`Miss` when not kept)."""
+        if self._whole is not None:
+            return self._whole.facts.get
         return self._kept_facts if self._reader is None else None
 
     def _kept_facts(self, seq: int) -> Facts | None:
@@ -417,6 +471,10 @@ class CachingReader:
         return (facts, known), size
 
     def grades(self, episode_id: str) -> list[str]:
+        if self._whole is not None:
+            records = self._whole.grades.get(episode_id)
+            if records is not None:
+                return list(records)
         key = ("g", episode_id)
         found = self._get(key)
         if found is not None:
@@ -426,6 +484,10 @@ class CachingReader:
         return records
 
     def records(self, seqs: Sequence[int]) -> dict[int, str]:
+        if self._whole is not None:
+            every = self._whole.records
+            if all(seq in every for seq in seqs):
+                return {seq: every[seq] for seq in seqs}
         found: dict[int, str] = self._store().records(seqs)
         return found
 
@@ -448,6 +510,13 @@ class CachingReader:
 
     def uses(self, seqs: Sequence[int]) -> dict[int, int]:
         result: dict[int, int] = {}
+        if self._whole is not None:
+            used = self._whole.uses
+            for seq in seqs:
+                count = used.get(seq)
+                if count:
+                    result[seq] = count
+            return result
         missing: list[int] = []
         for seq in seqs:
             found = self._get(("u", seq))
@@ -465,6 +534,8 @@ class CachingReader:
         return result
 
     def run(self, run: str) -> list[int]:
+        if self._whole is not None:
+            return list(self._whole.runs.get(run, ()))
         key = ("r", run)
         found = self._get(key)
         if found is not None:
@@ -480,6 +551,99 @@ class CachingReader:
 
 _NO_WHENS = array("d")
 _NO_SEQS = array("q")
+_WHOLE = ("W",)
+# What one episode of a namespace read whole costs at most, roughly (its facts, postings,
+# record and their share of the rest): a namespace of more episodes than a quarter of the
+# budget allows at this rate is not read whole.
+_PER_EPISODE = 6000
+
+
+class _Loaded:
+    """A namespace read whole (:class:`~deepcrew_episodic._index.Whole`), with what answers
+    each read made from it once; every answer is the one the store's reader gives."""
+
+    __slots__ = (
+        "_corrupt",
+        "_latest",
+        "_run_seqs",
+        "_seqs",
+        "counts",
+        "facts",
+        "grades",
+        "newest",
+        "records",
+        "runs",
+        "size",
+        "uses",
+        "_by_term",
+        "_postings",
+    )
+
+    def __init__(self, whole: Whole) -> None:
+        self.newest = whole.newest
+        self.counts = whole.counts
+        self._postings = whole.postings
+        self._by_term: dict[str, list[array[int]]] = {}
+        for (term, _), rows in whole.postings.items():
+            self._by_term.setdefault(term, []).append(rows[1])
+        self.facts = whole.facts
+        self.grades = whole.grades
+        self.uses = whole.uses
+        self.records = whole.records
+        episodes = whole.episodes
+        self._seqs = [e[0] for e in episodes]
+        # _latest[i]: the latest time an episode from the i-th on ranks by
+        latest = [-math.inf] * (len(episodes) + 1)
+        for i in range(len(episodes) - 1, -1, -1):
+            latest[i] = max(latest[i + 1], episodes[i][1])
+        self._latest = latest
+        self._corrupt = [e[0] for e in episodes if e[3]]
+        runs: dict[str, list[int]] = {}
+        for seq, _, run, _ in episodes:
+            if run:
+                runs.setdefault(run, []).append(seq)
+        self.runs = runs
+        self._run_seqs = [e[0] for e in episodes if e[2]]
+        size = _ENTRY * len(self.uses) + sum(len(t) + _ENTRY * len(c) for t, c in self.counts.items())
+        size += sum(len(t) + 100 + _ROW * len(rows[1]) for (t, _), rows in self._postings.items())
+        for facts in self.facts.values():
+            size += 400 + 100 * len(facts.terms) + len(facts.episode_id) + len(facts.timestamp)
+            size += len(facts.tags) + len(facts.run) + len(facts.conversation)
+        size += sum(100 + 2 * len(raw) for raw in self.records.values())
+        size += sum(100 + len(k) + sum(100 + len(r) for r in v) for k, v in self.grades.items())
+        size += 120 * len(episodes) + sum(len(run) + _ENTRY * len(s) for run, s in runs.items())
+        self.size = size
+
+    def whole(self, term: str, size: int) -> tuple[array[float], array[int]]:
+        return self._postings.get((term, size), (_NO_WHENS, _NO_SEQS))
+
+    def postings(
+        self, term: str, size: int, limit: int, before: tuple[float, int] | None
+    ) -> list[tuple[float, int]]:
+        whens, seqs = self.whole(term, size)
+        end = len(seqs)  # the rows before *before*, oldest first, end where it would be
+        if before is not None:
+            end = bisect.bisect_left(range(end), before, key=lambda i: (whens[i], seqs[i]))
+        start = max(0, end - limit)
+        return [(whens[i], seqs[i]) for i in range(end - 1, start - 1, -1)]
+
+    def matches(self, terms: Sequence[str]) -> Counter[int]:
+        counted: Counter[int] = Counter()
+        for term in set(terms):
+            for seqs in self._by_term.get(term, ()):
+                counted.update(seqs)
+        return counted
+
+    def any_run(self, live: range) -> bool:
+        at = bisect.bisect_left(self._run_seqs, live.start)
+        return at < len(self._run_seqs) and self._run_seqs[at] < live.stop
+
+    def newest_after(self, start: int, when: float) -> bool:
+        return self._latest[bisect.bisect_left(self._seqs, start)] > when
+
+    def corrupt(self, live: range) -> list[int]:
+        found = self._corrupt
+        return found[bisect.bisect_left(found, live.start) : bisect.bisect_left(found, live.stop)]
 
 
 def _after(whens: array[float], seqs: array[int], before: tuple[float, int]) -> int:

@@ -27,6 +27,9 @@ T = TypeVar("T")
 
 # How many returned episodes' times a memory keeps for is_expired() (see StoreReads._times).
 _TIMES = 4096
+# After how many searches that found something missing in what is kept of a namespace (at
+# one revision) it is read whole (see CachingReader.load).
+_WHOLE_AFTER = 2
 
 
 class StoreReads:
@@ -287,13 +290,21 @@ class StoreReads:
                 caching.keep()
                 return result
             except Miss:
-                pass  # read the store (what the search did so far is done again there)
+                # read the store (what the search did so far is done again there)
+                if space.misses >= 0:
+                    space.misses += 1
+        # A second search at this revision that needs the store: read the namespace whole,
+        # when it is small enough, so that the next questions, asked before or not, need it
+        # no more (a process that recalls once pays for no more than its question).
+        whole = kept and space.misses >= _WHOLE_AFTER
 
         def fill(reader: Any) -> tuple[T, CachingReader]:
             # A store that tells its snapshot's revision (SQLite): what is kept is used only
             # when no write came between the head and the snapshot.
             same = getattr(reader, "revision", head.revision) == head.revision
             caching = CachingReader(reader, cache, space if same else None)
+            if whole and same:
+                caching.load()
             return run(caching), caching
 
         result, caching = await self._log.read_index(fill)

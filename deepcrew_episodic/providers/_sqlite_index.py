@@ -40,7 +40,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
-from .._index import Facts, index_row
+from .._index import Facts, Whole, index_row
 from .._recall import LENGTH_CAP
 
 # A term's count lives among its postings, in two counter rows of ix_posting that sort around
@@ -571,6 +571,35 @@ class SQLiteIndexReader:
         """The vector reads of this namespace (see VECTOR_TABLES; ``None``: none kept)."""
         return vector_reader(self._conn, self._ns)
 
+    def whole_namespace(self, most: int) -> Whole | None:
+        """Everything a keyword search can read of this namespace, read at once (``None``:
+        it holds more than *most* episodes). The postings come from :func:`_namespace_postings`
+        (the one read of them besides :meth:`postings`); the rest from this reader's own
+        queries, so each answers as they do."""
+        (n,) = self._conn.execute(
+            "SELECT count(*) FROM ix_episode WHERE ns = ?", (self._ns,)
+        ).fetchone()
+        if n > most:
+            return None
+        rows = _namespace_episodes(self._conn, self._ns)
+        if rows is None:
+            return None
+        episodes, facts = rows
+        postings = _namespace_postings(self._conn, self._ns)
+        counts = self.counts(sorted({term for term, _ in postings}))
+        seqs = [seq for seq, *_ in episodes]
+        graded = {f.episode_id for f in facts.values() if f.graded}
+        return Whole(
+            newest=self.newest_seq(),
+            counts=counts,
+            postings=postings,
+            facts=facts,
+            episodes=episodes,
+            grades={episode_id: tuple(self.grades(episode_id)) for episode_id in graded},
+            uses=self.uses(seqs),
+            records=self.records(list(facts)),
+        )
+
 
 # The counts of the query's terms (?2) in each length class: a tail less its head (none yet:
 # nothing dropped), two rows found by their keys (CROSS JOIN: in this order, never a scan).
@@ -593,6 +622,71 @@ _COLUMNS = (
 _FACTS = f"SELECT {_COLUMNS} FROM ix_episode AS e WHERE e.corrupt = 0 AND e.ns = ?2 "
 
 _DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+def _namespace_postings(
+    conn: sqlite3.Connection, ns: str
+) -> dict[tuple[str, int], tuple[array[float], array[int]]]:
+    """Every posting of *ns*, by term and length class, oldest first: what
+    :meth:`SQLiteIndexReader.postings` reads of them, all at once (kept in step with it)."""
+    found: dict[tuple[str, int], tuple[array[float], array[int]]] = {}
+    key: tuple[str, int] | None = None
+    whens: array[float] = array("d")
+    seqs: array[int] = array("q")
+    for term, size, when, seq in conn.execute(
+        "SELECT term, size, recorded, seq FROM ix_posting WHERE ns = ? "
+        f"AND {REAL} ORDER BY term, size, recorded, seq",
+        (ns,),
+    ):
+        if key is None or key[0] != term or key[1] != size:
+            key = (term, int(size))
+            whens, seqs = found.setdefault(key, (array("d"), array("q")))
+        whens.append(float(when))
+        seqs.append(int(seq))
+    return found
+
+
+def _namespace_episodes(
+    conn: sqlite3.Connection, ns: str
+) -> tuple[list[tuple[int, float, str, bool]], dict[int, Facts]] | None:
+    """Every row of ix_episode of *ns* as ``(seq, recorded, run, corrupt)`` in seq order, and
+    the facts of the decodable ones with all of their terms (``None``: a row's terms do not
+    read as a list of terms, which the other reads would read otherwise)."""
+    episodes: list[tuple[int, float, str, bool]] = []
+    facts: dict[int, Facts] = {}
+    for r in conn.execute(
+        "SELECT seq, episode_id, timestamp, recorded, outcome, source, size, terms, tags, "
+        "forget_at, run, conversation, graded, corrupt FROM ix_episode WHERE ns = ? "
+        "ORDER BY seq",
+        (ns,),
+    ):
+        seq = int(r[0])
+        episodes.append((seq, float(r[3]), str(r[10]), bool(r[13])))
+        if r[13]:
+            continue
+        try:
+            terms = json.loads(r[7])
+        except (TypeError, ValueError):
+            return None
+        if not isinstance(terms, list) or not all(isinstance(t, str) and t for t in terms):
+            return None
+        forget = r[9]
+        facts[seq] = Facts(
+            seq,
+            str(r[1]),
+            str(r[2]),
+            float(r[3]),
+            str(r[4]),
+            str(r[5]),
+            int(r[6]),
+            frozenset(terms),
+            str(r[8]),
+            None if forget is None else float(forget),
+            str(r[10]),
+            str(r[11]),
+            int(r[12]),
+        )
+    return episodes, facts
 
 
 def _facts(r: Sequence[object]) -> Facts:
