@@ -472,9 +472,9 @@ class CachingReader:
 
     def grades(self, episode_id: str) -> list[str]:
         if self._whole is not None:
-            records = self._whole.grades.get(episode_id)
-            if records is not None:
-                return list(records)
+            held = self._whole.grades.get(episode_id)
+            if held is not None:
+                return list(held)
         key = ("g", episode_id)
         found = self._get(key)
         if found is not None:
@@ -563,8 +563,10 @@ class _Loaded:
     each read made from it once; every answer is the one the store's reader gives."""
 
     __slots__ = (
+        "_by_term",
         "_corrupt",
         "_latest",
+        "_postings",
         "_run_seqs",
         "_seqs",
         "counts",
@@ -575,8 +577,6 @@ class _Loaded:
         "runs",
         "size",
         "uses",
-        "_by_term",
-        "_postings",
     )
 
     def __init__(self, whole: Whole) -> None:
@@ -604,12 +604,14 @@ class _Loaded:
                 runs.setdefault(run, []).append(seq)
         self.runs = runs
         self._run_seqs = [e[0] for e in episodes if e[2]]
-        size = _ENTRY * len(self.uses) + sum(len(t) + _ENTRY * len(c) for t, c in self.counts.items())
+        size = _ENTRY * len(self.uses) + sum(
+            len(t) + _ENTRY * len(c) for t, c in self.counts.items()
+        )
         size += sum(len(t) + 100 + _ROW * len(rows[1]) for (t, _), rows in self._postings.items())
         for facts in self.facts.values():
-            size += 400 + 100 * len(facts.terms) + len(facts.episode_id) + len(facts.timestamp)
+            size += 1000 + 150 * len(facts.terms) + len(facts.episode_id) + len(facts.timestamp)
             size += len(facts.tags) + len(facts.run) + len(facts.conversation)
-        size += sum(100 + 2 * len(raw) for raw in self.records.values())
+        size += sum(150 + 2 * len(raw) for raw in self.records.values())
         size += sum(100 + len(k) + sum(100 + len(r) for r in v) for k, v in self.grades.items())
         size += 120 * len(episodes) + sum(len(run) + _ENTRY * len(s) for run, s in runs.items())
         self.size = size

@@ -299,3 +299,84 @@ async def test_redis_an_edited_counter_is_seen_by_the_next_recall(
                 )
         finally:
             raw.close()
+
+
+# --- a namespace read whole ----------------------------------------------------------------------
+
+
+def is_whole(backend: MemoryProvider) -> bool:
+    """Whether what recalls keep of NS holds the whole namespace (see CachingReader.load)."""
+    cache = cache_of(backend)
+    assert cache is not None
+    space = cache._spaces.get(f"episodic:{NS}:")
+    return space is not None and ("W",) in space.data
+
+
+async def test_a_small_namespace_read_whole_answers_first_time_questions_without_the_store(
+    tmp_path: Path, clock: Clock
+) -> None:
+    path = str(tmp_path / "episodes.db")
+    async with SQLiteMemoryProvider(path) as backend:
+        await varied_log(backend, clock, NS, 11, n=70, ring=60)
+        reads = Reads(backend)
+        memory = EpisodicMemory(backend, namespace=NS, max_episodes=60, clock=clock)
+        (first, first_kw), (second, second_kw), *rest = QUERIES
+        await memory.explain(first, **first_kw)
+        assert not is_whole(backend)  # one question: read as it needs, no more
+        await memory.explain(second, **second_kw)
+        assert is_whole(backend)
+        trips = reads.count
+        found = [parts(await memory.explain(query, **kwargs)) for query, kwargs in rest]
+        assert reads.count == trips  # questions never asked before: none went to the store
+        assert found == (await loaded_answers(backend, clock, max_episodes=60))[2:]
+        assert memory.counters.recovered_indexes == 0
+
+
+async def test_each_question_asked_twice_by_a_memory_that_stays_up_answers_as_a_fresh_one(
+    kept_store: Store, clock: Clock
+) -> None:
+    async with opened(kept_store) as backend, opened(kept_store, recall_cache_bytes=0) as bare:
+        await varied_log(backend, clock, NS, 12, n=90, ring=70)
+        memory = EpisodicMemory(backend, namespace=NS, max_episodes=70, clock=clock)
+        fresh = EpisodicMemory(bare, namespace=NS, max_episodes=70, clock=clock)
+        for query, kwargs in QUERIES:
+            expected = parts(await fresh.explain(query, **kwargs))
+            assert parts(await memory.explain(query, **kwargs)) == expected, query
+            assert parts(await memory.explain(query, **kwargs)) == expected, query
+        assert await answers(memory) == await loaded_answers(backend, clock, max_episodes=70)
+        assert not memory._log.synced
+        assert not fresh._log.synced
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+async def test_a_change_in_another_process_after_a_namespace_was_read_whole_is_seen(
+    tmp_path: Path, clock: Clock, change: str
+) -> None:
+    store = Store("sqlite", str(tmp_path / "episodes.db"))
+    async with opened(store) as backend:
+        await varied_log(backend, clock, NS, 13, n=60, ring=50)
+        memory = EpisodicMemory(backend, namespace=NS, max_episodes=50, clock=clock)
+        before = await answers(memory)
+        assert is_whole(backend)
+        elsewhere(store, CHANGES[change])
+        after = await answers(memory)
+        assert after == await answers(memory)
+        assert after == await loaded_answers(backend, clock, max_episodes=50)
+        assert after != before
+        assert memory.counters.recovered_indexes == 0
+
+
+async def test_a_namespace_too_large_for_a_quarter_of_the_budget_is_not_read_whole(
+    tmp_path: Path, clock: Clock
+) -> None:
+    budget = 200_000
+    async with SQLiteMemoryProvider(tmp_path / "episodes.db", recall_cache_bytes=budget) as backend:
+        await varied_log(backend, clock, NS, 14, n=80, ring=80)
+        memory = EpisodicMemory(backend, namespace=NS, max_episodes=80, clock=clock)
+        expected = await loaded_answers(backend, clock, max_episodes=80)
+        for _ in range(2):
+            assert await answers(memory) == expected
+            assert not is_whole(backend)
+            cache = cache_of(backend)
+            assert cache is not None
+            assert cache.bytes <= budget
