@@ -46,13 +46,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import uuid
+from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._index import Facts, StaleIndexError, index_row
+from .._index import Facts, StaleIndexError, Whole, index_row
 from .._recall import LENGTH_CAP
 
 log = logging.getLogger("deepcrew_episodic")
@@ -728,6 +730,50 @@ class RedisIndexReader:
     def value(self, key: str) -> str | None:
         found: str | None = self._client.get(key)
         return found
+
+    def whole_namespace(self, most: int) -> Whole | None:
+        """Everything a keyword search can read of this namespace, read at once (``None``:
+        it holds more than *most* episodes, or the index changed while it was read). Each
+        part as this reader's own reads return it; the postings of each term's length class
+        that the counts name, whole, in one pipelined trip."""
+        c, base = self._client, self._base
+        revision = self.value(base + REVISION)
+        if c.zcard(base + "s") > most:
+            return None
+        seqs = [int(m[1:]) for m in c.zrange(base + "s", 0, -1)]
+        corrupt = {int(m[1:]) for m in c.zrange(base + "x", 0, -1)}
+        facts = self.facts(seqs) if seqs else {}
+        counts = self.counts(sorted({t for f in facts.values() for t in f.terms}))
+        keys = [(t, s) for t, sizes in counts.items() for s, n in sizes.items() if n]
+        postings: dict[tuple[str, int], tuple[array[float], array[int]]] = {}
+        if keys:
+            pipe = c.pipeline(transaction=False)
+            for term, size in keys:
+                pipe.zrange(f"{base}t:{size}:{term}", 0, -1, withscores=True)
+            for key, rows in zip(keys, pipe.execute(), strict=True):
+                postings[key] = (
+                    array("d", [float(score) for _, score in rows]),
+                    array("q", [int(m[1:]) for m, _ in rows]),
+                )
+        episodes = []
+        for seq in seqs:
+            found = facts.get(seq)
+            when, run = (found.when, found.run) if found is not None else (-math.inf, "")
+            episodes.append((seq, when, run, seq in corrupt))
+        records = self.records(list(facts)) if facts else {}
+        if self.value(base + REVISION) != revision:
+            return None  # written meanwhile: the parts may not belong together
+        graded = {f.episode_id for f in facts.values() if f.graded}
+        return Whole(
+            newest=seqs[-1] if seqs else 0,
+            counts=counts,
+            postings=postings,
+            facts=facts,
+            episodes=episodes,
+            grades={episode_id: tuple(self.grades(episode_id)) for episode_id in graded},
+            uses={seq: self._uses[seq] for seq in facts if self._uses.get(seq)},
+            records=records,
+        )
 
     # --- machinery ------------------------------------------------------------------------
 
