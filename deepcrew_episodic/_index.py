@@ -315,11 +315,14 @@ class _Entries(Mapping[int, _StoreEntry]):
 
     def _fetch(self, seq: int) -> _StoreEntry | None:
         got = self._got
-        if seq not in got and self._kept is not None:
+        found = got.get(seq, _UNREAD)
+        if found is not _UNREAD:
+            return found  # type: ignore[no-any-return]
+        if self._kept is not None:
             index = self._index
             facts = self._kept(seq)
             got[seq] = index.entry(facts) if facts is not None and seq in index.live else None
-        elif seq not in got:
+        else:
             wanted = [seq]
             tail = self._index.cursor
             if tail is not None and tail.at < len(tail.rows) and tail.rows[tail.at][1] == seq:

@@ -136,6 +136,7 @@ SOURCE_WEIGHTS: dict[str, float] = {
 }
 
 
+@functools.lru_cache(maxsize=256)  # (few pairs: read for every episode a search scores)
 def rank_key(outcome: str, source: str) -> str:
     """What an episode's outcome weight is looked up by: its outcome and where it came from.
     A ``success`` the agent or a model said is a claimed success (the block says so too), and

@@ -494,6 +494,10 @@ class CachingReader:
     def decoded(self, seq: int) -> Episode | None:
         """The record of *seq* decoded (``None``: not stored); raises ``ValueError`` when it
         does not decode. The episode kept is never handed out: callers copy it."""
+        if self._whole is not None:
+            held = self._whole.decoded.get(seq)
+            if held is not None:
+                return held
         key = ("d", seq)
         found = self._get(key)
         if found is not None:
@@ -555,7 +559,7 @@ _WHOLE = ("W",)
 # What one episode of a namespace read whole costs at most, roughly (its facts, postings,
 # record and their share of the rest): a namespace of more episodes than a quarter of the
 # budget allows at this rate is not read whole.
-_PER_EPISODE = 6000
+_PER_EPISODE = 7000
 
 
 class _Loaded:
@@ -570,6 +574,7 @@ class _Loaded:
         "_run_seqs",
         "_seqs",
         "counts",
+        "decoded",
         "facts",
         "grades",
         "newest",
@@ -589,7 +594,17 @@ class _Loaded:
         self.facts = whole.facts
         self.grades = whole.grades
         self.uses = whole.uses
-        self.records = whole.records
+        # The records decoded once (the search decodes those it returns): only those that
+        # do not decode are kept as they are, for decoded() to fail on as it does on others.
+        from ._log import decode_entry
+
+        self.decoded: dict[int, Episode] = {}
+        self.records: dict[int, str] = {}
+        for seq, raw in whole.records.items():
+            try:
+                self.decoded[seq] = decode_entry(raw)
+            except ValueError:
+                self.records[seq] = raw
         episodes = whole.episodes
         self._seqs = [e[0] for e in episodes]
         # _latest[i]: the latest time an episode from the i-th on ranks by
@@ -609,9 +624,9 @@ class _Loaded:
         )
         size += sum(len(t) + 100 + _ROW * len(rows[1]) for (t, _), rows in self._postings.items())
         for facts in self.facts.values():
-            size += 1000 + 150 * len(facts.terms) + len(facts.episode_id) + len(facts.timestamp)
+            size += 1150 + 150 * len(facts.terms) + len(facts.episode_id) + len(facts.timestamp)
             size += len(facts.tags) + len(facts.run) + len(facts.conversation)
-        size += sum(150 + 2 * len(raw) for raw in self.records.values())
+        size += sum(1000 + 2 * len(raw) for raw in whole.records.values())
         size += sum(100 + len(k) + sum(100 + len(r) for r in v) for k, v in self.grades.items())
         size += 120 * len(episodes) + sum(len(run) + _ENTRY * len(s) for run, s in runs.items())
         self.size = size
