@@ -300,6 +300,104 @@ class _StoreEntry:
         return self._index.episode(self.facts.seq)
 
 
+class _HeldEntry:
+    """An entry of a namespace read whole (see :func:`held`): what a :class:`_StoreEntry`
+    holds, shared by every search at one revision, its episode made once."""
+
+    __slots__ = (
+        "_episode",
+        "_record",
+        "facts",
+        "graded_as",
+        "grades",
+        "outcome",
+        "size",
+        "terms",
+        "when",
+    )
+
+    def __init__(
+        self,
+        facts: Facts,
+        outcome: str,
+        graded_as: tuple[str, str],
+        grades: tuple[Grade, ...],
+        record: Episode,
+    ) -> None:
+        self.facts = facts
+        self.outcome = outcome
+        self.graded_as = graded_as
+        self.grades = grades
+        self.terms = facts.terms
+        self.size = facts.size
+        self.when = facts.when
+        self._record = record
+        self._episode: Episode | None = None
+
+    @property
+    def episode(self) -> Episode:
+        found = self._episode
+        if found is None:
+            found = self._episode = graded(self._record, self.grades)
+        return found
+
+
+def held_postings(whole: Whole) -> tuple[dict[str, Any], dict[str, int]] | None:
+    """Every term's postings and count of a namespace read whole, as a search reads them,
+    in plain dicts (``None``: a count below zero or off its postings, which the search
+    checks itself: it then reads *whole* as it reads a store)."""
+    postings: dict[str, Any] = {}
+    df: dict[str, int] = {}
+    for term, sizes in whole.counts.items():
+        if not sizes:
+            continue
+        buckets: dict[int, _Whole] = {}
+        for s, n in sizes.items():
+            if n < 0:
+                return None
+            rows = whole.postings.get((term, s))
+            if n and (rows is None or len(rows[1]) != n):
+                return None
+            if n and rows is not None:
+                buckets[s] = _Whole(*rows)
+        postings[term] = buckets
+        df[term] = sum(sizes.values())
+    return postings, df
+
+
+def held_entries(
+    whole: Whole, decoded: Mapping[int, Episode], live: range
+) -> dict[int, Any] | None:
+    """The entries of the episodes in *live* of a namespace read whole (*decoded*: its
+    records decoded), as a search reads them (``None``: an undecodable grade or record,
+    which the search meets itself: it then reads *whole* as it reads a store)."""
+    entries: dict[int, Any] = {}
+    for seq, facts in whole.facts.items():
+        if seq not in live:
+            continue
+        record = decoded.get(seq)
+        if record is None:
+            return None
+        grades: tuple[Grade, ...] = ()
+        outcome, source = facts.outcome, facts.source
+        if facts.graded:
+            records = whole.grades.get(facts.episode_id)
+            bad: set[str] = set()
+            if records is None:
+                return None
+            grades = tuple(_grades(records, bad))
+            if bad:
+                return None
+            face = cast("Episode", _Face(facts.outcome, facts.source, facts.timestamp))
+            grade = deciding(face, grades)
+            if grade is not None:
+                outcome, source = grade.reads_as
+        entries[seq] = _HeldEntry(
+            facts, rank_key(outcome, source), (outcome, source), grades, record
+        )
+    return entries
+
+
 _UNREAD: Any = object()
 
 
@@ -403,6 +501,13 @@ class StoreIndex(Postings):
         self.cursor: _Tail | None = None  # the bucket the search read a seq from last
         # terms -> seq -> (how many of them it holds, its length class), as read once.
         self._sized: dict[frozenset[str], dict[int, tuple[int, int]]] = {}
+        # A namespace read whole (see _store_cache.py): its entries and postings as plain
+        # dicts, shared by the searches at this revision and never changed by one.
+        found = getattr(reader, "held", None)
+        shared = found(live) if found is not None else None
+        self._held = shared is not None
+        if shared is not None:
+            self._entries, self._postings, self._df = shared
 
     def __enter__(self) -> StoreIndex:
         return self
@@ -424,8 +529,11 @@ class StoreIndex(Postings):
         if self._query != q_terms:
             self._query = frozenset(q_terms)
             self.reader.set_query(self._query)
-            cast("_Entries", self._entries)._got.clear()
+            if not self._held:
+                cast("_Entries", self._entries)._got.clear()
             self._episodes.clear()
+        if self._held:
+            return  # every term's postings are at hand already
         counts = self.reader.counts(sorted(t for t in q_terms if t not in self._postings))
         postings = cast("dict[str, Any]", self._postings)
         df = cast("dict[str, int]", self._df)
@@ -450,7 +558,8 @@ class StoreIndex(Postings):
         return self.reader.matches(ordered)
 
     def _ahead(self, seqs: Sequence[int]) -> None:
-        cast("_Entries", self._entries).ahead(seqs)
+        if not self._held:
+            cast("_Entries", self._entries).ahead(seqs)
 
     def _ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, bool]] | None:
         read = getattr(self.reader, "ranked", None)
@@ -484,6 +593,9 @@ class StoreIndex(Postings):
         return seq in self._entries
 
     def facts(self, seq: int) -> _StoreEntry | None:
+        if self._held:
+            found: Any = self._entries.get(seq)
+            return cast("_StoreEntry | None", found)
         entries = cast("_Entries", self._entries)
         return entries._fetch(seq)
 

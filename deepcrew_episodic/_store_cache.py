@@ -25,6 +25,7 @@ itself is the same code over the same values either way, so the answers are the 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import operator
 import os
@@ -434,6 +435,11 @@ class CachingReader:
                 self._put(("f", seq), *self._facts_kept(seq, facts))
         return result
 
+    def held(self, live: range) -> tuple[dict[int, Any], dict[str, Any], dict[str, int]] | None:
+        """The namespace read whole, as a search over *live* reads it (see _index.held;
+        ``None``: not read whole)."""
+        return None if self._whole is None else self._whole.held(live)
+
     @property
     def kept(self) -> Callable[[int], Facts | None] | None:
         """When this reader asks the store nothing: the facts of one episode, from what is
@@ -556,6 +562,11 @@ class CachingReader:
 _NO_WHENS = array("d")
 _NO_SEQS = array("q")
 _WHOLE = ("W",)
+_MISSING: Any = object()
+# How many views of a namespace read whole (memories showing more or less of its ring) are
+# kept ready for searches at once; what each holds is counted in the namespace's size once
+# (the views of one namespace share its facts, postings and records).
+_VIEWS = 2
 # What one episode of a namespace read whole costs at most, roughly (its facts, postings,
 # record and their share of the rest): a namespace of more episodes than a quarter of the
 # budget allows at this rate is not read whole.
@@ -569,10 +580,13 @@ class _Loaded:
     __slots__ = (
         "_by_term",
         "_corrupt",
+        "_held",
         "_latest",
         "_postings",
+        "_prepared",
         "_run_seqs",
         "_seqs",
+        "_source",
         "counts",
         "decoded",
         "facts",
@@ -585,6 +599,9 @@ class _Loaded:
     )
 
     def __init__(self, whole: Whole) -> None:
+        # live range -> what searches over it read (see held); a few views at most
+        self._held: dict[tuple[int, int], Any] = {}
+        self._prepared: Any = _MISSING  # (postings, counts) as searches read them
         self.newest = whole.newest
         self.counts = whole.counts
         self._postings = whole.postings
@@ -605,6 +622,8 @@ class _Loaded:
                 self.decoded[seq] = decode_entry(raw)
             except ValueError:
                 self.records[seq] = raw
+        # What held() reads (the records decoded above: not kept as stored as well).
+        self._source = dataclasses.replace(whole, records={})
         episodes = whole.episodes
         self._seqs = [e[0] for e in episodes]
         # _latest[i]: the latest time an episode from the i-th on ranks by
@@ -629,10 +648,29 @@ class _Loaded:
         size += sum(1000 + 2 * len(raw) for raw in whole.records.values())
         size += sum(100 + len(k) + sum(100 + len(r) for r in v) for k, v in self.grades.items())
         size += 120 * len(episodes) + sum(len(run) + _ENTRY * len(s) for run, s in runs.items())
+        # What held() makes of it: the buckets once, the entries for each view kept
+        size += _VIEWS * 300 * len(self.facts) + 300 * len(self.counts) + 100 * len(self._postings)
         self.size = size
 
     def whole(self, term: str, size: int) -> tuple[array[float], array[int]]:
         return self._postings.get((term, size), (_NO_WHENS, _NO_SEQS))
+
+    def held(self, live: range) -> tuple[dict[int, Any], dict[str, Any], dict[str, int]] | None:
+        key = (live.start, live.stop)
+        from ._index import held_entries, held_postings
+
+        if self._prepared is _MISSING:
+            self._prepared = held_postings(self._source)
+        prepared = self._prepared
+        if prepared is None:
+            return None
+        entries = self._held.get(key, _MISSING)
+        if entries is _MISSING:
+            entries = held_entries(self._source, self.decoded, live)
+            if len(self._held) >= _VIEWS:
+                self._held.clear()  # (memories of as many ring sizes on one namespace)
+            self._held[key] = entries
+        return None if entries is None else (entries, *prepared)
 
     def postings(
         self, term: str, size: int, limit: int, before: tuple[float, int] | None
