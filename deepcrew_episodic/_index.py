@@ -501,6 +501,7 @@ class StoreIndex(Postings):
         self.cursor: _Tail | None = None  # the bucket the search read a seq from last
         # terms -> seq -> (how many of them it holds, its length class), as read once.
         self._sized: dict[frozenset[str], dict[int, tuple[int, int]]] = {}
+        self._counted: tuple[str, ...] = ()  # the terms the search counted (see _count)
         # A namespace read whole (see _store_cache.py): its entries and postings as plain
         # dicts, shared by the searches at this revision and never changed by one.
         found = getattr(reader, "held", None)
@@ -552,10 +553,22 @@ class StoreIndex(Postings):
             df[term] = sum(sizes.values())
 
     def _count(self, ordered: Sequence[str]) -> Counter[int]:
+        self._counted = tuple(ordered)
         sized = self._sized.get(frozenset(ordered))
         if sized is not None:  # the same postings, counted already (see _sized_count)
             return Counter({seq: m for seq, (m, _) in sized.items()})
         return self.reader.matches(ordered)
+
+    def _most(self, term: str, size: int, counts: Counter[int], seqs: Sequence[int]) -> int:
+        # A pass over every posting of the class: what the reader kept of it (the same
+        # terms counted, at the same revision) answers without one.
+        keep = getattr(self.reader, "most_held", None)
+        if keep is None:
+            return super()._most(term, size, counts, seqs)
+        found: int = keep(
+            (self._counted, term, size), lambda: Postings._most(self, term, size, counts, seqs)
+        )
+        return found
 
     def _ahead(self, seqs: Sequence[int]) -> None:
         if not self._held:

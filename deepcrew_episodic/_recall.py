@@ -484,6 +484,11 @@ class Postings:
             counts.update(chain.from_iterable(b.seqs for b in postings[t].values()))
         return counts
 
+    def _most(self, term: str, size: int, counts: Counter[int], seqs: Sequence[int]) -> int:
+        """The most query terms an episode of the class *size* of *term* holds, by *counts*
+        (those of the search's terms; *seqs*: the class's postings)."""
+        return max(map(counts.__getitem__, seqs))
+
     def _sized_count(self, ordered: Sequence[str]) -> dict[int, tuple[int, int]] | None:
         """seq -> (how many of the terms *ordered* it holds, its length class), for every
         episode that holds one, from the postings alone (``None``: not known so)."""
@@ -659,7 +664,7 @@ class Postings:
                 whens, seqs = bucket.whens, bucket.seqs
                 i = len(seqs) - 1
                 if counts is not None and i >= _LONG_SCAN:
-                    rel_most = bound(size, min(most, max(map(counts.__getitem__, seqs))))
+                    rel_most = bound(size, min(most, self._most(term, size, counts, seqs)))
                     rel_bound = rel_most * w_max
                 while i >= 0:
                     when = whens[i]

@@ -196,7 +196,9 @@ class CachingReader:
     count; ``("d", seq)`` the decoded record; ``("m", terms)`` the counting of a long scan;
     ``("r", run)`` a run's seqs; ``("ar", live)``, ``("x", live)`` whether a run is in view,
     the undecodable seqs in view; ``("na", start)`` the earliest time after which no episode
-    from *start* on ranks (what ``newest_after`` answered ``False`` for).
+    from *start* on ranks (what ``newest_after`` answered ``False`` for); ``("mh", (terms,
+    term, size))`` the most of *terms* an episode of a class holds; ``("W",)`` the namespace
+    read whole (see :meth:`load`).
     """
 
     def __init__(self, reader: Any | None, cache: RecallCache, space: Space | None) -> None:
@@ -399,6 +401,17 @@ class CachingReader:
         counted: dict[int, tuple[int, int]] = read(terms)
         self._put(key, counted, (_ENTRY + 60) * len(counted))
         return counted  # never changed by the search (it reads it only)
+
+    def most_held(self, key: tuple[tuple[str, ...], str, int], most: Callable[[], int]) -> int:
+        """The most of the terms *key[0]* an episode of the length class *key[2]* of the
+        term *key[1]* holds: ``most()``, kept (a pass over every posting of the class)."""
+        found = self._get(("mh", key))
+        if found is not None:
+            kept: int = found[0]
+            return kept
+        counted = most()
+        self._put(("mh", key), counted, sum(map(len, key[0])) + len(key[1]))
+        return counted
 
     def ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, str, int]] | None:
         """The reader's ``ranked`` (``None``: it has none); not kept (read for bounds)."""
