@@ -628,7 +628,9 @@ def _namespace_postings(
     conn: sqlite3.Connection, ns: str
 ) -> dict[tuple[str, int], tuple[array[float], array[int]]]:
     """Every posting of *ns*, by term and length class, oldest first: what
-    :meth:`SQLiteIndexReader.postings` reads of them, all at once (kept in step with it)."""
+    :meth:`SQLiteIndexReader.postings` reads of them, all at once. The one read of postings
+    besides that method and the counts: whatever changes where postings live (rows not yet
+    in ix_posting) changes this read with them."""
     found: dict[tuple[str, int], tuple[array[float], array[int]]] = {}
     key: tuple[str, int] | None = None
     whens: array[float] = array("d")
