@@ -11,8 +11,11 @@ Tables (``ns`` is the namespace as it appears in the log's keys)::
         the postings: one row per term of an episode's default recall fields, in the order a
         search reads them (newest first within a term and length class); and around each
         term's postings in a length class, two counter rows whose ``n`` make how many it has
-        (exact: kept by the statements that add and drop an episode's postings, see HEAD_AT,
-        _DROP_EPISODE and _ADD_COUNTS).
+        (exact: kept by the statements that merge postings in and out, see HEAD_AT and
+        merge()).
+    ix_lag(ns, seq, sign, size, recorded, terms)
+        postings on their way: +1, the terms of an episode indexed since the last merge; -1,
+        those of an episode deleted since (see MERGE_AT).
     ix_grade(key, ns, n, episode_id, record)
         one row per grade record (``episodic:<ns>:g:<n>``).
     ix_pending(key)
@@ -75,7 +78,7 @@ _IS_E = _ROW_OF.replace("{e}", "e.")
 # term added and per term dropped (about forty pages a record on a full ring); ix_lag is
 # written in the order of seq, a page or two a record. Readers apply what waits as they read
 # (SQLiteIndexReader), so a search sees exactly what a merge would leave.
-MERGE_AT = 16
+MERGE_AT = 32
 
 # What an episode's record takes with it when it goes ({key}: the SQL of its key): postings that
 # never reached ix_post go with their +1 row; those that did are marked to go (-1: the terms,
