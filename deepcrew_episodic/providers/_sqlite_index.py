@@ -94,8 +94,7 @@ _DROP_EPISODE: tuple[str, ...] = (
 _DROP_BY_KEY = tuple(statement.format(key="?1") for statement in _DROP_EPISODE)
 # (Replacing: a row left waiting for facts an edit of the index deleted.)
 _ADD_LAG = (
-    "INSERT OR REPLACE INTO ix_lag (ns, seq, sign, size, recorded, terms) "
-    "VALUES (?, ?, 1, ?, ?, ?)"
+    "INSERT OR REPLACE INTO ix_lag (ns, seq, sign, size, recorded, terms) VALUES (?, ?, 1, ?, ?, ?)"
 )
 
 # A merge (?1: the sign of the rows it applies), the -1 rows first: the postings, then their
