@@ -448,13 +448,16 @@ async def test_counter_rows_go_with_the_last_posting_they_count(tmp_path: Path) 
 async def test_a_ring_keeps_the_posting_counts_exact(tmp_path: Path) -> None:
     path = tmp_path / "ring.db"
     async with SQLiteMemoryProvider(path) as backend:
-        memory = EpisodicMemory(backend, clock=clock, max_episodes=25)
-        for seq in range(1, 61):
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=40)
+        for seq in range(1, 121):
             await memory.record(
                 Episode(query=f"rotate the keys of vault {seq % 9} ({seq})", response="ok")
             )
     _, indexed, _ = _index_counts(path)
-    assert indexed == 25
+    assert indexed == 40
+    assert _counts_are_exact(path)  # what was merged, with evictions among it
+    assert await _same_answers(path, "rotate the keys of vault 4")  # and what waits
+    await _merged(path)
     assert _counts_are_exact(path)
 
 
