@@ -16,7 +16,13 @@ import pytest
 from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory
 from deepcrew_episodic.providers import SQLiteMemoryProvider
 from deepcrew_episodic.providers._sqlite import _SCHEMA_VERSION
-from deepcrew_episodic.providers._sqlite_index import BATCH, HEAD_SEQ, TABLES, TAIL_SEQ
+from deepcrew_episodic.providers._sqlite_index import (
+    BATCH,
+    HEAD_SEQ,
+    MERGE_AT,
+    TABLES,
+    TAIL_SEQ,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -448,13 +454,16 @@ async def test_counter_rows_go_with_the_last_posting_they_count(tmp_path: Path) 
 async def test_a_ring_keeps_the_posting_counts_exact(tmp_path: Path) -> None:
     path = tmp_path / "ring.db"
     async with SQLiteMemoryProvider(path) as backend:
-        memory = EpisodicMemory(backend, clock=clock, max_episodes=40)
-        for seq in range(1, 121):
+        # A ring that holds a merge's worth, written past two merges: evictions of merged
+        # episodes and of waiting ones.
+        ring = MERGE_AT + 40
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=ring)
+        for seq in range(1, 3 * MERGE_AT):
             await memory.record(
                 Episode(query=f"rotate the keys of vault {seq % 9} ({seq})", response="ok")
             )
     _, indexed, _ = _index_counts(path)
-    assert indexed == 40
+    assert indexed == ring
     assert _counts_are_exact(path)  # what was merged, with evictions among it
     assert await _same_answers(path, "rotate the keys of vault 4")  # and what waits
     await _merged(path)

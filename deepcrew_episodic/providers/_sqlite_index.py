@@ -78,7 +78,7 @@ _IS_E = _ROW_OF.replace("{e}", "e.")
 # term added and per term dropped (about forty pages a record on a full ring); ix_lag is
 # written in the order of seq, a page or two a record. Readers apply what waits as they read
 # (SQLiteIndexReader), so a search sees exactly what a merge would leave.
-MERGE_AT = 32
+MERGE_AT = 256
 
 # What an episode's record takes with it when it goes ({key}: the SQL of its key): postings that
 # never reached ix_post go with their +1 row; those that did are marked to go (-1: the terms,
@@ -441,20 +441,19 @@ class SQLiteIndexReader:
         ):
             found.setdefault(term, {})[int(size)] = int(n)
         lag = self._lag()
-        if lag.added or lag.dropped:
-            wanted = frozenset(terms)
-            moves = [(size, held, -1) for size, held in lag.dropped]
-            moves += [(size, held, 1) for _, _, size, held in lag.added]
-            for size, held, by in moves:
-                for term in held & wanted:
-                    sizes = found.setdefault(term, {})
-                    n = sizes.get(size, 0) + by
-                    if n:
+        if lag:
+            for term in dict.fromkeys(terms):
+                moves = Counter({size: -n for size, n in lag.drops(term).items()})
+                for _, _, size in lag.adds(term):
+                    moves[size] += 1
+                sizes = found.setdefault(term, {})
+                for size, by in moves.items():
+                    if n := sizes.get(size, 0) + by:
                         sizes[size] = n
                     else:
                         sizes.pop(size, None)
-                    if not sizes:
-                        del found[term]
+                if not sizes:
+                    del found[term]
         return found
 
     def postings(
@@ -474,8 +473,8 @@ class SQLiteIndexReader:
         ).fetchall()
         waiting = [
             (when, seq)
-            for when, seq, sized, held in lag.added
-            if sized == size and term in held and (before is None or (when, seq) < before)
+            for when, seq, sized in lag.adds(term)
+            if sized == size and (before is None or (when, seq) < before)
         ]
         if waiting:
             rows = sorted(rows + waiting, reverse=True)[:limit]
@@ -491,10 +490,9 @@ class SQLiteIndexReader:
             (self._ns, json.dumps(list(terms), ensure_ascii=False), *_gone_args(lag)),
         ).fetchone()
         found = Counter(map(int, joined.split(","))) if joined else Counter()
-        wanted = frozenset(terms)
-        for _, seq, _, held in lag.added:
-            if n := len(held & wanted):
-                found[seq] += n
+        for term in dict.fromkeys(terms):
+            for _, seq, _ in lag.adds(term):
+                found[seq] += 1
         return found
 
     def sized_matches(self, terms: Sequence[str]) -> dict[int, tuple[int, int]]:
@@ -509,10 +507,9 @@ class SQLiteIndexReader:
             (self._ns, json.dumps(list(terms), ensure_ascii=False), *_gone_args(lag)),
         ).fetchone()
         counted = Counter(map(int, joined.split(","))) if joined else Counter()
-        wanted = frozenset(terms)
-        for _, seq, size, held in lag.added:
-            if n := len(held & wanted):
-                counted[seq * 16 + max(0, min(size, 15))] += n
+        for term in dict.fromkeys(terms):
+            for _, seq, size in lag.adds(term):
+                counted[seq * 16 + max(0, min(size, 15))] += 1
         found: dict[int, tuple[int, int]] = {}
         for v, n in counted.items():
             seq, size = v >> 4, v & 15
@@ -669,24 +666,48 @@ class SQLiteIndexReader:
 class _Waiting:
     """What waits in ix_lag for one namespace, as a reader applies it: the postings of the
     episodes indexed since the last merge, and the episodes gone since (none of their rows in
-    ix_post counts)."""
+    ix_post counts). Looked up by term, each term once per reader."""
 
-    __slots__ = ("added", "dropped", "gone")
+    __slots__ = ("_added", "_adds", "_dropped", "_drops", "gone")
 
     def __init__(self, rows: Sequence[Sequence[object]]) -> None:
         # (time, seq, length class, terms) of each episode whose postings wait.
-        self.added: list[tuple[float, int, int, frozenset[str]]] = []
+        self._added: list[tuple[float, int, int, frozenset[str]]] = []
         # (length class, terms) of each episode gone: what its postings counted.
-        self.dropped: list[tuple[int, frozenset[str]]] = []
+        self._dropped: list[tuple[int, frozenset[str]]] = []
+        self._adds: dict[str, list[tuple[float, int, int]]] = {}
+        self._drops: dict[str, Counter[int]] = {}
         gone: list[int] = []
         for seq, sign, size, recorded, terms in rows:
             held = _lagged_terms(str(terms))
             if int(sign) > 0:  # type: ignore[call-overload]
-                self.added.append((float(recorded), int(seq), int(size), held))  # type: ignore[arg-type, call-overload]
+                self._added.append((float(recorded), int(seq), int(size), held))  # type: ignore[arg-type, call-overload]
             else:
-                self.dropped.append((int(size), held))  # type: ignore[call-overload]
+                self._dropped.append((int(size), held))  # type: ignore[call-overload]
                 gone.append(int(seq))  # type: ignore[call-overload]
         self.gone = json.dumps(gone) if gone else None
+
+    def __bool__(self) -> bool:
+        return bool(self._added or self._dropped)
+
+    def adds(self, term: str) -> list[tuple[float, int, int]]:
+        """(time, seq, length class) of the waiting postings of *term*, newest first."""
+        found = self._adds.get(term)
+        if found is None:
+            found = self._adds[term] = sorted(
+                ((when, seq, size) for when, seq, size, held in self._added if term in held),
+                reverse=True,
+            )
+        return found
+
+    def drops(self, term: str) -> Counter[int]:
+        """How many postings of *term* are gone, by length class."""
+        found = self._drops.get(term)
+        if found is None:
+            found = self._drops[term] = Counter(
+                size for size, held in self._dropped if term in held
+            )
+        return found
 
 
 @functools.lru_cache(maxsize=1024)
