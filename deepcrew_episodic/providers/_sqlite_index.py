@@ -34,7 +34,6 @@ a kill between two leaves the rest queued, never a half-built index in use.
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import math
 import re
@@ -78,7 +77,7 @@ _IS_E = _ROW_OF.replace("{e}", "e.")
 # term added and per term dropped (about forty pages a record on a full ring); ix_lag is
 # written in the order of seq, a page or two a record. Readers apply what waits as they read
 # (SQLiteIndexReader), so a search sees exactly what a merge would leave.
-MERGE_AT = 256
+MERGE_AT = 32
 
 # What an episode's record takes with it when it goes ({key}: the SQL of its key): postings that
 # never reached ix_post go with their +1 row; those that did are marked to go (-1: the terms,
@@ -413,12 +412,7 @@ class SQLiteIndexReader:
     def _lag(self) -> _Waiting:
         """What waits in ix_lag for this namespace (read once per snapshot)."""
         if self._waiting is None:
-            self._waiting = _Waiting(
-                self._conn.execute(
-                    "SELECT seq, sign, size, recorded, terms FROM ix_lag WHERE ns = ?",
-                    (self._ns,),
-                ).fetchall()
-            )
+            self._waiting = _Waiting(self._conn, self._ns)
         return self._waiting
 
     def newest_seq(self) -> int:
@@ -442,6 +436,7 @@ class SQLiteIndexReader:
             found.setdefault(term, {})[int(size)] = int(n)
         lag = self._lag()
         if lag:
+            lag.load(terms)
             for term in dict.fromkeys(terms):
                 moves = Counter({size: -n for size, n in lag.drops(term).items()})
                 for _, _, size in lag.adds(term):
@@ -465,12 +460,13 @@ class SQLiteIndexReader:
         if before is not None:
             sql += " AND (recorded, seq) < (?, ?)"
             args += before
-        if lag.gone is not None:
-            sql += _NOT_GONE
-            args.append(lag.gone)
+        # As many more rows as can be gone among them, then those left out.
+        gone = lag.drops(term)[size] if lag.gone else 0
         rows: list[tuple[float, int]] = self._conn.execute(
-            sql + " ORDER BY recorded DESC, seq DESC LIMIT ?", (*args, limit)
+            sql + " ORDER BY recorded DESC, seq DESC LIMIT ?", (*args, limit + gone)
         ).fetchall()
+        if gone:
+            rows = [r for r in rows if r[1] not in lag.gone][:limit]
         waiting = [
             (when, seq)
             for when, seq, sized in lag.adds(term)
@@ -486,10 +482,14 @@ class SQLiteIndexReader:
         lag = self._lag()
         (joined,) = self._conn.execute(
             "SELECT group_concat(seq) FROM ix_post WHERE ns = ? AND term IN "
-            f"(SELECT value FROM json_each(?)) AND {REAL}" + _gone(lag),
-            (self._ns, json.dumps(list(terms), ensure_ascii=False), *_gone_args(lag)),
+            f"(SELECT value FROM json_each(?)) AND {REAL}",
+            (self._ns, json.dumps(list(terms), ensure_ascii=False)),
         ).fetchone()
         found = Counter(map(int, joined.split(","))) if joined else Counter()
+        if lag:
+            for seq in lag.gone:
+                found.pop(seq, None)
+            lag.load(terms)
         for term in dict.fromkeys(terms):
             for _, seq, _ in lag.adds(term):
                 found[seq] += 1
@@ -503,10 +503,14 @@ class SQLiteIndexReader:
         lag = self._lag()
         (joined,) = self._conn.execute(
             "SELECT group_concat(seq * 16 + max(0, min(size, 15))) FROM ix_post "
-            f"WHERE ns = ? AND term IN (SELECT value FROM json_each(?)) AND {REAL}" + _gone(lag),
-            (self._ns, json.dumps(list(terms), ensure_ascii=False), *_gone_args(lag)),
+            f"WHERE ns = ? AND term IN (SELECT value FROM json_each(?)) AND {REAL}",
+            (self._ns, json.dumps(list(terms), ensure_ascii=False)),
         ).fetchone()
         counted = Counter(map(int, joined.split(","))) if joined else Counter()
+        if lag.gone:
+            counted = Counter({v: n for v, n in counted.items() if v >> 4 not in lag.gone})
+        if lag:
+            lag.load(terms)
         for term in dict.fromkeys(terms):
             for _, seq, size in lag.adds(term):
                 counted[seq * 16 + max(0, min(size, 15))] += 1
@@ -666,72 +670,63 @@ class SQLiteIndexReader:
 class _Waiting:
     """What waits in ix_lag for one namespace, as a reader applies it: the postings of the
     episodes indexed since the last merge, and the episodes gone since (none of their rows in
-    ix_post counts). Looked up by term, each term once per reader."""
+    ix_post counts). Read in SQL, for the terms a search asks about, each term once."""
 
-    __slots__ = ("_added", "_adds", "_dropped", "_drops", "gone")
+    __slots__ = ("_adds", "_any", "_conn", "_drops", "_ns", "gone")
 
-    def __init__(self, rows: Sequence[Sequence[object]]) -> None:
-        # (time, seq, length class, terms) of each episode whose postings wait.
-        self._added: list[tuple[float, int, int, frozenset[str]]] = []
-        # (length class, terms) of each episode gone: what its postings counted.
-        self._dropped: list[tuple[int, frozenset[str]]] = []
+    def __init__(self, conn: sqlite3.Connection, ns: str) -> None:
+        self._conn, self._ns = conn, ns
+        count, gone = conn.execute(
+            "SELECT count(*), group_concat(CASE WHEN sign < 0 THEN seq END) FROM ix_lag "
+            "WHERE ns = ?",
+            (ns,),
+        ).fetchone()
+        self._any = bool(count)
+        # The seqs gone: their rows in ix_post are left out in Python, not by the statements
+        # (a NOT IN list costs each statement that reads postings more than its rows do).
+        self.gone = frozenset(map(int, gone.split(","))) if gone else frozenset()
         self._adds: dict[str, list[tuple[float, int, int]]] = {}
         self._drops: dict[str, Counter[int]] = {}
-        gone: list[int] = []
-        for seq, sign, size, recorded, terms in rows:
-            held = _lagged_terms(str(terms))
-            if int(sign) > 0:  # type: ignore[call-overload]
-                self._added.append((float(recorded), int(seq), int(size), held))  # type: ignore[arg-type, call-overload]
-            else:
-                self._dropped.append((int(size), held))  # type: ignore[call-overload]
-                gone.append(int(seq))  # type: ignore[call-overload]
-        self.gone = json.dumps(gone) if gone else None
 
     def __bool__(self) -> bool:
-        return bool(self._added or self._dropped)
+        return self._any
+
+    def load(self, terms: Collection[str]) -> None:
+        """Read what waits for those of *terms* not read yet, in one statement."""
+        missing = [t for t in dict.fromkeys(terms) if t not in self._adds]
+        if not missing:
+            return
+        adds: dict[str, list[tuple[float, int, int]]] = {t: [] for t in missing}
+        drops: dict[str, Counter[int]] = {t: Counter() for t in missing}
+        if self._any:
+            for term, sign, size, when, seq in self._conn.execute(
+                _WAITING, (self._ns, json.dumps(missing, ensure_ascii=False))
+            ):
+                if sign > 0:
+                    adds[term].append((float(when), int(seq), int(size)))
+                else:
+                    drops[term][int(size)] += 1
+        for term in missing:
+            self._adds[term] = sorted(adds[term], reverse=True)
+            self._drops[term] = drops[term]
 
     def adds(self, term: str) -> list[tuple[float, int, int]]:
         """(time, seq, length class) of the waiting postings of *term*, newest first."""
-        found = self._adds.get(term)
-        if found is None:
-            found = self._adds[term] = sorted(
-                ((when, seq, size) for when, seq, size, held in self._added if term in held),
-                reverse=True,
-            )
-        return found
+        self.load((term,))
+        return self._adds[term]
 
     def drops(self, term: str) -> Counter[int]:
         """How many postings of *term* are gone, by length class."""
-        found = self._drops.get(term)
-        if found is None:
-            found = self._drops[term] = Counter(
-                size for size, held in self._dropped if term in held
-            )
-        return found
+        self.load((term,))
+        return self._drops[term]
 
 
-@functools.lru_cache(maxsize=1024)
-def _lagged_terms(raw: str) -> frozenset[str]:
-    # The same row is read by every search until the next merge: decoded once. What is not a
-    # JSON array of strings (an edit of the index) holds no term, as json_each reads it.
-    try:
-        found = json.loads(raw)
-    except (ValueError, RecursionError):
-        return frozenset()
-    if not isinstance(found, list):
-        return frozenset()
-    return frozenset(t for t in found if isinstance(t, str))
-
-
-_NOT_GONE = " AND seq NOT IN (SELECT value FROM json_each(?))"
-
-
-def _gone(lag: _Waiting) -> str:
-    return _NOT_GONE if lag.gone is not None else ""
-
-
-def _gone_args(lag: _Waiting) -> tuple[str, ...]:
-    return (lag.gone,) if lag.gone is not None else ()
+# The waiting postings of some terms (?2), one row each (DISTINCT: as a merge files them).
+_WAITING = (
+    "SELECT DISTINCT j.value, l.sign, l.size, l.recorded, l.seq FROM ix_lag AS l, "
+    "json_each(CASE WHEN json_valid(l.terms) THEN l.terms ELSE '[]' END) AS j "
+    "WHERE l.ns = ?1 AND j.value IN (SELECT value FROM json_each(?2))"
+)
 
 
 # The counts of the query's terms (?2) in each length class: a tail less its head (none yet:
