@@ -248,7 +248,7 @@ SQL_EDITS = {
     "counter lowered": "UPDATE kv SET value = '20' WHERE key = 'episodic:kept:__seq__'",
     "counter raised": "UPDATE kv SET value = '900' WHERE key = 'episodic:kept:__seq__'",
     "index row deleted": f"DELETE FROM ix_episode WHERE ns = 'kept' AND seq = {NEWEST} - 1",
-    "negative count": f"UPDATE ix_posting SET n = -5 WHERE ns = 'kept' AND seq = {TAIL_SEQ}",
+    "negative count": f"UPDATE ix_post SET n = -5 WHERE ns = 'kept' AND seq = {TAIL_SEQ}",
     "grade deleted": "DELETE FROM kv WHERE key = 'episodic:kept:g:1'",
     "use count edited": "UPDATE kv SET value = '40' WHERE key LIKE 'episodic:kept:u:%'",
 }

@@ -243,7 +243,8 @@ async def test_deleted_text_is_in_no_file_of_the_store(tmp_path: Path, how: str)
         deadline = datetime.fromtimestamp(now[0] + 60, UTC)
         doomed = await memory.record(
             Episode(
-                query=f"card {secret.decode()} refund",
+                # A word of its own: its terms leave the index too, not only its record.
+                query=f"card {secret.decode()} refund zanzibarite",
                 response="ok",
                 forget_after=deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             )
@@ -251,6 +252,7 @@ async def test_deleted_text_is_in_no_file_of_the_store(tmp_path: Path, how: str)
         for i in range(40 if how == "evict" else 20):  # the secret's page is rewritten after
             await memory.record(ep(f"later order {i}"))
         assert _files_holding(tmp_path, secret)  # it is on disk (-wal at least)
+        assert _files_holding(tmp_path, b"zanzibar")
         if how == "forget":
             assert await memory.forget(doomed.id) == 1
         elif how == "sweep":
@@ -271,6 +273,7 @@ async def test_deleted_text_is_in_no_file_of_the_store(tmp_path: Path, how: str)
         # the connection is still open: nothing is left to a later close or checkpoint
         assert sorted(p.name for p in tmp_path.iterdir())[:1] == ["e.db"]
         assert _files_holding(tmp_path, secret) == []
+        assert _files_holding(tmp_path, b"zanzibar") == []
         expected = {"clear": 0, "shrink": 20, "evict": 30}.get(how, 320)
         assert len(await memory.load()) == expected
 

@@ -16,7 +16,13 @@ import pytest
 from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory
 from deepcrew_episodic.providers import SQLiteMemoryProvider
 from deepcrew_episodic.providers._sqlite import _SCHEMA_VERSION
-from deepcrew_episodic.providers._sqlite_index import BATCH, HEAD_SEQ, TABLES, TAIL_SEQ
+from deepcrew_episodic.providers._sqlite_index import (
+    BATCH,
+    HEAD_SEQ,
+    MERGE_AT,
+    TABLES,
+    TAIL_SEQ,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -67,6 +73,12 @@ def _index_counts(path: Path) -> tuple[int, int, int]:
         return int(pending), int(indexed), int(version)
     finally:
         conn.close()
+
+
+async def _merged(path: Path) -> None:
+    """Every posting that waits merged into ix_post (what a purge does first)."""
+    async with SQLiteMemoryProvider(path) as backend:
+        await backend.purge()
 
 
 async def _same_answers(path: Path, query: str) -> list[str]:
@@ -134,6 +146,59 @@ async def test_the_page_cache_is_bounded_by_a_setting(tmp_path: Path) -> None:
     assert size == -1024
 
 
+# Schema 5 wrote an episode's postings to ix_posting as it indexed the episode, and its delete
+# trigger dropped them (its own words, as that version made it).
+_SCHEMA_5_TRIGGER = (
+    "CREATE TRIGGER ix_record_deleted AFTER DELETE ON kv WHEN old.key GLOB "
+    "'episodic:*:[eg]:[0-9]*' BEGIN DELETE FROM ix_posting WHERE (ns, term, size, recorded, "
+    "seq) IN (SELECT e.ns, j.value, e.size, e.recorded, e.seq FROM ix_episode AS e, "
+    "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j WHERE e.ns = "
+    "substr(old.key, 10, instr(substr(old.key, 10), ':') - 1) AND e.seq = "
+    "CAST(substr(old.key, instr(substr(old.key, 10), ':') + 12) AS INTEGER) AND 'episodic:' "
+    "|| e.ns || ':e:' || e.seq = old.key); INSERT INTO ix_posting (ns, term, size, recorded, "
+    "seq, n) SELECT e.ns, j.value, e.size, -9e999, 0, 1 FROM ix_episode AS e, json_each(CASE "
+    "WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j WHERE changes() = "
+    "json_array_length(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AND e.ns = "
+    "substr(old.key, 10, instr(substr(old.key, 10), ':') - 1) AND e.seq = "
+    "CAST(substr(old.key, instr(substr(old.key, 10), ':') + 12) AS INTEGER) AND 'episodic:' "
+    "|| e.ns || ':e:' || e.seq = old.key ON CONFLICT (ns, term, size, recorded, seq) DO "
+    "UPDATE SET n = coalesce(n, 0) + 1; UPDATE ix_posting SET n = CASE WHEN seq = 0 THEN 0 "
+    "ELSE (SELECT count(*) FROM ix_posting AS t WHERE t.ns = ix_posting.ns AND t.term = "
+    "ix_posting.term AND t.size = ix_posting.size AND t.seq > 0 AND t.recorded < 9e999) END "
+    "WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, e.size, k.recorded, "
+    "k.seq FROM ix_episode AS e, json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE "
+    "'[]' END) AS j, (SELECT -9e999 AS recorded, 0 AS seq UNION ALL SELECT 9e999, "
+    "9223372036854775807) AS k WHERE e.ns = substr(old.key, 10, instr(substr(old.key, 10), "
+    "':') - 1) AND e.seq = CAST(substr(old.key, instr(substr(old.key, 10), ':') + 12) AS "
+    "INTEGER) AND 'episodic:' || e.ns || ':e:' || e.seq = old.key AND changes() = 0); DELETE "
+    "FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT t.ns, t.term, t.size, "
+    "k.recorded, k.seq FROM ix_episode AS e CROSS JOIN json_each(CASE WHEN "
+    "json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j CROSS JOIN ix_posting AS t LEFT "
+    "JOIN ix_posting AS h ON h.ns = t.ns AND h.term = t.term AND h.size = t.size AND "
+    "h.recorded = -9e999 AND h.seq = 0 CROSS JOIN (SELECT -9e999 AS recorded, 0 AS seq UNION "
+    "ALL SELECT 9e999, 9223372036854775807) AS k WHERE e.ns = substr(old.key, 10, "
+    "instr(substr(old.key, 10), ':') - 1) AND e.seq = CAST(substr(old.key, "
+    "instr(substr(old.key, 10), ':') + 12) AS INTEGER) AND 'episodic:' || e.ns || ':e:' || "
+    "e.seq = old.key AND t.ns = e.ns AND t.term = j.value AND t.size = e.size AND t.recorded "
+    "= 9e999 AND t.seq = 9223372036854775807 AND t.n - coalesce(h.n, 0) <= 0); DELETE FROM "
+    "ix_episode WHERE ns = substr(old.key, 10, instr(substr(old.key, 10), ':') - 1) AND seq = "
+    "CAST(substr(old.key, instr(substr(old.key, 10), ':') + 12) AS INTEGER) AND 'episodic:' "
+    "|| ns || ':e:' || seq = old.key; DELETE FROM ix_grade WHERE key = old.key; DELETE FROM "
+    "ix_pending WHERE key = old.key; END"
+)
+
+
+def _as_schema_5(conn: sqlite3.Connection) -> None:
+    """Turn a store of the current schema, with no postings waiting (see _merged), into one of
+    schema 5, as that version wrote it: the postings table named ix_posting."""
+    assert conn.execute("SELECT count(*) FROM ix_lag").fetchone() == (0,)
+    conn.execute("DROP TABLE ix_lag")
+    conn.execute("DROP TRIGGER ix_record_deleted")
+    conn.execute("ALTER TABLE ix_post RENAME TO ix_posting")
+    conn.execute(_SCHEMA_5_TRIGGER)
+    conn.execute("PRAGMA user_version = 5")
+
+
 # Schema 4 kept the posting counts in a table of their own, ix_count, lowered and raised in
 # the statements that add and drop an episode's postings; its tables are otherwise those of
 # the current schema.
@@ -165,6 +230,7 @@ _SCHEMA_4_TRIGGER = (
 
 def _as_schema_4(conn: sqlite3.Connection) -> None:
     """Turn a store of the current schema into one of schema 4, as that version wrote it."""
+    _as_schema_5(conn)
     conn.execute(
         "CREATE TABLE ix_count (ns TEXT NOT NULL, term TEXT NOT NULL, size INTEGER NOT NULL, "
         "n INTEGER NOT NULL, PRIMARY KEY (ns, term, size)) WITHOUT ROWID"
@@ -222,25 +288,25 @@ _SCHEMA_3_TRIGGERS = (
 
 def _counted(conn: sqlite3.Connection, postings: str) -> set[tuple[str, str, int, int]]:
     """The posting counts a store keeps: ix_count up to schema 4, counter rows since."""
-    if postings != "ix_posting" or conn.execute("PRAGMA user_version").fetchone()[0] < 5:
+    if postings == "ix_term" or conn.execute("PRAGMA user_version").fetchone()[0] < 5:
         return set(conn.execute("SELECT ns, term, size, n FROM ix_count"))
     tails = {
         (ns, term, size): n
         for ns, term, size, n in conn.execute(
-            f"SELECT ns, term, size, n FROM ix_posting WHERE seq = {TAIL_SEQ}"
+            f"SELECT ns, term, size, n FROM {postings} WHERE seq = {TAIL_SEQ}"
         )
     }
     heads = {
         (ns, term, size): n
         for ns, term, size, n in conn.execute(
-            f"SELECT ns, term, size, n FROM ix_posting WHERE seq = {HEAD_SEQ}"
+            f"SELECT ns, term, size, n FROM {postings} WHERE seq = {HEAD_SEQ}"
         )
     }
     assert set(heads) <= set(tails)  # a head is never left without its tail
     return {(*k, n - heads.get(k, 0)) for k, n in tails.items()}
 
 
-def _counts_are_exact(path: Path, postings: str = "ix_posting") -> bool:
+def _counts_are_exact(path: Path, postings: str = "ix_post") -> bool:
     """Whether every posting count is the number of postings it counts, and no other is kept."""
     conn = sqlite3.connect(path)
     try:
@@ -285,6 +351,7 @@ async def test_a_schema_3_store_is_upgraded_in_place_and_its_counts_stay_exact(
 ) -> None:
     path = tmp_path / "v3.db"
     await _record(path, 1, 30)
+    await _merged(path)
     conn = sqlite3.connect(path)
     _as_schema_4(conn)
     conn.execute("DROP TRIGGER ix_record_deleted")
@@ -317,6 +384,7 @@ async def test_a_schema_4_store_is_upgraded_in_place_with_its_counts_taken_from_
 ) -> None:
     path = tmp_path / "v4.db"
     await _record(path, 1, 30)
+    await _merged(path)
     conn = sqlite3.connect(path)
     _as_schema_4(conn)
     conn.execute("DELETE FROM kv WHERE key = 'episodic:default:e:3'")  # schema 4's trigger
@@ -342,6 +410,34 @@ async def test_a_schema_4_store_is_upgraded_in_place_with_its_counts_taken_from_
     assert await _same_answers(path, "sync the ledger for shop 4")
 
 
+async def test_a_schema_5_store_is_upgraded_in_place_and_a_reader_of_its_postings_fails_loudly(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v5.db"
+    await _record(path, 1, 30)
+    await _merged(path)
+    conn = sqlite3.connect(path)
+    _as_schema_5(conn)
+    conn.execute("DELETE FROM kv WHERE key = 'episodic:default:e:3'")  # schema 5's trigger
+    conn.commit()
+    conn.close()
+    assert _counts_are_exact(path, "ix_posting")
+    assert _index_counts(path) == (0, 29, 5)
+
+    await _record(path, 31, 40)  # the first open upgrades; nothing is indexed again
+    assert _index_counts(path) == (0, 39, SCHEMA)
+    # Renamed: a process of schema 5 that still has the store open fails on its next write or
+    # search (no such table) rather than reading postings without those that wait.
+    assert "ix_posting" not in _schema(path, "table")
+    assert {"ix_post", "ix_lag"} <= _schema(path, "table")
+    assert _counts_are_exact(path)
+    async with SQLiteMemoryProvider(path) as backend:
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=100_000)
+        assert await memory.forget(containing="shop 2") == 6
+    assert _counts_are_exact(path)
+    assert await _same_answers(path, "sync the ledger for shop 4")
+
+
 async def test_counter_rows_go_with_the_last_posting_they_count(tmp_path: Path) -> None:
     path = tmp_path / "gone.db"
     await _record(path, 1, 12)
@@ -350,7 +446,7 @@ async def test_counter_rows_go_with_the_last_posting_they_count(tmp_path: Path) 
         assert await memory.forget(containing="sync") == 12
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("SELECT count(*) FROM ix_posting").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM ix_post").fetchone() == (0,)
     finally:
         conn.close()
 
@@ -358,21 +454,30 @@ async def test_counter_rows_go_with_the_last_posting_they_count(tmp_path: Path) 
 async def test_a_ring_keeps_the_posting_counts_exact(tmp_path: Path) -> None:
     path = tmp_path / "ring.db"
     async with SQLiteMemoryProvider(path) as backend:
-        memory = EpisodicMemory(backend, clock=clock, max_episodes=25)
-        for seq in range(1, 61):
+        # A ring that holds a merge's worth, written past two merges: evictions of merged
+        # episodes and of waiting ones.
+        ring = MERGE_AT + 40
+        memory = EpisodicMemory(backend, clock=clock, max_episodes=ring)
+        for seq in range(1, 3 * MERGE_AT):
             await memory.record(
                 Episode(query=f"rotate the keys of vault {seq % 9} ({seq})", response="ok")
             )
     _, indexed, _ = _index_counts(path)
-    assert indexed == 25
+    assert indexed == ring
+    assert _counts_are_exact(path)  # what was merged, with evictions among it
+    assert await _same_answers(path, "rotate the keys of vault 4")  # and what waits
+    await _merged(path)
     assert _counts_are_exact(path)
 
 
+@pytest.mark.parametrize("merged", [True, False], ids=["merged", "waiting"])
 async def test_postings_left_behind_by_an_index_edit_are_not_counted_twice(
-    tmp_path: Path,
+    tmp_path: Path, merged: bool
 ) -> None:
     path = tmp_path / "edited.db"
     await _record(path, 1, 12)
+    if merged:
+        await _merged(path)
     conn = sqlite3.connect(path)
     (value,) = conn.execute("SELECT value FROM kv WHERE key = 'episodic:default:e:7'").fetchone()
     # The facts of an episode deleted by hand (its postings stay), then its record written
@@ -385,6 +490,8 @@ async def test_postings_left_behind_by_an_index_edit_are_not_counted_twice(
     conn.close()
     await _record(path, 13, 14)
     assert _index_counts(path) == (0, 14, SCHEMA)
+    assert await _same_answers(path, "sync the ledger for shop 0")
+    await _merged(path)
     assert _counts_are_exact(path)
 
 
@@ -393,10 +500,11 @@ async def test_an_episode_with_postings_lost_to_an_index_edit_leaves_exact_count
 ) -> None:
     path = tmp_path / "edited.db"
     await _record(path, 1, 12)
+    await _merged(path)
     conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM ix_posting WHERE seq = 5 AND term = 'ledger'")  # the index edited
+    conn.execute("DELETE FROM ix_post WHERE seq = 5 AND term = 'ledger'")  # the index edited
     conn.execute(  # and its count with it
-        f"UPDATE ix_posting SET n = n + 3 WHERE term = 'ledger' AND seq = {TAIL_SEQ} "
+        f"UPDATE ix_post SET n = n + 3 WHERE term = 'ledger' AND seq = {TAIL_SEQ} "
         "AND size = (SELECT size FROM ix_episode WHERE seq = 5)"
     )
     conn.commit()

@@ -76,7 +76,7 @@ T = TypeVar("T")
 
 # "DCEP" in PRAGMA application_id marks a database as ours; user_version is its schema.
 _APPLICATION_ID = 0x44434550
-_SCHEMA_VERSION = 5
+_SCHEMA_VERSION = 6
 _SCHEMA = "CREATE TABLE kv (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID"
 # Version 2: the log is append-only in the schema, not only in the code. An episode's record
 # (episodic:<namespace>:e:<seq>) and a grade's (…:g:<n>) can be written once and deleted (forget,
@@ -91,6 +91,8 @@ _APPEND_ONLY = (
 # Version 3: the recall index (see _sqlite_index.py), in tables of its own beside kv. Version 4:
 # its posting counts kept without a trigger per posting, the postings table named ix_posting.
 # Version 5: the counts kept in counter rows among the postings (no table of their own).
+# Version 6: postings written to a table of their own first, merged into ix_post in batches.
+_CHECKPOINT_PAGES = 16_000
 # SQLite's primary result codes for a file that is not a database, or a damaged one.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -243,6 +245,9 @@ class SQLiteMemoryProvider(MemoryProvider):
                         return False
                 _apply(conn, pairs, doomed)
                 index.index_pending(conn, written=items)
+                # A delete takes its postings in the same transaction (forgotten text leaves
+                # every table); a ring eviction's wait for the next merge.
+                index.merge(conn, due=not doomed)
             if doomed:
                 self._checkpoint(conn)
             return True
@@ -274,6 +279,7 @@ class SQLiteMemoryProvider(MemoryProvider):
                 value, items, delete = next_step(key, get, then, initial, repair, read, fresh)
                 _apply(conn, *_bound_change(items, delete))
                 index.index_pending(conn, written=items)
+                index.merge(conn)
                 return value
 
         return await self._run("increment", run)
@@ -286,9 +292,12 @@ class SQLiteMemoryProvider(MemoryProvider):
         ns = prefix[len("episodic:") : -1]
 
         def run(conn: sqlite3.Connection) -> T:
-            if index.pending(conn):
+            # Records written outside the library; or deletes made outside it (each leaves a
+            # row to wait for a merge, and only the library's writes merge).
+            if index.pending(conn) or index.waiting(conn) > 4 * index.MERGE_AT:
                 with _transaction(conn):
                     index.index_pending(conn)
+                    index.merge(conn)
             # One read transaction: every read of the search sees the same snapshot.
             conn.execute("BEGIN")
             try:
@@ -318,7 +327,14 @@ class SQLiteMemoryProvider(MemoryProvider):
     async def purge(self) -> None:
         """A ``TRUNCATE`` checkpoint: text deleted earlier (ring evictions included) leaves
         the ``-wal`` file."""
-        await self._run("purge", self._checkpoint)
+
+        def run(conn: sqlite3.Connection) -> None:
+            # The postings of evicted episodes that wait for a merge go first.
+            with _transaction(conn):
+                index.merge(conn, due=False)
+            self._checkpoint(conn)
+
+        await self._run("purge", run)
 
     def _revision(self, conn: sqlite3.Connection) -> str:
         """What names the database's state for this connection: ``data_version`` moves with
@@ -387,6 +403,13 @@ class SQLiteMemoryProvider(MemoryProvider):
             self._check_schema(conn)
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._fsync else 'NORMAL'}")
+            # A checkpoint every 16,000 pages of log (64 MiB with 4 KiB pages) rather than
+            # SQLite's 1,000: a record changes pages that the next records change again (the
+            # newest rows of every table, ix_lag), and a checkpoint copies each page once,
+            # however often it changed; its fsyncs are paid sixteen times less often. The log
+            # is cut back to that size after a checkpoint a long reader made it overrun.
+            conn.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_PAGES}")
+            conn.execute(f"PRAGMA journal_size_limit = {_CHECKPOINT_PAGES * 4096}")
             conn.execute("PRAGMA secure_delete = ON")  # a deleted value is zeroed, not left
             conn.execute(f"PRAGMA cache_size = -{self._cache_kib}")  # KiB when negative
             # A delete of a record is one statement that drops its index rows too (triggers):
@@ -411,6 +434,7 @@ class SQLiteMemoryProvider(MemoryProvider):
         while left:
             with _transaction(conn):
                 index.index_pending(conn, index.BATCH)
+                index.merge(conn)
                 left = index.pending(conn)
             if self.progress is not None:
                 self.progress(total - left, total)
@@ -444,15 +468,15 @@ class SQLiteMemoryProvider(MemoryProvider):
                     conn.execute(statement)
                 conn.execute(index.QUEUE_EVERY_RECORD)
                 conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-            elif app == _APPLICATION_ID and version in (3, 4):
+            elif app == _APPLICATION_ID and version in (3, 4, 5):
                 # The index is there and exact: its triggers change, its postings table is
-                # renamed (3) and takes the counts (4), in this transaction; nothing is
-                # indexed again.
-                steps = (
-                    (*index.UPGRADE_FROM_3, *index.UPGRADE_FROM_4)
-                    if version == 3
-                    else index.UPGRADE_FROM_4
-                )
+                # renamed (3, 5), takes the counts (4) and a table of postings on their way
+                # (5), in this transaction; nothing is indexed again.
+                steps = {
+                    3: (*index.UPGRADE_FROM_3, *index.UPGRADE_FROM_4, *index.UPGRADE_FROM_5),
+                    4: (*index.UPGRADE_FROM_4, *index.UPGRADE_FROM_5),
+                    5: index.UPGRADE_FROM_5,
+                }[version]
                 for statement in (*steps, *index.TABLES):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")

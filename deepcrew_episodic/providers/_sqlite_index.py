@@ -7,12 +7,15 @@ Tables (``ns`` is the namespace as it appears in the log's keys)::
         one row per episode record (``episodic:<ns>:e:<seq>``): what ranking, the filters and
         retention read of it; ``recorded`` is the time it ranks by (its timestamp, or for one
         without a usable timestamp the time of the episode before it).
-    ix_posting(ns, term, size, recorded, seq, n)
+    ix_post(ns, term, size, recorded, seq, n)
         the postings: one row per term of an episode's default recall fields, in the order a
         search reads them (newest first within a term and length class); and around each
         term's postings in a length class, two counter rows whose ``n`` make how many it has
-        (exact: kept by the statements that add and drop an episode's postings, see HEAD_AT,
-        _DROP_EPISODE and _ADD_COUNTS).
+        (exact: kept by the statements that merge postings in and out, see HEAD_AT and
+        merge()).
+    ix_lag(ns, seq, sign, size, recorded, terms)
+        postings on their way: +1, the terms of an episode indexed since the last merge; -1,
+        those of an episode deleted since (see MERGE_AT).
     ix_grade(key, ns, n, episode_id, record)
         one row per grade record (``episodic:<ns>:g:<n>``).
     ix_pending(key)
@@ -43,7 +46,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from .._index import Facts, Whole, index_row
 from .._recall import LENGTH_CAP
 
-# A term's count lives among its postings, in two counter rows of ix_posting that sort around
+# A term's count lives among its postings, in two counter rows of ix_post that sort around
 # them: the tail (TAIL_AT, TAIL_SEQ: after the newest) counts the postings added, the head
 # (HEAD_AT, HEAD_SEQ: before the oldest) those dropped; the count is tail - head. A record adds
 # postings beside the tail and a ring eviction drops them beside the head, so the counts change
@@ -56,13 +59,6 @@ _COUNTERS = (
     f"(SELECT {HEAD_AT} AS recorded, {HEAD_SEQ} AS seq UNION ALL SELECT {TAIL_AT}, {TAIL_SEQ})"
 )
 
-# What an episode's record takes with it when it goes ({key}: the SQL of its key), in this order:
-# its postings; its terms' heads raised by one when every posting of its terms was there (the
-# common case: ``changes()`` is what the statement before deleted), else those counts taken again
-# from the postings that remain (rows lost to an edit of the index: a count stays exact); the
-# counter rows of a count left at zero; its facts. One statement per table, not a trigger per
-# posting: a ring eviction drops about thirty rows.
-_TERMS = "json_each(CASE WHEN json_valid(e.terms) THEN e.terms ELSE '[]' END) AS j"
 # The row of the episode whose record has the key {key}, found by its primary key: the
 # namespace and seq read from the key (``episodic:<ns>:e:<seq>``, a namespace holds no colon),
 # and the key made again from them to compare (a key of another kind or form has no row).
@@ -73,56 +69,100 @@ _ROW_OF = (
     "AND 'episodic:' || {e}ns || ':e:' || {e}seq = {key}"
 )
 _IS_E = _ROW_OF.replace("{e}", "e.")
-_TERMS_OF = "SELECT e.ns, j.value, e.size FROM ix_episode AS e, " + _TERMS + " WHERE " + _IS_E
+
+# Postings wait in ix_lag before they reach ix_post: a record writes one row there (+1: the
+# postings of an episode indexed), a deleted record one (-1: the postings of an episode gone),
+# and every MERGE_AT rows they are applied to ix_post together (merge()). A term's postings
+# are scattered over ix_post by term, so writing them one episode at a time dirties a page per
+# term added and per term dropped (about forty pages a record on a full ring); ix_lag is
+# written in the order of seq, a page or two a record. Readers apply what waits as they read
+# (SQLiteIndexReader), so a search sees exactly what a merge would leave.
+MERGE_AT = 32
+
+# What an episode's record takes with it when it goes ({key}: the SQL of its key): postings that
+# never reached ix_post go with their +1 row; those that did are marked to go (-1: the terms,
+# length class and time they were filed under, as its facts row has them); then its facts.
 _DROP_EPISODE: tuple[str, ...] = (
-    "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, "
-    "e.size, e.recorded, e.seq FROM ix_episode AS e, " + _TERMS + " WHERE " + _IS_E + ")",
-    "INSERT INTO ix_posting (ns, term, size, recorded, seq, n) "
-    f"SELECT e.ns, j.value, e.size, {HEAD_AT}, {HEAD_SEQ}, 1 FROM ix_episode AS e, "
-    + _TERMS
-    + " WHERE changes() = json_array_length(CASE WHEN json_valid(e.terms) THEN e.terms "
-    "ELSE '[]' END) AND " + _IS_E + " "
-    "ON CONFLICT (ns, term, size, recorded, seq) DO UPDATE SET n = coalesce(n, 0) + 1",
-    # Nothing raised (changes() is 0): counted again; exact in any case.
-    f"UPDATE ix_posting SET n = CASE WHEN seq = {HEAD_SEQ} THEN 0 ELSE (SELECT count(*) "
-    "FROM ix_posting AS t WHERE t.ns = ix_posting.ns AND t.term = ix_posting.term "
-    f"AND t.size = ix_posting.size AND t.seq > {HEAD_SEQ} AND t.recorded < {TAIL_AT}) END "
-    "WHERE (ns, term, size, recorded, seq) IN (SELECT e.ns, j.value, e.size, k.recorded, k.seq "
-    f"FROM ix_episode AS e, {_TERMS}, {_COUNTERS} AS k "
-    "WHERE " + _IS_E + " AND changes() = 0)",
-    # Found from the tails (rows by their keys, two a term), not by a subquery per row.
-    # (CROSS JOIN: in this order, the episode's terms first, never a scan of the postings.)
-    "DELETE FROM ix_posting WHERE (ns, term, size, recorded, seq) IN (SELECT t.ns, t.term, "
-    f"t.size, k.recorded, k.seq FROM ix_episode AS e CROSS JOIN {_TERMS} "
-    "CROSS JOIN ix_posting AS t "
-    "LEFT JOIN ix_posting AS h ON h.ns = t.ns AND h.term = t.term AND h.size = t.size "
-    f"AND h.recorded = {HEAD_AT} AND h.seq = {HEAD_SEQ} CROSS JOIN {_COUNTERS} AS k "
-    "WHERE " + _IS_E + " AND t.ns = e.ns AND t.term = j.value AND t.size = e.size "
-    f"AND t.recorded = {TAIL_AT} AND t.seq = {TAIL_SEQ} AND t.n - coalesce(h.n, 0) <= 0)",
+    "INSERT OR IGNORE INTO ix_lag (ns, seq, sign, size, recorded, terms) "
+    "SELECT e.ns, e.seq, -1, e.size, e.recorded, e.terms FROM ix_episode AS e "
+    "WHERE " + _IS_E + " AND e.terms != '[]' AND NOT EXISTS (SELECT 1 FROM ix_lag AS l "
+    "WHERE l.ns = e.ns AND l.seq = e.seq AND l.sign = 1)",
+    "DELETE FROM ix_lag WHERE sign = 1 AND " + _ROW_OF.replace("{e}", ""),
     "DELETE FROM ix_episode WHERE " + _ROW_OF.replace("{e}", ""),
 )
 _DROP_BY_KEY = tuple(statement.format(key="?1") for statement in _DROP_EPISODE)
-# An episode's postings (?1 ns, ?2 size, ?3 its terms as a JSON array, distinct, ?4 time, ?5
-# seq), then their tails raised: all of them when every posting was new (the common case),
-# else the counts of those terms taken again from the postings (one was there already: rows
-# left behind by an edit of the index).
-_ADD_POSTINGS = (
-    "INSERT OR IGNORE INTO ix_posting (ns, term, size, recorded, seq) "
-    "SELECT ?1, j.value, ?2, ?4, ?5 FROM json_each(?3) AS j"
+# (Replacing: a row left waiting for facts an edit of the index deleted.)
+_ADD_LAG = (
+    "INSERT OR REPLACE INTO ix_lag (ns, seq, sign, size, recorded, terms) VALUES (?, ?, 1, ?, ?, ?)"
 )
-_ADD_COUNTS = (
-    "INSERT INTO ix_posting (ns, term, size, recorded, seq, n) "
-    f"SELECT ?1, j.value, ?2, {TAIL_AT}, {TAIL_SEQ}, 1 FROM json_each(?3) AS j "
-    "WHERE true ON CONFLICT (ns, term, size, recorded, seq) DO UPDATE SET n = coalesce(n, 0) + 1"
+
+# A merge (?1: the sign of the rows it applies), the -1 rows first: the postings, then their
+# terms' counters moved by how many each term gained or lost when every posting was found
+# (dropped) or new (added), else those counts taken again from the postings (rows left behind or
+# lost by an edit of the index: a count stays exact); the counter rows of a count left at zero.
+_LAGGED = (
+    "FROM ix_lag AS l, json_each(CASE WHEN json_valid(l.terms) THEN l.terms ELSE '[]' END) AS j "
+    "WHERE l.sign = ?1"
+)
+_LAGGED_POSTINGS = f"SELECT l.ns, j.value, l.size, l.recorded, l.seq {_LAGGED}"
+_LAGGED_TERMS = f"SELECT DISTINCT l.ns AS ns, j.value AS term, l.size AS size {_LAGGED}"
+_EXPECTED = f"SELECT count(*) {_LAGGED}"
+_MERGE_POSTINGS = {
+    -1: f"DELETE FROM ix_post WHERE (ns, term, size, recorded, seq) IN ({_LAGGED_POSTINGS})",
+    1: f"INSERT OR IGNORE INTO ix_post (ns, term, size, recorded, seq) {_LAGGED_POSTINGS}",
+}
+_MOVE_COUNTS = (
+    "INSERT INTO ix_post (ns, term, size, recorded, seq, n) "
+    f"SELECT l.ns, j.value, l.size, CASE WHEN ?1 > 0 THEN {TAIL_AT} ELSE {HEAD_AT} END, "
+    f"CASE WHEN ?1 > 0 THEN {TAIL_SEQ} ELSE {HEAD_SEQ} END, count(*) {_LAGGED} "
+    "GROUP BY l.ns, j.value, l.size "
+    "ON CONFLICT (ns, term, size, recorded, seq) DO UPDATE SET n = coalesce(n, 0) + excluded.n"
 )
 _RECOUNT: tuple[str, ...] = (
-    "INSERT INTO ix_posting (ns, term, size, recorded, seq, n) "
-    f"SELECT ns, term, size, {TAIL_AT}, {TAIL_SEQ}, count(*) FROM ix_posting "
-    f"WHERE ns = ?1 AND size = ?2 AND term IN (SELECT value FROM json_each(?3)) AND {REAL} "
-    "GROUP BY term ON CONFLICT (ns, term, size, recorded, seq) DO UPDATE SET n = excluded.n",
-    f"UPDATE ix_posting SET n = 0 WHERE ns = ?1 AND size = ?2 AND recorded = {HEAD_AT} "
-    f"AND seq = {HEAD_SEQ} AND term IN (SELECT value FROM json_each(?3))",
+    "INSERT INTO ix_post (ns, term, size, recorded, seq, n) "
+    f"SELECT a.ns, a.term, a.size, {TAIL_AT}, {TAIL_SEQ}, (SELECT count(*) FROM ix_post AS t "
+    "WHERE t.ns = a.ns AND t.term = a.term AND t.size = a.size "
+    f"AND t.seq > {HEAD_SEQ} AND t.recorded < {TAIL_AT}) FROM ({_LAGGED_TERMS}) AS a "
+    "WHERE true ON CONFLICT (ns, term, size, recorded, seq) DO UPDATE SET n = excluded.n",
+    f"UPDATE ix_post SET n = 0 WHERE recorded = {HEAD_AT} AND seq = {HEAD_SEQ} "
+    f"AND (ns, term, size) IN ({_LAGGED_TERMS})",
 )
+# Found from the tails (rows by their keys, two a term), not by a subquery per row.
+# (CROSS JOIN: in this order, the lagged terms first, never a scan of the postings.)
+_DROP_ZEROS = (
+    "DELETE FROM ix_post WHERE (ns, term, size, recorded, seq) IN (SELECT t.ns, t.term, "
+    f"t.size, k.recorded, k.seq FROM ({_LAGGED_TERMS}) AS a "
+    "CROSS JOIN ix_post AS t "
+    "LEFT JOIN ix_post AS h ON h.ns = t.ns AND h.term = t.term AND h.size = t.size "
+    f"AND h.recorded = {HEAD_AT} AND h.seq = {HEAD_SEQ} CROSS JOIN {_COUNTERS} AS k "
+    "WHERE t.ns = a.ns AND t.term = a.term AND t.size = a.size "
+    f"AND t.recorded = {TAIL_AT} AND t.seq = {TAIL_SEQ} AND t.n - coalesce(h.n, 0) <= 0)"
+)
+
+
+def waiting(conn: sqlite3.Connection) -> int:
+    """How many rows wait in ix_lag (every namespace)."""
+    (n,) = conn.execute("SELECT count(*) FROM ix_lag").fetchone()
+    return int(n)
+
+
+def merge(conn: sqlite3.Connection, *, due: bool = True) -> None:
+    """Apply what waits in ix_lag to ix_post, inside the caller's transaction: when MERGE_AT
+    rows wait (*due*), or whatever waits."""
+    count = waiting(conn)
+    if not count or (due and count < MERGE_AT):
+        return
+    for sign in (-1, 1):
+        (expected,) = conn.execute(_EXPECTED, (sign,)).fetchone()
+        if not expected:
+            continue
+        changed = conn.execute(_MERGE_POSTINGS[sign], (sign,)).rowcount
+        for statement in (_MOVE_COUNTS,) if changed == expected else _RECOUNT:
+            conn.execute(statement, (sign,))
+        if sign < 0:
+            conn.execute(_DROP_ZEROS, (sign,))
+    conn.execute("DELETE FROM ix_lag")
+
 
 _EPISODE_COLUMNS = (
     "ns, seq, episode_id, timestamp, recorded, outcome, source, size, terms, tags, forget_at, "
@@ -145,9 +185,13 @@ TABLES: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS ix_episode_recorded ON ix_episode (ns, recorded)",
     "CREATE INDEX IF NOT EXISTS ix_episode_corrupt ON ix_episode (ns, seq) WHERE corrupt = 1",
     # n: the count of a counter row (see HEAD_AT), NULL in a posting.
-    "CREATE TABLE IF NOT EXISTS ix_posting (ns TEXT NOT NULL, term TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS ix_post (ns TEXT NOT NULL, term TEXT NOT NULL, "
     "size INTEGER NOT NULL, recorded REAL NOT NULL, seq INTEGER NOT NULL, n INTEGER, "
     "PRIMARY KEY (ns, term, size, recorded, seq)) WITHOUT ROWID",
+    # Postings on their way to ix_post (see MERGE_AT): an episode's terms, as a JSON array.
+    "CREATE TABLE IF NOT EXISTS ix_lag (ns TEXT NOT NULL, seq INTEGER NOT NULL, "
+    "sign INTEGER NOT NULL, size INTEGER NOT NULL, recorded REAL NOT NULL, terms TEXT NOT NULL, "
+    "PRIMARY KEY (ns, seq, sign)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS ix_grade (key TEXT PRIMARY KEY NOT NULL, ns TEXT NOT NULL, "
     "n INTEGER NOT NULL, episode_id TEXT NOT NULL, record TEXT NOT NULL) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS ix_grade_episode ON ix_grade (ns, episode_id, n)",
@@ -216,6 +260,13 @@ UPGRADE_FROM_4: tuple[str, ...] = (
     "DROP TABLE ix_episode",
     "ALTER TABLE ix_episode_5 RENAME TO ix_episode",
 )
+# Schema 6 writes postings to ix_lag first (see MERGE_AT), and names the postings table ix_post:
+# a process of schema 5 that still has the store open fails on its next write or search ("no
+# such table") instead of reading postings without those that wait.
+UPGRADE_FROM_5: tuple[str, ...] = (
+    "DROP TRIGGER IF EXISTS ix_record_deleted",
+    "ALTER TABLE ix_posting RENAME TO ix_post",
+)
 QUEUE_EVERY_RECORD = (
     "INSERT OR IGNORE INTO ix_pending (key) SELECT key FROM kv "
     "WHERE key GLOB 'episodic:*:[egv]:[0-9]*'"  # v: vectors (VECTOR_TABLES)
@@ -234,8 +285,8 @@ def pending(conn: sqlite3.Connection) -> int:
 def index_pending(
     conn: sqlite3.Connection, limit: int | None = None, written: Mapping[str, str] | None = None
 ) -> int:
-    """Index what is pending (at most *limit* records), inside the caller's transaction; return
-    how many records were taken off the queue. *written*: what this transaction wrote (key ->
+    """Index what is pending (at most *limit* records), inside the caller's transaction (which
+    then calls :func:`merge`); return how many records were taken off the queue. *written*: what this transaction wrote (key ->
     value), so that a record it queued is indexed from there, not read back."""
     rows: list[tuple[str, str | None]] | None = None
     if limit is None and written is not None:
@@ -325,9 +376,7 @@ def _index_episode(conn: sqlite3.Connection, ns: str, seq: int, key: str, raw: s
         ),
     )
     if row.terms:
-        added = conn.execute(_ADD_POSTINGS, (ns, row.size, terms, when, seq)).rowcount
-        for statement in (_ADD_COUNTS,) if added == len(row.terms) else _RECOUNT:
-            conn.execute(statement, (ns, row.size, terms))
+        conn.execute(_ADD_LAG, (ns, seq, row.size, when, terms))
 
 
 def _index_grade(conn: sqlite3.Connection, key: str, ns: str, number: int, raw: str) -> None:
@@ -345,7 +394,8 @@ def _index_grade(conn: sqlite3.Connection, key: str, ns: str, number: int, raw: 
 
 
 class SQLiteIndexReader:
-    """:class:`~deepcrew_episodic._index.IndexReader` over one connection and namespace."""
+    """:class:`~deepcrew_episodic._index.IndexReader` over one connection and namespace; what
+    waits in ix_lag is applied to what ix_post holds (see MERGE_AT)."""
 
     def __init__(self, conn: sqlite3.Connection, ns: str) -> None:
         self._conn = conn
@@ -355,8 +405,15 @@ class SQLiteIndexReader:
         # (what the search intersects them with), so a row costs what the query needs.
         self._query = "[]"
         self._facts: dict[int, Facts | None] = {}
+        self._waiting: _Waiting | None = None
         # The database's revision as of this reader's snapshot (set by the provider).
         self.revision: str | None = None
+
+    def _lag(self) -> _Waiting:
+        """What waits in ix_lag for this namespace (read once per snapshot)."""
+        if self._waiting is None:
+            self._waiting = _Waiting(self._conn, self._ns)
+        return self._waiting
 
     def newest_seq(self) -> int:
         """The newest sequence number the index holds (0: none)."""
@@ -377,50 +434,88 @@ class SQLiteIndexReader:
             _COUNTS, (self._ns, json.dumps(list(terms), ensure_ascii=False))
         ):
             found.setdefault(term, {})[int(size)] = int(n)
+        lag = self._lag()
+        if lag:
+            lag.load(terms)
+            for term in dict.fromkeys(terms):
+                moves = Counter({size: -n for size, n in lag.drops(term).items()})
+                for _, _, size in lag.adds(term):
+                    moves[size] += 1
+                sizes = found.setdefault(term, {})
+                for size, by in moves.items():
+                    if n := sizes.get(size, 0) + by:
+                        sizes[size] = n
+                    else:
+                        sizes.pop(size, None)
+                if not sizes:
+                    del found[term]
         return found
 
     def postings(
         self, term: str, size: int, limit: int, before: tuple[float, int] | None
     ) -> list[tuple[float, int]]:
-        if before is None:
-            cursor = self._conn.execute(
-                "SELECT recorded, seq FROM ix_posting WHERE ns = ? AND term = ? AND size = ? "
-                f"AND {REAL} ORDER BY recorded DESC, seq DESC LIMIT ?",
-                (self._ns, term, size, limit),
-            )
-        else:
-            cursor = self._conn.execute(
-                "SELECT recorded, seq FROM ix_posting WHERE ns = ? AND term = ? AND size = ? "
-                f"AND (recorded, seq) < (?, ?) AND {REAL} ORDER BY recorded DESC, seq DESC "
-                "LIMIT ?",
-                (self._ns, term, size, before[0], before[1], limit),
-            )
-        return cursor.fetchall()
+        lag = self._lag()
+        sql = f"SELECT recorded, seq FROM ix_post WHERE ns = ? AND term = ? AND size = ? AND {REAL}"
+        args: list[object] = [self._ns, term, size]
+        if before is not None:
+            sql += " AND (recorded, seq) < (?, ?)"
+            args += before
+        # As many more rows as can be gone among them, then those left out.
+        gone = lag.drops(term)[size] if lag.gone else 0
+        rows: list[tuple[float, int]] = self._conn.execute(
+            sql + " ORDER BY recorded DESC, seq DESC LIMIT ?", (*args, limit + gone)
+        ).fetchall()
+        if gone:
+            rows = [r for r in rows if r[1] not in lag.gone][:limit]
+        waiting = [
+            (when, seq)
+            for when, seq, sized in lag.adds(term)
+            if sized == size and (before is None or (when, seq) < before)
+        ]
+        if waiting:
+            rows = sorted(rows + waiting, reverse=True)[:limit]
+        return rows
 
     def matches(self, terms: Sequence[str]) -> Counter[int]:
         # Counted here rather than by GROUP BY, from one string: a row per posting would cost
         # three times as much.
+        lag = self._lag()
         (joined,) = self._conn.execute(
-            "SELECT group_concat(seq) FROM ix_posting WHERE ns = ? AND term IN "
+            "SELECT group_concat(seq) FROM ix_post WHERE ns = ? AND term IN "
             f"(SELECT value FROM json_each(?)) AND {REAL}",
             (self._ns, json.dumps(list(terms), ensure_ascii=False)),
         ).fetchone()
-        return Counter(map(int, joined.split(","))) if joined else Counter()
+        found = Counter(map(int, joined.split(","))) if joined else Counter()
+        if lag:
+            for seq in lag.gone:
+                found.pop(seq, None)
+            lag.load(terms)
+        for term in dict.fromkeys(terms):
+            for _, seq, _ in lag.adds(term):
+                found[seq] += 1
+        return found
 
     def sized_matches(self, terms: Sequence[str]) -> dict[int, tuple[int, int]]:
         """seq -> (how many of *terms* it holds, its length class), for every episode holding
         one: what its keyword relevance is, read from the postings alone (no facts)."""
         # One string, as matches(): each posting as seq * 16 + its length class (clamped to
         # 0..15: a class edited out of range reads lower, which only raises a bound).
+        lag = self._lag()
         (joined,) = self._conn.execute(
-            "SELECT group_concat(seq * 16 + max(0, min(size, 15))) FROM ix_posting "
+            "SELECT group_concat(seq * 16 + max(0, min(size, 15))) FROM ix_post "
             f"WHERE ns = ? AND term IN (SELECT value FROM json_each(?)) AND {REAL}",
             (self._ns, json.dumps(list(terms), ensure_ascii=False)),
         ).fetchone()
+        counted = Counter(map(int, joined.split(","))) if joined else Counter()
+        if lag.gone:
+            counted = Counter({v: n for v, n in counted.items() if v >> 4 not in lag.gone})
+        if lag:
+            lag.load(terms)
+        for term in dict.fromkeys(terms):
+            for _, seq, size in lag.adds(term):
+                counted[seq * 16 + max(0, min(size, 15))] += 1
         found: dict[int, tuple[int, int]] = {}
-        if not joined:
-            return found
-        for v, n in Counter(map(int, joined.split(","))).items():
+        for v, n in counted.items():
             seq, size = v >> 4, v & 15
             had = found.get(seq)
             found[seq] = (n, size) if had is None else (had[0] + n, min(had[1], size))
@@ -601,14 +696,76 @@ class SQLiteIndexReader:
         )
 
 
+class _Waiting:
+    """What waits in ix_lag for one namespace, as a reader applies it: the postings of the
+    episodes indexed since the last merge, and the episodes gone since (none of their rows in
+    ix_post counts). Read in SQL, for the terms a search asks about, each term once."""
+
+    __slots__ = ("_adds", "_any", "_conn", "_drops", "_ns", "gone")
+
+    def __init__(self, conn: sqlite3.Connection, ns: str) -> None:
+        self._conn, self._ns = conn, ns
+        count, gone = conn.execute(
+            "SELECT count(*), group_concat(CASE WHEN sign < 0 THEN seq END) FROM ix_lag "
+            "WHERE ns = ?",
+            (ns,),
+        ).fetchone()
+        self._any = bool(count)
+        # The seqs gone: their rows in ix_post are left out in Python, not by the statements
+        # (a NOT IN list costs each statement that reads postings more than its rows do).
+        self.gone = frozenset(map(int, gone.split(","))) if gone else frozenset()
+        self._adds: dict[str, list[tuple[float, int, int]]] = {}
+        self._drops: dict[str, Counter[int]] = {}
+
+    def __bool__(self) -> bool:
+        return self._any
+
+    def load(self, terms: Collection[str]) -> None:
+        """Read what waits for those of *terms* not read yet, in one statement."""
+        missing = [t for t in dict.fromkeys(terms) if t not in self._adds]
+        if not missing:
+            return
+        adds: dict[str, list[tuple[float, int, int]]] = {t: [] for t in missing}
+        drops: dict[str, Counter[int]] = {t: Counter() for t in missing}
+        if self._any:
+            for term, sign, size, when, seq in self._conn.execute(
+                _WAITING, (self._ns, json.dumps(missing, ensure_ascii=False))
+            ):
+                if sign > 0:
+                    adds[term].append((float(when), int(seq), int(size)))
+                else:
+                    drops[term][int(size)] += 1
+        for term in missing:
+            self._adds[term] = sorted(adds[term], reverse=True)
+            self._drops[term] = drops[term]
+
+    def adds(self, term: str) -> list[tuple[float, int, int]]:
+        """(time, seq, length class) of the waiting postings of *term*, newest first."""
+        self.load((term,))
+        return self._adds[term]
+
+    def drops(self, term: str) -> Counter[int]:
+        """How many postings of *term* are gone, by length class."""
+        self.load((term,))
+        return self._drops[term]
+
+
+# The waiting postings of some terms (?2), one row each (DISTINCT: as a merge files them).
+_WAITING = (
+    "SELECT DISTINCT j.value, l.sign, l.size, l.recorded, l.seq FROM ix_lag AS l, "
+    "json_each(CASE WHEN json_valid(l.terms) THEN l.terms ELSE '[]' END) AS j "
+    "WHERE l.ns = ?1 AND j.value IN (SELECT value FROM json_each(?2))"
+)
+
+
 # The counts of the query's terms (?2) in each length class: a tail less its head (none yet:
 # nothing dropped), two rows found by their keys (CROSS JOIN: in this order, never a scan).
 _COUNTS = (
     "SELECT q.value, s.value, t.n - coalesce(h.n, 0) FROM json_each(?2) AS q CROSS JOIN "
     f"json_each('{json.dumps(list(range(1, LENGTH_CAP + 1)))}') AS s "
-    "CROSS JOIN ix_posting AS t ON t.ns = ?1 AND t.term = q.value AND t.size = s.value "
+    "CROSS JOIN ix_post AS t ON t.ns = ?1 AND t.term = q.value AND t.size = s.value "
     f"AND t.recorded = {TAIL_AT} AND t.seq = {TAIL_SEQ} "
-    "LEFT JOIN ix_posting AS h ON h.ns = ?1 AND h.term = q.value AND h.size = s.value "
+    "LEFT JOIN ix_post AS h ON h.ns = ?1 AND h.term = q.value AND h.size = s.value "
     f"AND h.recorded = {HEAD_AT} AND h.seq = {HEAD_SEQ}"
 )
 
