@@ -785,24 +785,45 @@ def _namespace_postings(
     conn: sqlite3.Connection, ns: str
 ) -> dict[tuple[str, int], tuple[array[float], array[int]]]:
     """Every posting of *ns*, by term and length class, oldest first: what
-    :meth:`SQLiteIndexReader.postings` reads of them, all at once. The one read of postings
-    besides that method and the counts: whatever changes where postings live (rows not yet
-    in ix_posting) changes this read with them."""
+    :meth:`SQLiteIndexReader.postings` reads of them, all at once (those of ix_post, less the
+    episodes gone since the last merge, and those that wait in ix_lag)."""
+    waiting: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    gone: set[int] = set()
+    for seq, sign, size, when, terms in conn.execute(
+        "SELECT seq, sign, size, recorded, terms FROM ix_lag WHERE ns = ?", (ns,)
+    ):
+        if sign < 0:
+            gone.add(int(seq))
+            continue
+        # As json_each reads the row (what a merge files): strings of a JSON array, once each.
+        try:
+            held = json.loads(terms)
+        except (ValueError, RecursionError):
+            held = []
+        for term in dict.fromkeys(held if isinstance(held, list) else []):
+            if isinstance(term, str):
+                waiting.setdefault((term, int(size)), []).append((float(when), int(seq)))
     found: dict[tuple[str, int], tuple[array[float], array[int]]] = {}
     key: tuple[str, int] | None = None
     whens: array[float] = array("d")
     seqs: array[int] = array("q")
     for term, size, when, seq in conn.execute(
-        "SELECT term, size, recorded, seq FROM ix_posting WHERE ns = ? "
+        "SELECT term, size, recorded, seq FROM ix_post WHERE ns = ? "
         f"AND {REAL} ORDER BY term, size, recorded, seq",
         (ns,),
     ):
         if key is None or key[0] != term or key[1] != size:
             key = (term, int(size))
             whens, seqs = found.setdefault(key, (array("d"), array("q")))
+        if gone and int(seq) in gone:
+            continue
         whens.append(float(when))
         seqs.append(int(seq))
-    return found
+    for key, rows in waiting.items():
+        had = found.get(key, (array("d"), array("q")))
+        merged = sorted([*zip(had[0], had[1], strict=True), *rows])
+        found[key] = (array("d", [r[0] for r in merged]), array("q", [r[1] for r in merged]))
+    return {k: v for k, v in found.items() if v[1]}
 
 
 def _namespace_episodes(
