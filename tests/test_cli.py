@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import pty
+import re
 import shutil
 import sqlite3
 import stat
@@ -755,7 +756,7 @@ def test_sweep_command(run: Run, store: str) -> None:
     )
     assert "expired one" in Path(store).read_text()
     code, out, err = run("--store", store, "sweep", "--yes")
-    assert (code, out.strip()) == (0, "swept 1 keys (expired episodes and strays)")
+    assert (code, out.strip()) == (0, "swept 1 key (expired episodes and strays)")
     assert "no --max-age" in err
     assert "expired one" not in Path(store).read_text()
 
@@ -1022,7 +1023,7 @@ def test_no_output_carries_the_password_of_a_real_redis(
         assert "redis://:***@127.0.0.1" in every or "password=***" in every
         # The episode quoting the password: scrubbed from every output, and said so.
         assert "the raw password was *** in a log" in every
-        assert "occurrences of the store URL's credentials in the output with ***" in every
+        assert re.search(r"replaced [0-9]+ occurrences? of the store URL's credentials", every)
         assert run("--store", url, "-n", "secrets", "clear", "--yes")[0] == 0
     wrong = f"redis://:{quote(password[::-1], safe='')}@127.0.0.1:{port}/0"
     code, out, err = run("--store", wrong, "stats", "--json")
@@ -1194,7 +1195,7 @@ def test_a_file_is_checked_whole_before_anything_is_written(
     assert run("--store", store, "import", str(batch))[0] == 0
     batch.write_text(jsonl({"query": "one", "id": "run-1"}, {"query": "two", "id": "run-2"}))
     code, out, _ = run("--store", store, "import", str(batch))
-    assert (code, out.strip()) == (0, f"imported 1 episodes from {batch}, 1 already present")
+    assert (code, out.strip()) == (0, f"imported 1 episode from {batch}, 1 already present")
 
 
 def test_a_deepcrew_ai_log_is_checked_whole_before_import(
