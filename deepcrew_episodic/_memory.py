@@ -168,14 +168,17 @@ class EpisodicMemory:
 
     @property
     def namespace(self) -> str:
+        """The log this memory reads and writes in its backend."""
         return self._log.namespace
 
     @property
     def max_episodes(self) -> int:
+        """The ring size: how many of the newest episodes this memory shows."""
         return self._log.max
 
     @property
     def recall_k(self) -> int:
+        """How many episodes :meth:`recall` returns when no ``top_k`` is given."""
         return self._options.recall_k
 
     @property
@@ -185,6 +188,7 @@ class EpisodicMemory:
 
     @property
     def reflect_model(self) -> str | None:
+        """The litellm model that writes each recorded episode's lesson (``None``: none)."""
         return self._options.reflection.model
 
     @property

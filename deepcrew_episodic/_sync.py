@@ -9,28 +9,64 @@ across threads.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import weakref
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine
 from datetime import timedelta, tzinfo
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ._episode import Episode, Outcome
+from ._embed import Embedder
 from ._exceptions import ConfigurationError
-from ._grade import Grade
-from ._history import History
-from ._listing import Page
 from ._log import Counters
-from ._memory import EpisodicMemory, MemoryStats
-from ._recall import Ranking, Scored
-from ._time import TimeLike
+from ._memory import EpisodicMemory
+from ._redact import Redactor
 from .providers._base import MemoryProvider
 
 __all__ = ["SyncEpisodicMemory"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _blocking(
+    method: Callable[Concatenate[EpisodicMemory, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[SyncEpisodicMemory, P], T]:
+    """The facade's method for the coroutine *method* of :class:`EpisodicMemory`: the same
+    signature and docstring, run on the facade's event loop, returning what it returns."""
+    name = method.__name__
+
+    def call(self: SyncEpisodicMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        # Looked up on the memory, not *method* itself: a subclass's override is the one run.
+        result: T = self._call(getattr(self.memory, name), *args, **kwargs)
+        return result
+
+    return _alike(call, method)
+
+
+def _here(
+    method: Callable[Concatenate[EpisodicMemory, P], T],
+) -> Callable[Concatenate[SyncEpisodicMemory, P], T]:
+    """The facade's method for *method*, a method of :class:`EpisodicMemory` without I/O:
+    run in the caller's thread."""
+    name = method.__name__
+
+    def call(self: SyncEpisodicMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = getattr(self.memory, name)(*args, **kwargs)
+        return result
+
+    return _alike(call, method)
+
+
+def _alike(call: F, method: Callable[..., Any]) -> F:
+    # help() and inspect.signature() show *method*'s signature (through __wrapped__) and docs.
+    functools.update_wrapper(call, method)
+    call.__module__ = __name__
+    call.__qualname__ = f"SyncEpisodicMemory.{method.__name__}"
+    return call
 
 
 class SyncEpisodicMemory:
@@ -121,253 +157,99 @@ class SyncEpisodicMemory:
         return facade
 
     def namespaces(self) -> list[str]:
-        """See :meth:`EpisodicMemory.namespaces` (of this memory's backend)."""
+        """See :meth:`EpisodicMemory.namespaces`: the namespaces holding a log in this memory's
+        store (its connection belongs to this facade's event loop), sorted."""
         return self._call(EpisodicMemory.namespaces, self.memory.backend)
 
-    def record(self, episode: Episode | Any) -> Episode:
-        """See :meth:`EpisodicMemory.record`."""
-        return self._call(self.memory.record, episode)
+    # --- the memory's methods: each coroutine becomes a call that waits for its result ------
 
-    def check(self, episode: Episode | Any) -> Episode:
-        """See :meth:`EpisodicMemory.check` (no I/O: runs here)."""
-        return self.memory.check(episode)
+    record = _blocking(EpisodicMemory.record)
+    reflect = _blocking(EpisodicMemory.reflect)
+    recall = _blocking(EpisodicMemory.recall)
+    explain = _blocking(EpisodicMemory.explain)
+    history = _blocking(EpisodicMemory.history)
+    refresh = _blocking(EpisodicMemory.refresh)
+    load = _blocking(EpisodicMemory.load)
+    page = _blocking(EpisodicMemory.page)
+    latest = _blocking(EpisodicMemory.latest)
+    stats = _blocking(EpisodicMemory.stats)
+    select = _blocking(EpisodicMemory.select)
+    forget = _blocking(EpisodicMemory.forget)
+    sweep = _blocking(EpisodicMemory.sweep)
+    shrink = _blocking(EpisodicMemory.shrink)
+    clear = _blocking(EpisodicMemory.clear)
+    grade = _blocking(EpisodicMemory.grade)
+    grades = _blocking(EpisodicMemory.grades)
+    used = _blocking(EpisodicMemory.used)
+    uses = _blocking(EpisodicMemory.uses)
+    restore = _blocking(EpisodicMemory.restore)
+    backfill = _blocking(EpisodicMemory.backfill)
+    reembed = _blocking(EpisodicMemory.reembed)
 
-    def reflect(self, episode: Episode) -> str | None:
-        """See :meth:`EpisodicMemory.reflect`."""
-        return self._call(self.memory.reflect, episode)
-
-    def recall(
-        self,
-        query: str,
-        top_k: int | None = None,
-        *,
-        intent: str = "any",
-        tags: Collection[str] | None = None,
-        outcome: str | Collection[str] | None = None,
-        since: TimeLike | None = None,
-        until: TimeLike | None = None,
-        min_relevance: float | None = None,
-    ) -> list[Episode]:
-        """See :meth:`EpisodicMemory.recall`."""
-        return self._call(
-            self.memory.recall,
-            query,
-            top_k,
-            intent=intent,
-            tags=tags,
-            outcome=outcome,
-            since=since,
-            until=until,
-            min_relevance=min_relevance,
-        )
-
-    def explain(
-        self,
-        query: str,
-        top_k: int | None = None,
-        *,
-        intent: str = "any",
-        tags: Collection[str] | None = None,
-        outcome: str | Collection[str] | None = None,
-        since: TimeLike | None = None,
-        until: TimeLike | None = None,
-        min_relevance: float | None = None,
-    ) -> Ranking:
-        """See :meth:`EpisodicMemory.explain`."""
-        return self._call(
-            self.memory.explain,
-            query,
-            top_k,
-            intent=intent,
-            tags=tags,
-            outcome=outcome,
-            since=since,
-            until=until,
-            min_relevance=min_relevance,
-        )
-
-    def history(
-        self,
-        task: str,
-        *,
-        since: TimeLike | None = None,
-        until: TimeLike | None = None,
-        tags: Collection[str] | None = None,
-    ) -> History:
-        """See :meth:`EpisodicMemory.history`."""
-        return self._call(self.memory.history, task, since=since, until=until, tags=tags)
-
-    def render(self, episodes: Sequence[Episode | Scored], *, max_chars: int | None = None) -> str:
-        """See :meth:`EpisodicMemory.render` (no I/O: runs here)."""
-        return self.memory.render(episodes, max_chars=max_chars)
-
-    def refresh(self) -> int:
-        """See :meth:`EpisodicMemory.refresh`."""
-        return self._call(self.memory.refresh)
-
-    def load(self, *, include_expired: bool = False, graded: bool = True) -> list[Episode]:
-        """See :meth:`EpisodicMemory.load`."""
-        return self._call(self.memory.load, include_expired=include_expired, graded=graded)
-
-    def stats(self) -> MemoryStats:
-        """See :meth:`EpisodicMemory.stats`."""
-        return self._call(self.memory.stats)
-
-    def forget(
-        self,
-        ids: str | Collection[str] | None = None,
-        *,
-        outcome: str | Collection[str] | None = None,
-        tags: Collection[str] | None = None,
-        before: TimeLike | None = None,
-        containing: str | None = None,
-        corrupt: bool = False,
-        dry_run: bool = False,
-    ) -> int:
-        """See :meth:`EpisodicMemory.forget`."""
-        return self._call(
-            self.memory.forget,
-            ids,
-            outcome=outcome,
-            tags=tags,
-            before=before,
-            containing=containing,
-            corrupt=corrupt,
-            dry_run=dry_run,
-        )
-
-    def select(
-        self,
-        ids: str | Collection[str] | None = None,
-        *,
-        outcome: str | Collection[str] | None = None,
-        tags: Collection[str] | None = None,
-        before: TimeLike | None = None,
-        containing: str | None = None,
-    ) -> list[Episode]:
-        """See :meth:`EpisodicMemory.select`."""
-        return self._call(
-            self.memory.select,
-            ids,
-            outcome=outcome,
-            tags=tags,
-            before=before,
-            containing=containing,
-        )
-
-    def latest(self, conversation_id: str) -> Episode | None:
-        """See :meth:`EpisodicMemory.latest`."""
-        return self._call(self.memory.latest, conversation_id)
-
-    def page(self, limit: int = 50, offset: int = 0) -> Page:
-        """See :meth:`EpisodicMemory.page`."""
-        return self._call(self.memory.page, limit, offset)
-
-    def searched_text(self, episode: Episode) -> str:
-        """See :meth:`EpisodicMemory.searched_text` (no I/O: runs here)."""
-        return self.memory.searched_text(episode)
-
-    def recorded_at(self, episode: Episode) -> float | None:
-        """See :meth:`EpisodicMemory.recorded_at` (no I/O: runs here)."""
-        return self.memory.recorded_at(episode)
-
-    def is_expired(self, episode: Episode) -> bool:
-        """See :meth:`EpisodicMemory.is_expired` (no I/O: runs here)."""
-        return self.memory.is_expired(episode)
-
-    def sweep(self, *, dry_run: bool = False) -> int:
-        """See :meth:`EpisodicMemory.sweep`."""
-        return self._call(self.memory.sweep, dry_run=dry_run)
-
-    def shrink(self, max_episodes: int) -> int:
-        """See :meth:`EpisodicMemory.shrink`."""
-        return self._call(self.memory.shrink, max_episodes)
-
-    def clear(self) -> None:
-        """See :meth:`EpisodicMemory.clear`."""
-        self._call(self.memory.clear)
-
-    def grade(
-        self,
-        episode_id: str,
-        *,
-        outcome: Outcome | None = None,
-        score: float | None = None,
-        note: str = "",
-        verified: bool | None = None,
-        source: str | None = None,
-    ) -> Grade:
-        """See :meth:`EpisodicMemory.grade`."""
-        return self._call(
-            self.memory.grade,
-            episode_id,
-            outcome=outcome,
-            score=score,
-            note=note,
-            verified=verified,
-            source=source,
-        )
-
-    def grades(self, episode_id: str | None = None) -> list[Grade]:
-        """See :meth:`EpisodicMemory.grades`."""
-        return self._call(self.memory.grades, episode_id)
-
-    def used(self, ids: str | Collection[str]) -> None:
-        """See :meth:`EpisodicMemory.used`."""
-        self._call(self.memory.used, ids)
-
-    def uses(self) -> dict[str, int]:
-        """See :meth:`EpisodicMemory.uses`."""
-        return self._call(self.memory.uses)
-
-    def restore(
-        self,
-        episode: Episode | Any,
-        *,
-        grades: Sequence[Grade | Mapping[str, Any]] = (),
-        uses: int = 0,
-    ) -> Episode:
-        """See :meth:`EpisodicMemory.restore`."""
-        return self._call(self.memory.restore, episode, grades=grades, uses=uses)
-
-    def backfill(
-        self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
-    ) -> int:
-        """See :meth:`EpisodicMemory.backfill`."""
-        return self._call(self.memory.backfill, batch_size=batch_size, progress=progress)
-
-    def reembed(
-        self, *, batch_size: int = 64, progress: Callable[[int, int], None] | None = None
-    ) -> int:
-        """See :meth:`EpisodicMemory.reembed`."""
-        return self._call(self.memory.reembed, batch_size=batch_size, progress=progress)
+    # Without I/O: run in the caller's thread, on what the memory last read.
+    check = _here(EpisodicMemory.check)
+    render = _here(EpisodicMemory.render)
+    fit = _here(EpisodicMemory.fit)
+    is_expired = _here(EpisodicMemory.is_expired)
+    searched_text = _here(EpisodicMemory.searched_text)
+    recorded_at = _here(EpisodicMemory.recorded_at)
 
     # --- properties ---------------------------------------------------------------------------
 
     @property
     def namespace(self) -> str:
+        """See :attr:`EpisodicMemory.namespace`."""
         return self.memory.namespace
 
     @property
     def max_episodes(self) -> int:
+        """See :attr:`EpisodicMemory.max_episodes`."""
         return self.memory.max_episodes
 
     @property
+    def recall_k(self) -> int:
+        """See :attr:`EpisodicMemory.recall_k`."""
+        return self.memory.recall_k
+
+    @property
+    def reflect_model(self) -> str | None:
+        """See :attr:`EpisodicMemory.reflect_model`."""
+        return self.memory.reflect_model
+
+    @property
     def max_age(self) -> timedelta | None:
+        """See :attr:`EpisodicMemory.max_age`."""
         return self.memory.max_age
 
     @property
     def tz(self) -> tzinfo | str:
+        """See :attr:`EpisodicMemory.tz`."""
         return self.memory.tz
 
     @property
+    def redactor(self) -> Redactor | None:
+        """See :attr:`EpisodicMemory.redactor`."""
+        return self.memory.redactor
+
+    @property
     def backend(self) -> MemoryProvider:
+        """See :attr:`EpisodicMemory.backend`."""
         return self.memory.backend
 
     @property
     def counters(self) -> Counters:
         """See :attr:`EpisodicMemory.counters`."""
         return self.memory.counters
+
+    @property
+    def embedder(self) -> Embedder | Callable[..., Any] | None:
+        """See :attr:`EpisodicMemory.embedder`."""
+        return self.memory.embedder
+
+    @property
+    def embedder_name(self) -> str | None:
+        """See :attr:`EpisodicMemory.embedder_name`."""
+        return self.memory.embedder_name
 
     # --- lifetime -----------------------------------------------------------------------------
 

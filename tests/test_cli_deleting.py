@@ -146,13 +146,13 @@ def test_forget_corrupt_takes_dry_run_and_yes(
         conn.execute("DELETE FROM kv WHERE key = 'episodic:default:e:1'")
         conn.execute("INSERT INTO kv VALUES ('episodic:default:e:1', 'not json')")
     code, _, err = run(capsys, "--store", db, "forget", "--corrupt", "--dry-run")
-    assert (code, "1 corrupt records would be deleted" in err) == (0, True)
+    assert (code, "1 corrupt record would be deleted" in err) == (0, True)
     code, _, err = run(capsys, "--store", db, "forget", "--corrupt")
     assert code == 1
     assert "not confirmed" in err
     assert "--dry-run" in err
     assert run(capsys, "--store", db, "forget", "--corrupt", "--yes")[1].strip() == (
-        "forgot 1 corrupt records"
+        "forgot 1 corrupt record"
     )
 
 

@@ -128,7 +128,7 @@ def test_record_with_an_embedder_stores_a_vector_and_backfill_fills_the_rest(cli
     code, out, _ = cli("stats", *cli.embedder())
     assert stats_rows(out)["vectors"].startswith("1 of 2 episodes ('backfill' embeds the others")
     code, out, _ = cli("backfill", *cli.embedder())
-    assert out == "backfilled 1 vectors\n"
+    assert out == "backfilled 1 vector\n"
     code, out, _ = cli("stats", "--json", *cli.embedder())
     assert json.loads(out)["vectors"] == 2
 

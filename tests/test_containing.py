@@ -225,7 +225,7 @@ def test_cli_forget_containing_covers_the_field(
     assert len(out.splitlines()) == 1
     assert target[:12] in out
     code, out, _ = run(capsys, "--store", store, "forget", "--containing", "acmeqqzx", "--yes")
-    assert (code, out.strip()) == (0, "forgot 1 episodes")
+    assert (code, out.strip()) == (0, "forgot 1 episode")
     assert MARK not in Path(store).read_text()
     left = json.loads(run(capsys, "--store", store, "timeline", "--json")[1])
     assert [e["query"] for e in left] == ["keep me"]

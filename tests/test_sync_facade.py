@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import pickle
 import signal
@@ -347,3 +348,78 @@ def test_workers_that_exit_normally_leave_the_parent_working(store: Store) -> No
     assert done.returncode == 0, done.stderr
     expected = 7 if store.shared_across_processes else 4
     assert done.stdout.strip() == str(expected), done.stderr
+
+
+# --- the same members as EpisodicMemory -----------------------------------------------------
+
+# Where the facade differs on purpose, the signature it has instead: ``open`` also takes the
+# event loop's backend, and ``namespaces`` lists the facade's own store (a store's connection
+# belongs to the facade's loop, so there is no call on a store of no facade).
+_OWN_SIGNATURES = {
+    "open": "(cls, backend: 'Any', *, backend_name: 'str' = 'asyncio', **options: 'Any') "
+    "-> 'SyncEpisodicMemory'",
+    "namespaces": "(self) -> 'list[str]'",
+}
+
+
+def _public(cls: type) -> dict[str, object]:
+    return {
+        name: inspect.getattr_static(cls, name) for name in dir(cls) if not name.startswith("_")
+    }
+
+
+def _function(member: object) -> Callable[..., object]:
+    inner = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
+    assert callable(inner)
+    return inner
+
+
+@pytest.mark.parametrize("name", sorted(_public(EpisodicMemory)))
+def test_the_facade_has_every_public_member_of_the_memory_with_its_signature(name: str) -> None:
+    mine = _public(SyncEpisodicMemory)
+    assert name in mine, f"SyncEpisodicMemory has no {name!r}"
+    theirs, ours = _public(EpisodicMemory)[name], mine[name]
+    if isinstance(theirs, property):
+        assert isinstance(ours, property), f"{name} is not a property of the facade"
+        assert ours.fget is not None
+        assert theirs.fget is not None
+        assert inspect.getdoc(ours), f"the facade's {name} has no docstring"
+        assert (
+            inspect.signature(ours.fget).return_annotation
+            == inspect.signature(theirs.fget).return_annotation
+        )
+        return
+    assert not inspect.iscoroutinefunction(_function(ours)), f"the facade's {name} is a coroutine"
+    assert inspect.getdoc(_function(ours)), f"the facade's {name} has no docstring"
+    if name in _OWN_SIGNATURES:
+        assert str(inspect.signature(_function(ours))) == _OWN_SIGNATURES[name]
+        return
+    assert type(ours) is type(theirs), f"{name}: {type(ours)} for {type(theirs)}"
+    assert inspect.signature(_function(ours)) == inspect.signature(_function(theirs))
+
+
+def test_the_facade_has_every_public_attribute_of_a_memory() -> None:
+    memory = EpisodicMemory(InMemoryProvider())
+    with SyncEpisodicMemory(InMemoryProvider()) as facade:
+        missing = [name for name in vars(memory) if not name.startswith("_")]
+        assert [name for name in missing if not hasattr(facade, name)] == []
+
+
+def test_the_facade_fits_and_shows_every_setting_of_its_memory() -> None:
+    from deepcrew_episodic.testing._embedder import ConceptEmbedder
+
+    embedder = ConceptEmbedder()
+    with SyncEpisodicMemory(
+        InMemoryProvider(), recall_k=2, reflect_model=None, embedder=embedder
+    ) as memory:
+        assert memory.recall_k == 2
+        assert memory.reflect_model is None
+        assert memory.embedder is embedder
+        assert memory.embedder_name == memory.memory.embedder_name
+        assert memory.redactor is memory.memory.redactor is not None
+        stored = memory.record(Episode(query="Rotate the billing API key", outcome="success"))
+        block, shown = memory.fit(memory.recall("rotate the billing key"), max_chars=400)
+        assert block == memory.render(memory.recall("rotate the billing key"), max_chars=400)
+        assert [e.id for e in shown] == [stored.id]
+        assert memory.uses() == {}
+        assert memory.page(limit=1).total == 1

@@ -12,14 +12,12 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ._errors import CliError
-from ._output import clean, dump, for_display, grade_json, one_line, out
+from ._ids import resolve_id
+from ._output import clean, dump, for_display, grade_json, one_line, out, quantity
 from ._store import stored
 
 if TYPE_CHECKING:
     from .. import EpisodicMemory
-
-# The shortest id prefix taken for an id, as for 'forget --id' (timeline shows 12 characters).
-MIN_PREFIX = 6
 
 
 async def cmd_grade(args: argparse.Namespace, memory: EpisodicMemory) -> int:
@@ -70,22 +68,14 @@ async def cmd_grade(args: argparse.Namespace, memory: EpisodicMemory) -> int:
             else ""
         )
         out(
-            f"now reads: {now}  {one_line(episode.query, 70)}  ({len(grades)} grade"
-            f"{'s' * (len(grades) != 1)}){why}"
+            f"now reads: {now}  {one_line(episode.query, 70)}  ({quantity(len(grades), 'grade')}){why}"
         )
     return 0
 
 
 async def _resolve(given: str, memory: EpisodicMemory) -> str:
-    """A full id, or the one id that starts with *given* (at least MIN_PREFIX characters).
-    An id not found here is passed on as given: the library also looks beyond this view, and
-    names the id when no episode has it."""
-    known = {ep.id for ep in await stored(memory)}
-    if given in known or len(given) < MIN_PREFIX:
-        return given
-    matches = sorted(i for i in known if i.startswith(given))
-    if len(matches) > 1:
-        raise CliError(
-            f"id prefix '{clean(given)}' is ambiguous ({len(matches)} episodes): nothing was graded"
-        )
-    return matches[0] if matches else given
+    """A full id, or the one id that starts with *given* (see :mod:`._ids`). An id not found
+    here is passed on as given: the library also looks beyond this view, and names the id when
+    no episode has it."""
+    found = resolve_id(given, await stored(memory), memory.is_expired, nothing="nothing was graded")
+    return given if found is None else found

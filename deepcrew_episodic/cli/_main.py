@@ -20,6 +20,7 @@ from ._output import (
     Scrubber,
     clean,
     last_words,
+    quantity,
     without_traceback,
 )
 from ._parse import (
@@ -67,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.removeHandler(handler)
         if OUTPUT.scrub.removed_from_data:
             last_words(
-                f"{PROG}: replaced {OUTPUT.scrub.removed_from_data} occurrences of the store "
+                f"{PROG}: replaced {quantity(OUTPUT.scrub.removed_from_data, 'occurrence')} of the store "
                 f"URL's credentials in the output with {REDACTED}"
             )
 

@@ -441,6 +441,13 @@ def one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
+def quantity(n: int, noun: str, *, grouped: bool = False) -> str:
+    """*n* and *noun*, plural unless *n* is 1 (``1 episode``, ``0 episodes``); *grouped*
+    writes the thousands apart (``12,000 records``)."""
+    number = f"{n:,}" if grouped else f"{n}"
+    return f"{number} {noun}{'s' * (n != 1)}"
+
+
 def short_id(episode_id: str) -> str:
     """The id prefix a listing shows (``forget --id`` takes it); an id holding a secret is
     shown as its marker, whole."""
@@ -508,7 +515,7 @@ def history_summary(history: History, *, period: bool = False) -> str:
         return f"{_when(for_display(item.episode)).strip()} [{short_id(item.episode.id)}]"
 
     n = history.failures_since
-    runs = f"{n} failed run{'s' * (n != 1)}"
+    runs = quantity(n, "failed run")
     if history.broke is not None and history.last_success is not None:
         return (
             f"started failing: {point(history.broke)}; {runs} since the last success, "

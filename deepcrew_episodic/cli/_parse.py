@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         parents=[common],
         description="Look inside an agent's episodic memory, and make it forget.",
-        epilog="Run '%(prog)s COMMAND --help' for a command's options. Guide: docs/cli.md",
+        epilog="Run '%(prog)s COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -319,7 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         "grade an episode after the fact (the grade is kept beside it; the episode is never "
         "rewritten)",
     )
-    gr.add_argument("id", metavar="ID", help="the episode's id, or a unique prefix of 6 or more")
+    gr.add_argument(
+        "id", metavar="ID", help="the episode's id, or a unique prefix of 4 or more characters"
+    )
     gr.add_argument("--outcome", choices=OUTCOMES, help="what really happened")
     gr.add_argument(
         "--score",
@@ -399,7 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     fg = command("forget", "delete episodes for real: by --id, or by a filter")
-    fg.add_argument("--id", action="append", dest="ids", metavar="ID", help="(repeatable)")
+    fg.add_argument(
+        "--id",
+        action="append",
+        dest="ids",
+        metavar="ID",
+        help="an episode's id, or a unique prefix of 4 or more characters (repeatable)",
+    )
     filters(fg)
     fg.add_argument(
         "--before", type=time_text, metavar="WHEN", help="recorded before this (as --since)"

@@ -30,6 +30,7 @@ from ._output import (
     out,
     outcome_label,
     outcome_width,
+    quantity,
     recall_lines,
     short_id,
     shown,
@@ -328,7 +329,7 @@ def _vector_rows(memory: EpisodicMemory, stats: MemoryStats) -> list[tuple[str, 
             f"{shown(memory.embedder_name or '')}'s ('reembed' replaces them)"
         )
     else:
-        vectors = f"{counted} of {stats.total} episodes"
+        vectors = f"{counted} of {quantity(stats.total, 'episode')}"
         if counted < stats.total:
             vectors += " ('backfill' embeds the others; until then they are found by keywords)"
     return [
@@ -357,13 +358,14 @@ async def cmd_export(args: argparse.Namespace, memory: EpisodicMemory, settings:
     if args.output and args.output != "-":
         mode = export_mode(settings.file)
         await off_the_loop(settings, lambda: write_export(args.output, lines, mode))
-        note(f"exported {len(episodes)} episodes to {args.output}")
+        note(f"exported {quantity(len(episodes), 'episode')} to {args.output}")
     else:
         OUTPUT.data(sys.stdout, lines)
     unredacted = sum(holds_secrets(e) for e in episodes)
     if unredacted:
         note(
-            f"{unredacted} exported episodes hold text that looks like a secret, stored "
+            f"{quantity(unredacted, 'exported episode')} "
+            f"{'holds' if unredacted == 1 else 'hold'} text that looks like a secret, stored "
             f"unredacted (by deepcrew-ai or with redact=False): the export keeps it as stored; "
             f"'import' redacts it"
         )

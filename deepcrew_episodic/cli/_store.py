@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import CliError, UsageError
-from ._output import OUTPUT, ambiguous_url, note
+from ._output import OUTPUT, ambiguous_url, note, quantity
 from ._parse import (
     DEFAULT_NAMESPACE,
     DISTILL_API_BASE_ENV,
@@ -189,7 +189,9 @@ class UpgradeBar:
         tty = sys.stderr.isatty()
         if not self._started:
             self._started = True
-            note(f"indexing {total:,} records of this store for recall (once; it stays usable)")
+            note(
+                f"indexing {quantity(total, 'record', grouped=True)} of this store for recall (once; it stays usable)"
+            )
         if tty:
             width = 30
             filled = width * done // max(1, total)
@@ -198,7 +200,7 @@ class UpgradeBar:
                 sys.stderr.write("\n")
             sys.stderr.flush()
         elif done >= total:
-            note(f"indexed {total:,} records")
+            note(f"indexed {quantity(total, 'record', grouped=True)}")
 
 
 async def make_memory(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CliError, UsageError
+from ._ids import resolve_id
 from ._output import (
     clean,
     confirm,
@@ -28,6 +29,7 @@ from ._output import (
     note,
     one_line,
     out,
+    quantity,
     timeline_line,
     without_traceback,
 )
@@ -259,7 +261,8 @@ def _without_grades(records: list[tuple[str, Any]], command: str) -> list[tuple[
         kept.append((where, _episode_part(item)))
     if dropped:
         note(
-            f"{command}: {dropped} grades in the file were not recorded (the episodes are "
+            f"{command}: {quantity(dropped, 'grade')} in the file {'was' if dropped == 1 else 'were'} "
+            f"not recorded (the episodes are "
             f"stored as recorded; 'import' restores a backup with its grades and uses)"
         )
     return kept
@@ -364,19 +367,20 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if args.dry_run:
         _list_doomed(memory, pushed)
         note(
-            f"import would add {len(fresh)} episodes from {name} ({skipped} already present"
+            f"import would add {quantity(len(fresh), 'episode')} from {name} ({skipped} already present"
             f"{f', {left_out} older than the ring keeps' if left_out else ''}) and push "
-            f"{len(pushed)} stored episodes out of the ring of {memory.max_episodes} "
+            f"{quantity(len(pushed), 'stored episode')} out of the ring of {memory.max_episodes} "
             f"(dry run: nothing was written)"
         )
         return 0
     if pushed:
         _ask(
             args,
-            f"Importing {len(fresh)} episodes pushes the oldest {len(pushed)} stored episodes "
+            f"Importing {quantity(len(fresh), 'episode')} pushes the oldest "
+            f"{quantity(len(pushed), 'stored episode')} "
             f"of namespace '{memory.namespace}' out of its ring of {memory.max_episodes}, for "
             f"good. Go on?",
-            f"{len(pushed)} stored episodes would be pushed out; --max-episodes N keeps more",
+            f"{quantity(len(pushed), 'stored episode')} would be pushed out; --max-episodes N keeps more",
         )
     # Each with its grades and use count: a backup reads as it did when it was exported.
     kept = [
@@ -386,11 +390,12 @@ async def cmd_import(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     added = len(kept)
     _report_redactions(fresh, kept)
     already = f", {skipped} already present" if skipped else ""
-    out(f"imported {added} episodes from {name}{already}")
+    out(f"imported {quantity(added, 'episode')} from {name}{already}")
     if left_out:
         note(
-            f"the ring keeps the newest {memory.max_episodes}: {left_out} older episodes of "
-            f"{name} were left out (pass --max-episodes to keep more)"
+            f"the ring keeps the newest {memory.max_episodes}: "
+            f"{quantity(left_out, 'older episode')} of {name} {'was' if left_out == 1 else 'were'} "
+            f"left out (pass --max-episodes to keep more)"
         )
     return 0
 
@@ -500,7 +505,7 @@ async def _read_deepcrew_log(log: MemoryProvider, namespace: str) -> list[Episod
 async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if args.corrupt:
         return await _forget_corrupt(args, memory)
-    ids = _resolve_ids(args.ids, await stored(memory)) if args.ids else None
+    ids = _resolve_ids(args.ids, await stored(memory), memory) if args.ids else None
     selected = await memory.select(
         ids=ids,
         outcome=args.outcome,
@@ -510,18 +515,20 @@ async def cmd_forget(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     )
     if args.dry_run:
         _list_doomed(memory, selected)
-        note(f"{len(selected)} episodes would be forgotten (dry run: nothing was deleted)")
+        note(
+            f"{quantity(len(selected), 'episode')} would be forgotten (dry run: nothing was deleted)"
+        )
         return 0
     if not selected:
         out("forgot 0 episodes (none matched)")
         return 0
     _ask(
         args,
-        f"Forget {len(selected)} episodes of namespace '{memory.namespace}' for good?",
-        f"{len(selected)} episodes match",
+        f"Forget {quantity(len(selected), 'episode')} of namespace '{memory.namespace}' for good?",
+        f"{quantity(len(selected), 'episode')} match{'es' * (len(selected) == 1)}",
     )
     count = await memory.forget([ep.id for ep in selected])
-    out(f"forgot {count} episodes")
+    out(f"forgot {quantity(count, 'episode')}")
     return 0
 
 
@@ -530,36 +537,31 @@ async def _forget_corrupt(args: argparse.Namespace, memory: EpisodicMemory) -> i
     command skips, counts and leaves in place)."""
     found = await memory.forget(corrupt=True, dry_run=True)
     if args.dry_run:
-        note(f"{found} corrupt records would be deleted (dry run: nothing was deleted)")
+        note(f"{quantity(found, 'corrupt record')} would be deleted (dry run: nothing was deleted)")
         return 0
     if not found:
         out("forgot 0 corrupt records (none found)")
         return 0
     _ask(
         args,
-        f"Delete {found} corrupt records of namespace '{memory.namespace}' for good?",
-        f"{found} corrupt records",
+        f"Delete {quantity(found, 'corrupt record')} of namespace '{memory.namespace}' for good?",
+        quantity(found, "corrupt record"),
     )
     count = await memory.forget(corrupt=True)
-    out(f"forgot {count} corrupt records")
+    out(f"forgot {quantity(count, 'corrupt record')}")
     return 0
 
 
-def _resolve_ids(given: Sequence[str], episodes: Sequence[Episode]) -> set[str]:
-    """Full ids, or unique prefixes of at least 6 characters (as ``timeline`` shows them)."""
-    known = {ep.id for ep in episodes}
+def _resolve_ids(
+    given: Sequence[str], episodes: Sequence[Episode], memory: EpisodicMemory
+) -> set[str]:
+    """Full ids, or unique prefixes of them (see :mod:`._ids`): all of them, or an error."""
     resolved: set[str] = set()
     for wanted in given:
-        if wanted in known:
-            resolved.add(wanted)
-            continue
-        matches = {i for i in known if len(wanted) >= 6 and i.startswith(wanted)}
-        if len(matches) == 1:
-            resolved |= matches
-        elif matches:
-            raise CliError(f"id prefix '{wanted}' is ambiguous ({len(matches)} episodes)")
-        else:
-            raise CliError(f"no episode with id '{wanted}': nothing was deleted")
+        found = resolve_id(wanted, episodes, memory.is_expired, nothing="nothing was deleted")
+        if found is None:
+            raise CliError(f"no episode with id '{clean(wanted)}': nothing was deleted")
+        resolved.add(found)
     return resolved
 
 
@@ -584,7 +586,9 @@ def _list_doomed(memory: EpisodicMemory, episodes: Sequence[Episode]) -> None:
 async def cmd_clear(args: argparse.Namespace, memory: EpisodicMemory, label: str) -> int:
     held = await stored(memory)
     corrupt = (await memory.stats()).corrupt
-    what = f"{len(held)} episodes" + (f" and {corrupt} corrupt records" if corrupt else "")
+    what = quantity(len(held), "episode") + (
+        f" and {quantity(corrupt, 'corrupt record')}" if corrupt else ""
+    )
     if args.dry_run:
         _list_doomed(memory, held)
         note(
@@ -604,9 +608,10 @@ async def cmd_sweep(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     count = await memory.sweep(dry_run=True)
     expired = [ep for ep in await stored(memory) if memory.is_expired(ep)]
     what = (
-        f"{count} keys: {len(expired)} expired episodes, and stray keys no read path shows"
+        f"{quantity(count, 'key')}: {quantity(len(expired), 'expired episode')}, and stray keys "
+        f"no read path shows"
         if expired
-        else f"{count} stray keys no read path shows"
+        else f"{quantity(count, 'stray key')} no read path shows"
     )
     if args.dry_run:
         _list_doomed(memory, expired)
@@ -615,7 +620,7 @@ async def cmd_sweep(args: argparse.Namespace, memory: EpisodicMemory) -> int:
     if count:
         _ask(args, f"Sweep namespace '{memory.namespace}', deleting {what} for good?", what)
         count = await memory.sweep()
-    out(f"swept {count} keys (expired episodes and strays)")
+    out(f"swept {quantity(count, 'key')} (expired episodes and strays)")
     return 0
 
 
@@ -626,18 +631,22 @@ async def cmd_shrink(args: argparse.Namespace, memory: EpisodicMemory, label: st
     if args.dry_run:
         _list_doomed(memory, doomed)
         note(
-            f"shrink {args.size} would delete {len(doomed)} episodes of namespace "
+            f"shrink {args.size} would delete {quantity(len(doomed), 'episode')} of namespace "
             f"'{memory.namespace}' (dry run: nothing was deleted)"
         )
         return 0
     _ask(
         args,
-        f"Shrink namespace '{memory.namespace}' in {label} to the newest {args.size} "
-        f"episodes, deleting {len(doomed)} for good?",
-        f"{len(doomed)} episodes fall outside a ring of {args.size}",
+        f"Shrink namespace '{memory.namespace}' in {label} to the newest "
+        f"{quantity(args.size, 'episode')}, deleting {len(doomed)} for good?",
+        f"{quantity(len(doomed), 'episode')} fall{'s' * (len(doomed) == 1)} outside a ring of "
+        f"{args.size}",
     )
     deleted = await memory.shrink(args.size)
-    out(f"shrank namespace '{memory.namespace}' to {args.size} episodes: deleted {deleted}")
+    out(
+        f"shrank namespace '{memory.namespace}' to {quantity(args.size, 'episode')}: "
+        f"deleted {deleted}"
+    )
     return 0
 
 
@@ -708,7 +717,7 @@ async def cmd_reembed(args: argparse.Namespace, memory: EpisodicMemory, label: s
     if args.dry_run:
         note(
             f"reembed would replace every vector{made} of namespace '{memory.namespace}', "
-            f"embedding all {stats.total} episodes with '{model}' (dry run: nothing was "
+            f"embedding all {quantity(stats.total, 'episode')} with '{model}' (dry run: nothing was "
             f"replaced)"
         )
         return 0
@@ -744,7 +753,8 @@ def _stopped(exc: Exception, done: int) -> CliError:
     if not done:
         return CliError(message)
     return CliError(
-        f"{message} ({done} vectors written before it are kept; 'backfill' goes on from there)"
+        f"{message} ({quantity(done, 'vector')} written before it "
+        f"{'is' if done == 1 else 'are'} kept; 'backfill' goes on from there)"
     )
 
 
@@ -752,4 +762,4 @@ def _written(args: argparse.Namespace, verb: str, written: int) -> None:
     if args.json:
         dump({"written": written})
     else:
-        out(f"{verb} {written} vectors")
+        out(f"{verb} {quantity(written, 'vector')}")
