@@ -671,8 +671,10 @@ class SQLiteIndexReader:
         it holds more than *most* episodes). The postings come from :func:`_namespace_postings`
         (the one read of them besides :meth:`postings`); the rest from this reader's own
         queries, so each answers as they do."""
+        # Counted no further than the limit: a large namespace is refused in a few pages.
         (n,) = self._conn.execute(
-            "SELECT count(*) FROM ix_episode WHERE ns = ?", (self._ns,)
+            "SELECT count(*) FROM (SELECT 1 FROM ix_episode WHERE ns = ? LIMIT ?)",
+            (self._ns, most + 1),
         ).fetchone()
         if n > most:
             return None
