@@ -286,8 +286,9 @@ def index_pending(
     conn: sqlite3.Connection, limit: int | None = None, written: Mapping[str, str] | None = None
 ) -> int:
     """Index what is pending (at most *limit* records), inside the caller's transaction (which
-    then calls :func:`merge`); return how many records were taken off the queue. *written*: what this transaction wrote (key ->
-    value), so that a record it queued is indexed from there, not read back."""
+    then calls :func:`merge`); return how many records were taken off the queue. *written*:
+    what this transaction wrote (key -> value), so that a record it queued is indexed from
+    there, not read back."""
     rows: list[tuple[str, str | None]] | None = None
     if limit is None and written is not None:
         # The common case: only this transaction's own records are queued.
@@ -460,8 +461,9 @@ class SQLiteIndexReader:
         if before is not None:
             sql += " AND (recorded, seq) < (?, ?)"
             args += before
-        # As many more rows as can be gone among them, then those left out.
-        gone = lag.drops(term)[size] if lag.gone else 0
+        # As many more rows as there are episodes gone (a few dozen at most: whatever rows an
+        # edit of the index left them here), then those left out.
+        gone = len(lag.gone)
         rows: list[tuple[float, int]] = self._conn.execute(
             sql + " ORDER BY recorded DESC, seq DESC LIMIT ?", (*args, limit + gone)
         ).fetchall()
