@@ -135,8 +135,14 @@ def corpus(n: int, seed: int = 7) -> list[Episode]:
 
 
 def ancestor_fields(episode: Episode) -> dict[str, Any]:
-    """The fields deepcrew-ai's Episode has (it lacks id and forget_after)."""
-    return {k: v for k, v in episode.to_dict().items() if k not in ("id", "forget_after")}
+    """The fields deepcrew-ai's Episode has (it lacks our newer ones: id, forget_after,
+    approach, ...), read from its own dataclass rather than listed here."""
+    import dataclasses
+
+    from deepcrew import Episode as OldEpisode
+
+    kept = {f.name for f in dataclasses.fields(OldEpisode)}
+    return {k: v for k, v in episode.to_dict().items() if k in kept}
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
