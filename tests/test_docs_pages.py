@@ -9,24 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
-# Pages whose map of guarantees to tests has not moved to docs/design/ yet (strict: a page
-# cleaned up fails here until it leaves this list).
-NOT_YET = {"storage.md"}
 
 
-@pytest.mark.parametrize(
-    "page",
-    [
-        pytest.param(
-            p,
-            id=p.name,
-            marks=[pytest.mark.xfail(strict=True, reason="its test map is still in the page")]
-            if p.name in NOT_YET
-            else [],
-        )
-        for p in USER_PAGES
-    ],
-)
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: p.name)
 def test_a_user_page_names_no_test(page: Path) -> None:
     named = re.findall(r"\btest_\w+", page.read_text("utf-8"))
     assert named == [], f"{page.name} names tests (move them to docs/design/): {named}"
