@@ -1,8 +1,8 @@
 """Fixtures shared by the whole suite.
 
 Every async test runs once per anyio backend (asyncio and trio), the way anyio's own suite
-does; redis-py's client is asyncio-only, so the redis and cluster stores skip on trio here,
-once, rather than in each test. Every async test also runs under blockbuster: a blocking call
+does; redis-py's client and litellm are asyncio-only, so a test on trio that needs a Redis
+store or the scripted model server is not collected (it could only be skipped). Every async test also runs under blockbuster: a blocking call
 (file, socket, sqlite, sleep, lock) made on the event loop's thread from inside
 ``deepcrew_episodic`` fails the test.
 
@@ -80,13 +80,25 @@ def _runs_in_other_processes(item: pytest.Item) -> bool:
     )
 
 
+# Fixtures that skip a test on trio, whatever it does (their clients are asyncio-only).
+_ASYNCIO_ONLY_FIXTURES = frozenset({"clean_redis", "cluster_target", "redis_cluster_ports", "llm"})
+
+
+def _only_skips_on_trio(item: pytest.Item) -> bool:
+    """A test on trio that a fixture would skip before it runs (a Redis store, the scripted
+    model server behind litellm): not run at all rather than reported as skipped."""
+    store = item.callspec.params.get("store")  # type: ignore[attr-defined]
+    used = getattr(item, "fixturenames", ())
+    return store in ASYNCIO_ONLY_STORES or any(f in _ASYNCIO_ONLY_FIXTURES for f in used)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     once = [
         item
         for item in items
-        if _runs_in_other_processes(item)
-        and getattr(item, "callspec", None) is not None
+        if getattr(item, "callspec", None) is not None
         and item.callspec.params.get("anyio_backend") == "trio"
+        and (_runs_in_other_processes(item) or _only_skips_on_trio(item))
     ]
     if once:
         config.hook.pytest_deselected(items=once)
