@@ -17,7 +17,7 @@ import pytest
 from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, Grade
 from deepcrew_episodic._episode import TIME_FIELDS, stored_texts
 from deepcrew_episodic.cli import main
-from deepcrew_episodic.providers import FileMemoryProvider, MemoryProvider
+from deepcrew_episodic.providers import FileMemoryProvider, InMemoryProvider, MemoryProvider
 from deepcrew_episodic.viewer import COOKIE, create_app
 
 pytestmark = pytest.mark.anyio
@@ -128,9 +128,33 @@ SPELLINGS = [
 @pytest.mark.parametrize(("stored", "needle"), SPELLINGS)
 @pytest.mark.parametrize("where", ["response", "tags", "grade note"])
 async def test_containing_matches_a_mention_however_it_is_spelt(
+    stored: str, needle: str, where: str
+) -> None:
+    # How a text is matched is the same whatever keeps it: one store for every spelling, and
+    # the next test for each store (which hands every text back as written, see the kit).
+    await _matched_and_forgotten(InMemoryProvider(), stored, needle, where)
+
+
+@pytest.mark.parametrize(
+    ("stored", "needle"),
+    [
+        p
+        for p in SPELLINGS
+        if p.id in ("zero-width-space-inside", "full-width", "decomposed-stored")
+    ],
+)
+async def test_a_mention_spelt_otherwise_is_matched_and_forgotten_on_every_store(
+    provider: MemoryProvider, stored: str, needle: str
+) -> None:
+    await _matched_and_forgotten(provider, stored, needle, "grade note")
+    await _matched_and_forgotten(provider, stored, needle, "response")
+
+
+async def _matched_and_forgotten(
     provider: MemoryProvider, stored: str, needle: str, where: str
 ) -> None:
     memory = EpisodicMemory(provider, namespace="c")
+    await memory.clear()
     keep = await memory.record(Episode(query="keep this one", response="Acme Corp, Qq"))
     if where == "grade note":
         target = await memory.record(Episode(query="an unrelated task"))
