@@ -892,6 +892,160 @@ async def test_a_grade_without_a_score_shows_no_recorded_score(memory: EpisodicM
         assert "0.10" not in row
 
 
+def graded_marks(page: str) -> dict[str, bool]:
+    """Each timeline row's id, and whether its outcome cell carries the "(graded)" mark."""
+    rows = re.findall(r'<tr class="episode" data-id="([^"]*)">(.*?)</tr>', page, re.S)
+    cells = {i: found(r'<td class="outcome[^"]*">(.*?)</td>', row) for i, row in rows}
+    return {i: 'class="graded"' in cell for i, cell in cells.items()}
+
+
+def text_of(fragment: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def found(pattern: str, text: str, group: int = 1) -> str:
+    """What *pattern* (across lines) captures in *text*; it must be there."""
+    match = re.search(pattern, text, re.S)
+    assert match is not None, pattern
+    return match[group]
+
+
+async def test_a_graded_episode_shows_its_outcome_as_graded_and_as_recorded(
+    memory: EpisodicMemory,
+) -> None:
+    claimed = await memory.record(
+        Episode(query="rotate the signing key", outcome="success", outcome_source="agent")
+    )
+    await memory.grade(claimed.id, outcome="failure", source="judge", note="a model said so")
+    await memory.grade(claimed.id, outcome="failure", source="user", note="still broken")
+    # A verifier's outcome outranks a model's judgement: the grade decides nothing.
+    checked = await memory.record(
+        Episode(query="renew the TLS certificate", outcome="success", outcome_source="verifier")
+    )
+    await memory.grade(checked.id, outcome="failure", source="judge", note="looks wrong")
+    # A grade that confirms what was recorded decides it all the same.
+    confirmed = await memory.record(Episode(query="purge the CDN cache", outcome="failure"))
+    await memory.grade(confirmed.id, outcome="failure", source="user")
+    plain = await memory.record(Episode(query="restart the worker", outcome="partial"))
+    shown = {ep.id: ep for ep in await memory.load()}
+    recorded = {ep.id: ep for ep in await memory.load(graded=False)}
+    decided = {claimed.id, confirmed.id}
+    async with client(memory) as c:
+        # The timeline marks the rows whose outcome a grade decided: unfiltered (the page read
+        # alone, before anything loaded the log), filtered, and unfiltered again.
+        for path in ("/", "/?q=the", "/"):
+            marks = graded_marks((await c.get(path)).text)
+            assert marks == {i: i in decided for i in shown}, path
+        for ep_id in (claimed.id, checked.id, confirmed.id, plain.id):
+            page = (await c.get(f"/episode/{quote(ep_id, safe='')}")).text
+            outcome = found(r'<dd class="f-outcome">(.*?)</dd>', page)
+            assert shown[ep_id].outcome in outcome
+            assert ("(graded)" in outcome) == (ep_id in decided), ep_id
+            if ep_id not in decided:
+                assert 'id="outcomes"' not in page
+                assert "deciding" not in page
+                continue
+            graded = text_of(found(r'<span id="graded-outcome".*?</span></span>', page, 0))
+            assert graded == f"{shown[ep_id].outcome} ({shown[ep_id].source_label()}) (graded)"
+            before = recorded[ep_id]
+            said = text_of(found(r'<span id="recorded-outcome".*?</span></span>', page, 0))
+            assert said == f"{before.outcome} ({before.source_label() or 'no source'})"
+            # The grade that decided is the one highlighted: the best source, the newest.
+            deciding = re.findall(r'<tr class="grade deciding">(.*?)</tr>', page, re.S)
+            assert len(deciding) == 1
+            assert "(user)" in deciding[0]
+        # What the claimed episode recorded differs from what it shows, both on the page.
+        assert recorded[claimed.id].outcome != shown[claimed.id].outcome
+
+
+def test_the_grade_the_viewer_marks_is_the_one_the_library_applies() -> None:
+    # The viewer has the graded episode and its grades, not what was recorded: it must still
+    # name the same deciding grade as the library's rule, for every outcome and source.
+    import itertools
+
+    from deepcrew_episodic._grade import Grade, deciding, graded
+    from deepcrew_episodic.viewer._data import deciding as marked
+
+    outcomes = ("success", "failure", "partial", "unknown", "claimed_success", "abandoned")
+    sources = ("verifier", "user", "agent", "judge", "")
+    said = [*((s, s in ("verifier", "user")) for s in sources[:4]), ("", True), ("", False)]
+    grades = [
+        Grade("e", outcome, source=source, verified=verified)  # type: ignore[arg-type]
+        for outcome in outcomes
+        for source, verified in said
+    ]
+    checked = 0
+    for outcome, source in itertools.product(outcomes, sources):
+        episode = Episode(query="q", id="e", outcome=outcome, outcome_source=source)  # type: ignore[arg-type]
+        for given in itertools.chain(([g] for g in grades), itertools.combinations(grades, 2)):
+            expected = deciding(episode, given)
+            got = marked(graded(episode, given), given)
+            assert (got is None) == (expected is None), (outcome, source, given)
+            assert got is None or given[got] is expected, (outcome, source, given)
+            checked += 1
+    assert checked > 10_000
+
+
+async def test_the_playground_shows_the_terms_each_episode_matched(memory: EpisodicMemory) -> None:
+    await fill(memory, 12)
+    await memory.record(Episode(query="Reports page timing out for large accounts"))
+    task = "refund the duplicate order 7"
+    async with client(memory) as c:
+        for query in (task, "reports timing for a refund of the order of this month"):
+            r = await c.get("/playground", params={"task": query, "top_k": "5"})
+            assert r.status_code == 200
+            ranking = await memory.explain(query, 5)
+            assert ranking
+            table = found(r'<table id="scores">(.*?)</table>', r.text)
+            rows = re.findall(r'<tr class="item" data-id="([^"]*)".*?</tr>', table, re.S)
+            assert rows == [s.episode.id for s in ranking]
+            for row, scored in zip(
+                re.findall(r'<tr class="item".*?</tr>', table, re.S), ranking, strict=True
+            ):
+                cell = found(r'<td class="matched">(.*?)</td>', row)
+                terms = [
+                    html.unescape(t) for t in re.findall(r'<span class="term">([^<]*)</span>', cell)
+                ]
+                assert terms == list(scored.matched)
+                assert terms, "a keyword match shares a term"
+                relevance = found(r'<td class="relevance">([^<]*)</td>', row)
+                assert relevance == f"{scored.relevance:.3f}"
+        # What the floor kept out says which term brought it up.
+        lone = "reports about nothing else at all today"
+        ranking = await memory.explain(lone)
+        assert not ranking
+        assert ranking.under_floor
+        r = await c.get("/playground", params={"task": lone})
+        under = found(r'<table id="under-floor">(.*?)</table>', r.text)
+        cells = re.findall(r'<td class="matched">(.*?)</td>', under, re.S)
+        assert [re.findall(r'<span class="term">([^<]*)</span>', c) for c in cells] == [
+            list(s.matched) for s in ranking.under_floor
+        ]
+
+
+async def test_the_timeline_says_when_its_rows_are_not_in_date_order(
+    memory: EpisodicMemory,
+) -> None:
+    # Recorded in date order: the last recorded is the newest, nothing to say.
+    for day in (1, 2, 3):
+        await memory.record(Episode(query=f"live run {day}", timestamp=f"2025-05-0{day}T09:00:00Z"))
+    async with client(memory) as c:
+        page = (await c.get("/")).text
+        assert row_ids(page) == [e.id for e in (await memory.page(50)).episodes]
+        assert 'id="order"' not in page
+        # An imported log: recorded now, dated years before. The timeline lists episodes in
+        # the order they were recorded (as memory.page() does), so its dates jump: it says so.
+        for year in (2021, 2020):
+            await memory.record(
+                Episode(query=f"imported run {year}", timestamp=f"{year}-01-01T09:00:00Z")
+            )
+        for path in ("/", "/?q=run"):
+            page = (await c.get(path)).text
+            assert row_ids(page) == [e.id for e in (await memory.page(50)).episodes], path
+            assert 'id="order"' in page, path
+        assert 'id="order"' not in (await c.get("/?q=live")).text
+
+
 # --- time and history ----------------------------------------------------------------------------
 
 HISTORY_NOW = 1_796_207_400.0  # Wednesday 2 December 2026, 10:30 UTC

@@ -8,6 +8,7 @@ screenshots in ``docs/images/viewer-*.png`` are written here.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -922,3 +923,58 @@ def test_the_timeline_filter_takes_phrases(
     # that week, 14 to 20 days ago, so never before the build of 25 days ago.
     assert len(got) == 4
     assert page.input_value("#f-since") == "2 weeks ago"
+
+
+# --- outcome cells -------------------------------------------------------------------------
+
+# Each outcome cell of a table: its outcome, how tall its content is laid out against the
+# height of one line, and the style a reader tells outcomes apart by.
+OUTCOME_CELLS = """cells => cells.map(cell => {
+    const range = document.createRange();
+    range.selectNodeContents(cell);
+    const style = getComputedStyle(cell);
+    return {
+        outcome: [...cell.classList].find(c => c.startsWith('o-')).slice(2),
+        text: cell.innerText,
+        height: range.getBoundingClientRect().height,
+        line: parseFloat(style.lineHeight),
+        color: style.color,
+        shape: [style.fontStyle, style.fontWeight, style.textDecorationLine,
+                style.textDecorationStyle, style.borderTopStyle, style.borderLeftStyle],
+    };
+})"""
+
+
+def _rgb(color: str) -> tuple[int, ...]:
+    found = re.fullmatch(r"rgba?\((\d+), (\d+), (\d+)(?:, [\d.]+)?\)", color)
+    assert found is not None, color
+    return tuple(int(part) for part in found.groups())
+
+
+@pytest.mark.parametrize("width", [WIDTH, 1024, 800])
+def test_outcome_cells_keep_one_line_and_a_claim_does_not_look_like_a_success(
+    context: BrowserContext, viewer: Viewer, width: int
+) -> None:
+    watched = signed_in(context, viewer)
+    watched.page.set_viewport_size({"width": width, "height": 900})
+    visit(watched, viewer, "/?per=100")
+    cells: list[dict[str, Any]] = watched.page.eval_on_selector_all(
+        "#timeline td.outcome", OUTCOME_CELLS
+    )
+    by_outcome: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        by_outcome.setdefault(cell["outcome"], []).append(cell)
+    assert {"success", "claimed_success"} <= set(by_outcome), set(by_outcome)
+    # One line each: "claimed_success (agent)" never breaks, whatever the width.
+    wrapped = [(c["text"], c["height"]) for c in cells if c["height"] > c["line"]]
+    assert not wrapped, f"outcome cells on more than one line at {width}px: {wrapped}"
+    # A claim is told from a success by more than colour (by its shape too), and its colour
+    # is far from a success's, not a shade of it.
+    claim, success = by_outcome["claimed_success"][0], by_outcome["success"][0]
+    assert claim["shape"] != success["shape"], (claim["shape"], success["shape"])
+    distance = math.dist(_rgb(claim["color"]), _rgb(success["color"]))
+    assert distance > 100, (claim["color"], success["color"])
+    # The same on every page that shows outcomes: the playground, a run, the grades.
+    visit(watched, viewer, "/playground?task=refund+the+duplicate+charge&top_k=20")
+    for cell in watched.page.eval_on_selector_all("#scores td.outcome", OUTCOME_CELLS):
+        assert cell["height"] <= cell["line"], (width, cell["text"])

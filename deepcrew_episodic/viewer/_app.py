@@ -47,6 +47,8 @@ from ._data import (
     Snapshot,
     Source,
     day_of,
+    deciding,
+    out_of_date_order,
     parse_count,
     parse_filter,
     parse_fraction,
@@ -272,12 +274,14 @@ class _Viewer:
             rows = await chosen.apply(self.source, snapshot)
             shown, total, stored = rows[start : start + per], len(rows), len(snapshot.episodes)
             age = _age(snapshot)
+            grades = await self.source.grades_of(shown, snapshot)
         else:
             # No filter: the page alone is read (from the store's index where it keeps one),
             # so the first page of a large log costs what a page costs.
             listed = await self.memory.page(per, start)
             shown, total, stored = listed.episodes, listed.total, listed.total
             age = _age(Snapshot([], time.time(), 0.0))
+            grades = await self.source.grades_of(shown)
         if page > 1 and start >= total:
             last_page = max(1, -(-total // per))
             return await self.error(
@@ -288,7 +292,11 @@ class _Viewer:
         keep = chosen.params() + ([("per", str(per))] if per != DEFAULT_PER_PAGE else [])
         return await self.page(
             "timeline.html",
-            rows=[self._row(ep) for ep in shown],
+            rows=[
+                {**self._row(ep), "graded": deciding(ep, grades.get(ep.id, [])) is not None}
+                for ep in shown
+            ],
+            out_of_order=out_of_date_order(shown),
             total=total,
             stored=stored,
             first=start + 1 if shown else 0,
@@ -326,12 +334,23 @@ class _Viewer:
         # An expired episode is shown by its id only: not its text, its grades or its run.
         grades = [] if expired else await self.memory.grades(found.id)
         run = snapshot.run(found.run_id) if found.run_id and not expired else []
+        # The outcome shown is the one the grades give; which grade decided it, and what
+        # the run itself recorded, are shown beside it.
+        decided = deciding(found, grades)
+        recorded = None
+        if decided is not None:
+            before = await self.source.recorded(snapshot, found)
+            if before is not None:
+                recorded = {"outcome": before.outcome, "source": before.source_label()}
         return await self.page(
             "episode.html",
             ep=found,
             fields=[("id", Multiline(found.id))] if expired else _fields(found),
             expired=expired,
             grades=grades,
+            decided=decided,
+            graded_as={"outcome": found.outcome, "source": found.source_label()},
+            recorded=recorded,
             run=[self._row(e) for e in run if not self.memory.is_expired(e)],
             run_id="" if expired else found.run_id,
             forget_url=_link("/forget", [("ids", found.id)]),
@@ -390,6 +409,8 @@ class _Viewer:
                 "uses": s.uses,
                 "iterations": s.iterations,
                 "score": _n(s.score),
+                "relevance": _n(s.relevance),
+                "matched": list(s.matched),
                 "why": s.why(),
             }
             for n, s in enumerate(ranking, 1)
@@ -402,6 +423,7 @@ class _Viewer:
                 "outcome": s.episode.outcome,
                 "source": s.episode.source_label(),
                 "relevance": _n(s.relevance),
+                "matched": list(s.matched),
                 "why": s.why(),
             }
             for s in ranking.under_floor

@@ -1,8 +1,8 @@
 """What the pages show, computed from the public API: a snapshot of the log, and the filters.
 
-A snapshot is one :meth:`~deepcrew_episodic.EpisodicMemory.load` (newest first) with what the
-pages derive from it (times, search text, the id map, ``stats()``) computed once, when a page
-first needs it. ``load()`` copies every episode: about 11 µs each, so 1.1 s at 100,000
+A snapshot is one :meth:`~deepcrew_episodic.EpisodicMemory.load` (last recorded first) with
+what the pages derive from it (times, search text, the id map, ``stats()``) computed once, when
+a page first needs it. ``load()`` copies every episode: about 11 µs each, so 1.1 s at 100,000
 episodes. A snapshot that took longer than :data:`CHEAP_LOAD_SECONDS` to load is therefore kept
 as long as the memory's revision (:meth:`~deepcrew_episodic.EpisodicMemory.refresh`, one round
 trip) says the log did not change, no episode of it has expired since (checked on every page),
@@ -28,9 +28,18 @@ from .._unicode import search_form
 from ._safe import quoted
 
 if TYPE_CHECKING:
-    from .. import Episode, EpisodicMemory, MemoryStats
+    from .. import Episode, EpisodicMemory, Grade, MemoryStats
 
-__all__ = ["BadRequest", "Filter", "Snapshot", "Source", "parse_filter", "parse_when"]
+__all__ = [
+    "BadRequest",
+    "Filter",
+    "Snapshot",
+    "Source",
+    "deciding",
+    "out_of_date_order",
+    "parse_filter",
+    "parse_when",
+]
 
 # A load faster than this is repeated for every page (a small log is never shown stale).
 CHEAP_LOAD_SECONDS = 0.05
@@ -51,7 +60,7 @@ class BadRequest(ValueError):
 
 @dataclass
 class Snapshot:
-    """The log as one ``load()`` saw it, newest first, and what pages derive from it."""
+    """The log as one ``load()`` saw it, last recorded first, and what pages derive from it."""
 
     episodes: list[Episode]
     loaded_at: float  # time.time()
@@ -94,6 +103,9 @@ class Source:
         self.refresh_seconds = refresh_seconds
         self._snapshot: Snapshot | None = None
         self._lock = anyio.Lock()
+        # Whether this source loaded the log once: the memory then holds it in this process,
+        # and reading every grade costs one round trip (see grades_of).
+        self._loaded = False
 
     def invalidate(self) -> None:
         """Forget the snapshot: the next page loads the log again (after a deletion)."""
@@ -126,6 +138,7 @@ class Source:
             self._snapshot = Snapshot(
                 episodes, time.time(), time.perf_counter() - started, revision=revision
             )
+            self._loaded = True
             return self._snapshot
 
     def times(self, snapshot: Snapshot) -> list[float | None]:
@@ -147,6 +160,41 @@ class Source:
             searched = self.memory.searched_text
             texts = snapshot.derived["texts"] = [searched(ep) for ep in snapshot.episodes]
         return texts
+
+    async def recorded(self, snapshot: Snapshot, episode: Episode) -> Episode | None:
+        """*episode* as the run recorded it, before any grade (``load(graded=False)``, the one
+        read the public API gives of it): read once per snapshot, and only when a page needs
+        it (an episode page whose outcome a grade decided). ``None``: no longer stored."""
+        recorded: dict[str, Episode] | None = snapshot.derived.get("recorded")
+        if recorded is None:
+            recorded = snapshot.derived["recorded"] = {
+                ep.id: ep for ep in await self.memory.load(graded=False)
+            }
+        found = recorded.get(episode.id)
+        # A grade applies to the episode it was given to, never to a later one with its id.
+        return found if found is not None and found.timestamp == episode.timestamp else None
+
+    async def grades_of(
+        self, episodes: Sequence[Episode], snapshot: Snapshot | None = None
+    ) -> dict[str, list[Grade]]:
+        """The grades of *episodes* (oldest first), by id. With the *snapshot* they come from,
+        every grade is read once per snapshot; when this source loaded the log before, once
+        per call (the memory holds it: one round trip); else one read per episode, from the
+        store's index where it keeps one (the timeline's first page never reads the whole
+        log)."""
+        wanted = {ep.id for ep in episodes}
+        if snapshot is not None or self._loaded:
+            every: dict[str, list[Grade]] | None = (
+                snapshot.derived.get("grades") if snapshot is not None else None
+            )
+            if every is None:
+                every = {}
+                for grade in await self.memory.grades():
+                    every.setdefault(grade.episode_id, []).append(grade)
+                if snapshot is not None:
+                    snapshot.derived["grades"] = every
+            return {i: every[i] for i in wanted if i in every}
+        return {ep.id: await self.memory.grades(ep.id) for ep in episodes}
 
     async def stats(self, snapshot: Snapshot) -> MemoryStats:
         """``stats()``, once per snapshot (it reads every key of the namespace)."""
@@ -186,7 +234,7 @@ class Filter:
         return [(name, value) for name, values in self.raw.items() for value in values]
 
     async def apply(self, source: Source, snapshot: Snapshot) -> list[Episode]:
-        """The snapshot's episodes this filter keeps, newest first."""
+        """The snapshot's episodes this filter keeps, last recorded first."""
         if not self.active:
             return snapshot.episodes
         episodes = snapshot.episodes
@@ -317,6 +365,40 @@ def parse_fraction(name: str, text: str | None) -> float | None:
     if not 0.0 <= value <= 1.0:
         raise BadRequest(f"{name}: must be from 0 to 1, not {quoted(text, 60)}")
     return value
+
+
+def deciding(episode: Episode, grades: Sequence[Grade]) -> int | None:
+    """Which of *grades* (oldest first, as ``grades()`` gives them) decided the outcome
+    *episode* shows, by its index; ``None``: the outcome is the one the run recorded.
+
+    *episode* is as the memory shows it, graded. The rule is the library's (see "Grading
+    later" in docs/recall.md): the grade from the best source (:attr:`Grade.rank`), the newest
+    among equals, decides unless the recorded outcome outranks it, and the episode then reads
+    the grade's :attr:`Grade.reads_as`. So that grade decided exactly when the episode reads
+    what it says: a recorded outcome that outranked it would read otherwise (another source).
+    """
+    best: int | None = None
+    for n, grade in enumerate(grades):
+        if grade.applies_to(episode) and (best is None or grade.rank <= grades[best].rank):
+            best = n
+    if best is None or grades[best].reads_as != (episode.outcome, episode.outcome_source):
+        return None
+    return best
+
+
+def out_of_date_order(episodes: Sequence[Episode]) -> bool:
+    """Whether a listing in the order the episodes were recorded (the last first) shows one
+    dated later than the one above it: recorded out of date order (imported, or recorded with
+    an explicit timestamp), so the list is not newest first by date."""
+    previous: float | None = None
+    for ep in episodes:
+        when = _time_of(ep)
+        if when is None:
+            continue
+        if previous is not None and when > previous:
+            return True
+        previous = when
+    return False
 
 
 def _time_of(episode: Episode) -> float | None:
