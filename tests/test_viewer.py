@@ -931,9 +931,10 @@ async def test_a_graded_episode_shows_its_outcome_as_graded_and_as_recorded(
     recorded = {ep.id: ep for ep in await memory.load(graded=False)}
     decided = {claimed.id, confirmed.id}
     async with client(memory) as c:
-        # The timeline marks the rows whose outcome a grade decided: unfiltered (the page read
-        # alone, before anything loaded the log), filtered, and unfiltered again.
-        for path in ("/", "/?q=the", "/"):
+        # The unfiltered timeline reads its page alone, no grade, until the viewer has read
+        # the log: then it marks the rows whose outcome a grade decided, as a filtered one does.
+        assert graded_marks((await c.get("/")).text) == {i: False for i in shown}
+        for path in ("/?q=the", "/"):
             marks = graded_marks((await c.get(path)).text)
             assert marks == {i: i in decided for i in shown}, path
         for ep_id in (claimed.id, checked.id, confirmed.id, plain.id):

@@ -179,9 +179,8 @@ class Source:
     ) -> dict[str, list[Grade]]:
         """The grades of *episodes* (oldest first), by id. With the *snapshot* they come from,
         every grade is read once per snapshot; when this source loaded the log before, once
-        per call (the memory holds it: one round trip); else one read per episode, from the
-        store's index where it keeps one (the timeline's first page never reads the whole
-        log)."""
+        per call (the memory holds it: one round trip); else none (the timeline's first page
+        reads its page alone: no grade, and never the whole log)."""
         wanted = {ep.id for ep in episodes}
         if snapshot is not None or self._loaded:
             every: dict[str, list[Grade]] | None = (
@@ -194,7 +193,9 @@ class Source:
                 if snapshot is not None:
                     snapshot.derived["grades"] = every
             return {i: every[i] for i in wanted if i in every}
-        return {ep.id: await self.memory.grades(ep.id) for ep in episodes}
+        # Not loaded: the first page of a large log reads the page alone, and no grade (one
+        # read per row would cost more than the page; the marks come once the log is read).
+        return {}
 
     async def stats(self, snapshot: Snapshot) -> MemoryStats:
         """``stats()``, once per snapshot (it reads every key of the namespace)."""
