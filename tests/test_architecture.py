@@ -189,3 +189,19 @@ def test_a_memory_without_telemetry_imports_no_opentelemetry_module() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_every_list_of_the_outcomes_is_the_episode_models() -> None:
+    """The outcomes are one fact: the viewer reads the model's, the command line (which
+    imports nothing of the library to parse) and the MCP server's schema repeat them."""
+    from typing import get_args
+
+    from deepcrew_episodic import Outcome
+    from deepcrew_episodic.cli._parse import OUTCOMES as CLI_OUTCOMES
+    from deepcrew_episodic.mcp_server._server import Shown
+    from deepcrew_episodic.viewer._data import OUTCOMES as VIEWER_OUTCOMES
+
+    model = get_args(Outcome)
+    assert model == CLI_OUTCOMES
+    assert model == VIEWER_OUTCOMES
+    assert set(get_args(Shown)) == set(model)

@@ -20,10 +20,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import anyio
 
+from .. import Outcome
 from .._unicode import search_form
 from ._safe import quoted
 
@@ -49,7 +50,7 @@ DEFAULT_PER_PAGE = 50
 MAX_PER_PAGE = 500
 # The longest text a filter field takes (a search needle longer than any episode is useless).
 MAX_FILTER_CHARS = 1000
-OUTCOMES = ("success", "failure", "partial", "unknown", "claimed_success", "abandoned")
+OUTCOMES: tuple[str, ...] = get_args(Outcome)  # the library's, in its order
 _INTEGER = re.compile(r"[0-9]{1,9}", re.ASCII)
 _FRACTION = re.compile(r"[0-9]{0,3}(\.[0-9]{0,9})?", re.ASCII)
 
