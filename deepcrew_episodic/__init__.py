@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ._result import AgentResult
     from ._runner import AgentStream, run_agent, stream_agent
     from ._stats import MemoryStats
-    from ._sync import SyncEpisodicMemory
+    from ._sync_memory import SyncEpisodicMemory
     from ._telemetry import Telemetry
     from ._time import parse_time
     from ._verify import LLMVerifier, LoopConfig, Verdict, Verifier
@@ -106,7 +106,7 @@ _EXPORTS: dict[str, str] = {
     "StorageError": "._exceptions",
     "StreamEvent": "._events",
     "StreamPolicy": "._events",
-    "SyncEpisodicMemory": "._sync",
+    "SyncEpisodicMemory": "._sync_memory",
     "Telemetry": "._telemetry",
     "ToolError": "._exceptions",
     "Verdict": "._verify",

@@ -35,9 +35,9 @@ from ._hook import (
     user_query,
 )
 from ._litellm import load_litellm
-from ._loop import Recording, Refinement, Task, record_answer, recorded_attempt
 from ._phases import PHASE_TOOL, PhaseRecorder, phase_tool_spec
 from ._redact import safe_message
+from ._refinement import Recording, Refinement, Task, record_answer, recorded_attempt
 from ._result import AgentResult
 
 __all__ = ["AgentStream", "run_agent", "stream_agent"]

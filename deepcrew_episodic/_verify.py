@@ -1,6 +1,6 @@
 """Grading a run: ``Verdict``, the ``Verifier`` protocol, ``LoopConfig`` and ``LLMVerifier``.
 
-What the refinement loop (``_loop``) is configured with. litellm is imported only when
+What the refinement loop (``_refinement``) is configured with. litellm is imported only when
 :class:`LLMVerifier` calls a model.
 """
 

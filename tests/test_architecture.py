@@ -35,7 +35,7 @@ CORE = {
     "_stats",
     "_grading",
     "_write",
-    "_sync",
+    "_sync_memory",
     "_reflect",
     "_mutex",
     "_litellm",
@@ -58,7 +58,7 @@ AGENT = {
     "_agent",
     "_result",
     "_verify",
-    "_loop",
+    "_refinement",
     "_runner",
 }
 # The outer layer: commands, the viewer, the framework adapters and the MCP server, on the

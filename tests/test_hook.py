@@ -324,7 +324,7 @@ import deepcrew_episodic
 assert "litellm" not in sys.modules, "import deepcrew_episodic imported litellm"
 from deepcrew_episodic import (Agent, AgentResult, EpisodicHook, EventType, LLMVerifier,
     LoopConfig, StreamEvent, StreamPolicy, Verdict, run_agent, stream_agent)
-import deepcrew_episodic._runner, deepcrew_episodic._loop, deepcrew_episodic._hook
+import deepcrew_episodic._runner, deepcrew_episodic._refinement, deepcrew_episodic._hook
 assert "litellm" not in sys.modules, "the runner modules imported litellm"
 def ping(host: str) -> str:
     return host
