@@ -594,7 +594,7 @@ def test_record_redacts_and_says_so(run: Run, store: str) -> None:
     code, out, err = run("--store", store, "record", "-q", f"why does {key} fail", "--json")
     assert code == 0
     assert json.loads(out)[0]["query"] == "why does [REDACTED:openai-key] fail"
-    assert "redacted before storing: 1 openai-key" in err
+    assert "redacted before storing: 1 secret (openai-key)" in err
     assert key not in Path(store).read_text()
 
 
@@ -692,6 +692,39 @@ def test_counts_of_one_are_singular(run: Run, store: str) -> None:
     assert (code, out.strip()) == (0, "swept 0 keys (expired episodes and strays)")
 
 
+def test_every_count_message_agrees_with_its_number(run: Run, store: str, tmp_path: Path) -> None:
+    # The counts the other commands print, at 1 and at more (forget, shrink, clear and sweep:
+    # above; backfill and reembed: tests/test_cli_embeddings.py).
+    one, two = "sk-" + "Ab1" * 16, "sk-" + "Cd2" * 16
+    code, out, err = run("--store", store, "record", "-q", f"why does {one} fail")
+    assert code == 0, err
+    assert "redacted before storing: 1 secret (openai-key)" in err
+    episode_id = out.split()[1]
+    code, _, err = run(
+        "--store", store, "record", "-q", f"{one} or {two}", "-r", "ghp_" + "x1" * 18
+    )
+    assert code == 0, err
+    assert "redacted before storing: 3 secrets (github-token, openai-key x2)" in err
+    code, out, err = run("--store", store, "grade", episode_id, "--outcome", "failure")
+    assert (code, out.splitlines()[-1].endswith("(1 grade)")) == (0, True), out + err
+    code, out, _ = run("--store", store, "grade", episode_id, "--outcome", "success")
+    assert out.splitlines()[-1].endswith("(2 grades)")
+    backup = tmp_path / "backup.jsonl"
+    code, _, err = run("--store", store, "export", "-o", str(backup))
+    assert f"exported 2 episodes to {backup}" in err
+    lines = backup.read_text().splitlines()
+    single = tmp_path / "single.jsonl"
+    single.write_text(lines[0] + "\n")
+    other = str(tmp_path / "other.json")
+    code, out, err = run("--store", other, "import", str(single))
+    assert (code, out.strip()) == (0, f"imported 1 episode from {single}"), err
+    code, out, _ = run("--store", other, "import", str(backup))
+    assert out.strip() == f"imported 1 episode from {backup}, 1 already present"
+    code, _, err = run("--store", other, "record", "--file", str(single), "-n", "copy")
+    assert code == 0, err
+    assert "record: 2 grades in the file were not recorded" in err
+
+
 def commands() -> list[str]:
     """Every subcommand of the real parser."""
     parser = build_parser()
@@ -699,14 +732,33 @@ def commands() -> list[str]:
     return sorted(name for action in found for name in action.choices)
 
 
+# A path of this machine (/home/me/src/..., ~/..., C:\\...) or a URL with a host or path: help text
+# a user reads names neither ("redis://," and "unix:// or" name a kind of URL, not one).
+_MACHINE_PATH = re.compile(
+    r"(?<![\w:/])(?:~|\.{1,2})?/(?:[\w.-]+/)+[\w.-]*"
+    r"|\b[A-Za-z]:\\"
+    r"|\b[a-z][a-z0-9+.-]*://[^\s,)]+"
+    r"|site-packages|\.py\b|\.md\b|\bdocs/"
+)
+
+
 @pytest.mark.parametrize("command", ["", *commands()])
-def test_help_names_no_file_of_the_source_tree(run: Run, command: str) -> None:
-    code, out, err = run(*([command] if command else []), "--help")
+def test_help_names_no_file_of_the_source_tree(run: Run, command: str, tmp_path: Path) -> None:
+    argv = [*([command] if command else []), "--help"]
+    code, out, err = run(*argv)
     assert code == 0, err
-    source = Path(deepcrew_episodic.__file__).resolve().parents[1]
-    assert str(source) not in out
-    assert "docs/" not in out
-    assert ".md" not in out
+    # The console script too, run from elsewhere: its help must not depend on where it runs.
+    installed = subprocess.run(
+        [str(SCRIPT), *argv], capture_output=True, text=True, env=clean_env(), cwd=tmp_path,
+        timeout=60,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    for text in (out, installed.stdout):
+        source = Path(deepcrew_episodic.__file__).resolve().parents[1]
+        assert str(source) not in text
+        assert str(tmp_path) not in text
+        assert _MACHINE_PATH.findall(text) == []
+        assert not text.rstrip().endswith(("/", ".md", ".py"))
 
 
 def test_clear_without_yes_never_hangs_and_deletes_nothing(store: str) -> None:
@@ -1544,6 +1596,26 @@ def test_deep_nesting_is_one_clean_line_naming_the_file(store: str, tmp_path: Pa
         assert_one_clean_line(done.stderr)
         assert "nested too deeply" in done.stderr
         assert "deep.json" in done.stderr
+
+
+def test_an_exception_that_is_not_the_librarys_is_one_unexpected_line_and_status_1(
+    store: str,
+) -> None:
+    # A real failure nothing translates: with stdout closed (`>&-`) Python's sys.stdout is None,
+    # so printing the listing raises AttributeError, neither the library's error nor an OSError.
+    # (Should the command come to translate this one, trigger the guarantee another real way.)
+    assert cli("--store", store, "record", "-q", "Deploy the api service").returncode == 0
+    done = subprocess.run(
+        ["/bin/sh", "-c", 'exec "$@" >&-', "sh", str(SCRIPT), "--store", store, "timeline"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        text=True, env=clean_env(), timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert_one_clean_line(done.stderr)
+    assert re.fullmatch(
+        r"deepcrew-episodic: error: unexpected AttributeError: \S.*\n", done.stderr
+    ), done.stderr
+    assert "'NoneType' object has no attribute 'write'" in done.stderr
 
 
 # --- the command on the public API (issue 12, item 2) -------------------------------------------

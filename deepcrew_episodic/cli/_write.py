@@ -225,8 +225,10 @@ def _report_redactions(before: Sequence[Episode], after: Sequence[Episode]) -> N
             kinds[kind] -= 1
     found = {k: n for k, n in kinds.items() if n > 0}
     if found:
-        listed = ", ".join(f"{n} {k}" for k, n in sorted(found.items()))
-        note(f"redacted before storing: {listed}")
+        # A kind is a label (openai-key, basic-auth), not a noun to put in the plural: the
+        # count is of secrets, and a kind found more than once says how often.
+        listed = ", ".join(k + f" x{n}" * (n > 1) for k, n in sorted(found.items()))
+        note(f"redacted before storing: {quantity(sum(found.values()), 'secret')} ({listed})")
 
 
 async def _read_text(path: str) -> str:
