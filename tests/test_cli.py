@@ -27,10 +27,9 @@ import pytest
 
 import deepcrew_episodic
 from deepcrew_episodic import Episode, EpisodicMemory
-from deepcrew_episodic._episode import OUTCOMES as EPISODE_OUTCOMES
 from deepcrew_episodic._unicode import is_hidden
 from deepcrew_episodic.cli import main
-from deepcrew_episodic.cli._parse import OUTCOMES, build_parser
+from deepcrew_episodic.cli._parse import build_parser
 from deepcrew_episodic.providers import FileMemoryProvider
 
 SCRIPT = Path(sys.executable).with_name("deepcrew-episodic")
@@ -135,10 +134,6 @@ def test_console_script_and_module_both_run() -> None:
     assert helped.returncode == 0
     for command in ("record", "recall", "timeline", "stats", "export", "import", "forget", "clear"):
         assert command in helped.stdout
-
-
-def test_outcome_choices_match_the_episode_model() -> None:
-    assert OUTCOMES == EPISODE_OUTCOMES
 
 
 def test_full_round_trip_in_subprocesses(tmp_path: Path) -> None:
