@@ -25,15 +25,44 @@ import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from ._episode import Episode, parse_time, run_key
 from ._grade import Grade, deciding, graded
 from ._recall import DEFAULT_FIELDS, LENGTH_CAP, RECENCY_WEIGHT, Postings, episode_terms, rank_key
 
-__all__ = ["IndexReader", "IndexRow", "StoreIndex", "Whole", "index_row"]
+__all__ = ["IndexReader", "IndexRow", "SizedMatches", "StoreIndex", "Whole", "index_row"]
 
 UNDATED = -math.inf
+
+
+class SizedMatches(NamedTuple):
+    """What a reader's optional ``sized_matches`` read answers: for every episode that holds
+    one of the query's terms, how many of them it holds and its length class (the least one
+    its postings name, clamped to 0..15: a class edited out of range reads lower, which only
+    raises a bound). Three numpy arrays of one length, in seq order (a search by meaning
+    reads it, and numpy is its dependency: thousands of episodes cost no Python object)."""
+
+    seqs: Any  # int64, increasing
+    held: Any  # int64
+    sizes: Any  # int64
+
+    @classmethod
+    def from_codes(cls, codes: Any) -> SizedMatches:
+        """From one ``seq * 16 + class`` per posting (an int64 array, any order)."""
+        import numpy as np
+
+        codes = np.sort(codes)
+        seqs = codes >> 4
+        starts = np.flatnonzero(np.concatenate(([True], seqs[1:] != seqs[:-1])))
+        if not len(codes):
+            starts = starts[:0]
+        # Sorted: the first code of a seq carries its least class.
+        return cls(seqs[starts], np.diff(np.append(starts, len(codes))), (codes & 15)[starts])
+
+    def counted(self) -> Counter[int]:
+        """seq -> how many of the terms it holds (what ``matches`` answers)."""
+        return Counter(dict(zip(self.seqs.tolist(), self.held.tolist(), strict=True)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,8 +528,8 @@ class StoreIndex(Postings):
         self.bad_grades: set[str] = set()
         self._query: frozenset[str] = frozenset()
         self.cursor: _Tail | None = None  # the bucket the search read a seq from last
-        # terms -> seq -> (how many of them it holds, its length class), as read once.
-        self._sized: dict[frozenset[str], dict[int, tuple[int, int]]] = {}
+        # terms -> how many of them each episode holds, and its length class, as read once.
+        self._sized: dict[frozenset[str], SizedMatches] = {}
         self._counted: tuple[str, ...] = ()  # the terms the search counted (see _count)
         # A namespace read whole (see _store_cache.py): its entries and postings as plain
         # dicts, shared by the searches at this revision and never changed by one.
@@ -556,7 +585,7 @@ class StoreIndex(Postings):
         self._counted = tuple(ordered)
         sized = self._sized.get(frozenset(ordered))
         if sized is not None:  # the same postings, counted already (see _sized_count)
-            return Counter({seq: m for seq, (m, _) in sized.items()})
+            return sized.counted()
         return self.reader.matches(ordered)
 
     def _most(self, term: str, size: int, counts: Counter[int], seqs: Sequence[int]) -> int:
@@ -582,9 +611,9 @@ class StoreIndex(Postings):
         rows: dict[int, tuple[float, str, str, int]] = read([s for s in seqs if s in live])
         return {s: (r[0], rank_key(r[1], r[2]), r[3] > 0) for s, r in rows.items()}
 
-    def _sized_count(self, ordered: Sequence[str]) -> dict[int, tuple[int, int]] | None:
+    def _sized_count(self, ordered: Sequence[str]) -> SizedMatches | None:
         read = getattr(self.reader, "sized_matches", None)
-        found: dict[int, tuple[int, int]] | None = None if read is None else read(ordered)
+        found: SizedMatches | None = None if read is None else read(ordered)
         if found is not None:
             self._sized[frozenset(ordered)] = found
         return found

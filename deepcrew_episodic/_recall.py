@@ -61,10 +61,13 @@ from collections import Counter
 from collections.abc import Callable, Collection, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ._episode import Episode
 from ._source import source_of
+
+if TYPE_CHECKING:
+    from ._index import SizedMatches
 
 __all__ = ["Intent", "Parts", "Ranking", "RecallIndex", "Scored", "stem", "terms"]
 
@@ -489,9 +492,9 @@ class Postings:
         (those of the search's terms; *seqs*: the class's postings)."""
         return max(map(counts.__getitem__, seqs))
 
-    def _sized_count(self, ordered: Sequence[str]) -> dict[int, tuple[int, int]] | None:
-        """seq -> (how many of the terms *ordered* it holds, its length class), for every
-        episode that holds one, from the postings alone (``None``: not known so)."""
+    def _sized_count(self, ordered: Sequence[str]) -> SizedMatches | None:
+        """How many of the terms *ordered* each episode holding one holds, and its length
+        class, from the postings alone (``None``: not known so)."""
         return None
 
     def _ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, bool]] | None:

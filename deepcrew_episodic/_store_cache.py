@@ -37,7 +37,7 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
 from ._episode import Episode
-from ._index import Facts, Whole
+from ._index import Facts, SizedMatches, Whole
 
 __all__ = ["DEFAULT_BYTES", "CachingReader", "Miss", "RecallCache", "cache_of"]
 
@@ -48,6 +48,7 @@ DEFAULT_BYTES = 32 << 20
 _ROW = 20  # one posting: a time and a seq in two arrays
 _ENTRY = 80  # one entry of a dict of ints
 _BASE = 200  # a kept entry's own key, tuple and bookkeeping
+_SIZED = 24  # one episode of a sized_matches answer: three int64s
 
 
 class Miss(Exception):
@@ -388,18 +389,20 @@ class CachingReader:
         self._put(key, counted, _ENTRY * len(counted))
         return counted  # never changed by the search (it reads it only)
 
-    def sized_matches(self, terms: Sequence[str]) -> dict[int, tuple[int, int]] | None:
-        """The reader's ``sized_matches`` (``None``: it has none), kept like ``matches``."""
+    def sized_matches(self, terms: Sequence[str]) -> SizedMatches | None:
+        """The reader's ``sized_matches`` (``None``: it has none, or cannot answer), kept like
+        ``matches``."""
         key = ("ms", tuple(terms))
         found = self._get(key)
         if found is not None:
-            kept: dict[int, tuple[int, int]] = found[0]
+            kept: SizedMatches = found[0]
             return kept
         read = getattr(self._store(), "sized_matches", None)
         if read is None:
             return None
-        counted: dict[int, tuple[int, int]] = read(terms)
-        self._put(key, counted, (_ENTRY + 60) * len(counted))
+        counted: SizedMatches | None = read(terms)
+        if counted is not None:
+            self._put(key, counted, _SIZED * len(counted.seqs))
         return counted  # never changed by the search (it reads it only)
 
     def most_held(self, key: tuple[tuple[str, ...], str, int], most: Callable[[], int]) -> int:

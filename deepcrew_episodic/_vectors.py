@@ -57,14 +57,14 @@ import heapq
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from ._embed import SIMILARITY_FLOOR
-from ._recall import WEIGHTS, RecallIndex, Scored, relevance, terms
+from ._recall import WEIGHTS, RecallIndex, Scored, terms
 
 if TYPE_CHECKING:
     from ._index import StoreIndex
@@ -502,6 +502,7 @@ class HybridScorer:
             }
         # (tolist: the same Python ints and floats as int() and float() of each, at C speed)
         self.reach: dict[int, float] = dict(zip(seqs.tolist(), sims.tolist(), strict=True))
+        self.reach_arrays = (seqs, sims)  # the same, for what computes over all of them
         self._weights = WEIGHTS[intent]
 
     def _above(self, sims: Matrix) -> npt.NDArray[np.bool_]:
@@ -614,32 +615,41 @@ class RoughBounds:
         q_terms = hybrid.q_terms
         postings, df = index._postings, index._df
         ordered = sorted((t for t in q_terms if t in postings), key=df.__getitem__)
-        sized = index._sized_count(ordered) if ordered else {}
-        if sized is None:
+        sized = index._sized_count(ordered) if ordered else None
+        seqs, reach = hybrid.reach_arrays
+        held = sizes = np.zeros(len(seqs), dtype=np.int64)
+        if sized is not None and len(sized.seqs):
+            at = np.minimum(np.searchsorted(sized.seqs, seqs), len(sized.seqs) - 1)
+            found = sized.seqs[at] == seqs
+            held = np.where(found, sized.held[at], 0)
+            sizes = np.where(found, sized.sizes[at], 0)
+        elif sized is None and ordered:
             counts = index._count(ordered)
-            sized = {seq: (m, m) for seq, m in counts.items()}  # |E| >= m: at most m / |Q|
+            held = np.fromiter((counts.get(s, 0) for s in seqs.tolist()), np.int64, len(seqs))
+            sizes = held  # |E| >= m: at most m / |Q|
         q, cap = len(q_terms), index.length_cap
         low, span = hybrid.hub + hybrid.floor, MEANING_SPAN
-        # seq -> its relevance bound (keyword and meaning), before recency and weight.
-        self.relevance: dict[int, float] = {}
-        none = (0, 0)
-        get = sized.get
-        for seq, reach in hybrid.reach.items():
-            meaning = min(1.0, max(0.0, (reach - low) / span)) + 1e-6
-            m, size = get(seq, none)
-            if m:
-                keyword = min(1.0, relevance(m, q, size, cap))
-                self.relevance[seq] = keyword + meaning * (1.0 - keyword)
-            else:
-                self.relevance[seq] = meaning
+        # Each episode's relevance bound (keyword and meaning), before recency and weight: the
+        # operations of relevance() and of HybridScorer.bound, on arrays (the same bits).
+        meaning = np.minimum(1.0, np.maximum(0.0, (reach - low) / span)) + 1e-6
+        if cap is not None:
+            sizes = np.maximum(held, np.minimum(sizes, cap))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            keyword = np.minimum(1.0, held / (q + sizes - held))
+        keyword = np.where(held > 0, keyword, 0.0)
+        bound = np.where(held > 0, keyword + meaning * (1.0 - keyword), meaning)
+        self._seqs, self._bounds = seqs, bound
+        # seq -> its bound, as closer() reads it
+        self.relevance: dict[int, float] = dict(zip(seqs.tolist(), bound.tolist(), strict=True))
         self._rw = index.recency_weight
         self._weights = WEIGHTS[intent]
         self._w_max = max(self._weights.values())
         self._now, self._half_life = now, half_life_days
 
-    def rough(self) -> dict[int, float]:
+    def rough(self) -> list[tuple[float, int, int]]:
+        """``(-bound, 2, seq)`` of every episode, as the search queues them."""
         most = max(1.0, 1.0 - self._rw) * self._w_max * _OVER
-        return {seq: r * most for seq, r in self.relevance.items()}
+        return list(zip((self._bounds * -most).tolist(), repeat(2), self._seqs.tolist()))
 
     def closer(self, seq: int, when: float, outcome: str, graded: bool) -> float:
         """With the episode's time and recorded outcome (a grade may change the outcome:
@@ -709,7 +719,7 @@ def hybrid_search(
     bounds: RoughBounds | None = None
     if not vectors.exact and len(hybrid.reach) > _ROUGH_OVER:
         bounds = RoughBounds(index, hybrid, intent, now, half_life_days)
-        pending = [(-b, 2, seq) for seq, b in bounds.rough().items()]
+        pending = bounds.rough()
     else:
         index._ahead(list(hybrid.reach))
         pending = [

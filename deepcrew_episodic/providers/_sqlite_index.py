@@ -43,7 +43,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
-from .._index import Facts, Whole, index_row
+from .._index import Facts, SizedMatches, Whole, index_row
 from .._recall import LENGTH_CAP
 
 # A term's count lives among its postings, in two counter rows of ix_post that sort around
@@ -55,6 +55,7 @@ from .._recall import LENGTH_CAP
 HEAD_AT, HEAD_SEQ = "-9e999", 0
 TAIL_AT, TAIL_SEQ = "9e999", 2**63 - 1
 REAL = f"seq > {HEAD_SEQ} AND recorded < {TAIL_AT}"  # a posting, not a counter row
+_CODED = 1 << 59  # seqs below it code as seq * 16 + class in an int64 (see sized_matches)
 _COUNTERS = (
     f"(SELECT {HEAD_AT} AS recorded, {HEAD_SEQ} AS seq UNION ALL SELECT {TAIL_AT}, {TAIL_SEQ})"
 )
@@ -497,31 +498,37 @@ class SQLiteIndexReader:
                 found[seq] += 1
         return found
 
-    def sized_matches(self, terms: Sequence[str]) -> dict[int, tuple[int, int]]:
-        """seq -> (how many of *terms* it holds, its length class), for every episode holding
-        one: what its keyword relevance is, read from the postings alone (no facts)."""
+    def sized_matches(self, terms: Sequence[str]) -> SizedMatches | None:
+        """How many of *terms* each episode holding one holds, and its length class: what its
+        keyword relevance is, read from the postings alone (no facts). ``None``: a seq too
+        large to code as below (an edited index), where the caller counts another way."""
+        import numpy as np  # a search by meaning reads this, and numpy is its dependency
+
         # One string, as matches(): each posting as seq * 16 + its length class (clamped to
-        # 0..15: a class edited out of range reads lower, which only raises a bound).
+        # 0..15), parsed by numpy in one call (a Python int per posting costs ten times more).
         lag = self._lag()
-        (joined,) = self._conn.execute(
-            "SELECT group_concat(seq * 16 + max(0, min(size, 15))) FROM ix_post "
+        joined, top = self._conn.execute(
+            "SELECT group_concat(seq * 16 + max(0, min(size, 15))), max(seq) FROM ix_post "
             f"WHERE ns = ? AND term IN (SELECT value FROM json_each(?)) AND {REAL}",
             (self._ns, json.dumps(list(terms), ensure_ascii=False)),
         ).fetchone()
-        counted = Counter(map(int, joined.split(","))) if joined else Counter()
+        if top is not None and (not isinstance(top, int) or top >= _CODED):
+            return None
+        codes = np.fromstring(joined, dtype=np.int64, sep=",") if joined else np.zeros(0, "<i8")
+        if joined and len(codes) != joined.count(",") + 1:
+            return None  # not a list of integers (an edited index): matches() tells
         if lag.gone:
-            counted = Counter({v: n for v, n in counted.items() if v >> 4 not in lag.gone})
+            gone = np.fromiter(lag.gone, dtype=np.int64, count=len(lag.gone))
+            codes = codes[~np.isin(codes >> 4, gone)]
         if lag:
             lag.load(terms)
-        for term in dict.fromkeys(terms):
-            for _, seq, size in lag.adds(term):
-                counted[seq * 16 + max(0, min(size, 15))] += 1
-        found: dict[int, tuple[int, int]] = {}
-        for v, n in counted.items():
-            seq, size = v >> 4, v & 15
-            had = found.get(seq)
-            found[seq] = (n, size) if had is None else (had[0] + n, min(had[1], size))
-        return found
+        waiting = [(seq, size) for term in dict.fromkeys(terms) for _, seq, size in lag.adds(term)]
+        if any(seq >= _CODED for seq, _ in waiting):
+            return None
+        if waiting:
+            added = np.array([seq * 16 + max(0, min(size, 15)) for seq, size in waiting])
+            codes = np.concatenate((codes, added.astype(np.int64)))
+        return SizedMatches.from_codes(codes)
 
     def ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, str, int]]:
         """seq -> (recorded, outcome, source, graded) of the indexed, decodable episodes among
