@@ -20,49 +20,39 @@ This module is the library's side of that contract, shared by every such provide
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from ._episode import Episode, parse_time, run_key
 from ._grade import Grade, deciding, graded
-from ._recall import DEFAULT_FIELDS, LENGTH_CAP, RECENCY_WEIGHT, Postings, episode_terms, rank_key
+from ._recall import (
+    DEFAULT_FIELDS,
+    LENGTH_CAP,
+    RECENCY_WEIGHT,
+    Postings,
+    SizedMatches,
+    episode_terms,
+    rank_key,
+)
 
-__all__ = ["IndexReader", "IndexRow", "SizedMatches", "StoreIndex", "Whole", "index_row"]
+__all__ = [
+    "IndexReader",
+    "IndexRow",
+    "StaleIndexError",
+    "StoreIndex",
+    "Whole",
+    "index_read",
+    "index_row",
+]
 
 UNDATED = -math.inf
-
-
-class SizedMatches(NamedTuple):
-    """What a reader's optional ``sized_matches`` read answers: for every episode that holds
-    one of the query's terms, how many of them it holds and its length class (the least one
-    its postings name, clamped to 0..15: a class edited out of range reads lower, which only
-    raises a bound). Three numpy arrays of one length, in seq order (a search by meaning
-    reads it, and numpy is its dependency: thousands of episodes cost no Python object)."""
-
-    seqs: Any  # int64, increasing
-    held: Any  # int64
-    sizes: Any  # int64
-
-    @classmethod
-    def from_codes(cls, codes: Any) -> SizedMatches:
-        """From one ``seq * 16 + class`` per posting (an int64 array, any order)."""
-        import numpy as np
-
-        codes = np.sort(codes)
-        seqs = codes >> 4
-        starts = np.flatnonzero(np.concatenate(([True], seqs[1:] != seqs[:-1])))
-        if not len(codes):
-            starts = starts[:0]
-        # Sorted: the first code of a seq carries its least class.
-        return cls(seqs[starts], np.diff(np.append(starts, len(codes))), (codes & 15)[starts])
-
-    def counted(self) -> Counter[int]:
-        """seq -> how many of the terms it holds (what ``matches`` answers)."""
-        return Counter(dict(zip(self.seqs.tolist(), self.held.tolist(), strict=True)))
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +292,21 @@ _AHEAD = 48
 class StaleIndexError(Exception):
     """The store's index disagrees with itself (edited behind the library's back): the caller
     rebuilds it, or reads the log in process instead."""
+
+
+def index_read(read: Callable[P, R]) -> Callable[P, R]:
+    """A reader's method, whose values an edit of the index may have made unreadable (a seq
+    that is text, a count that is not a number): what it cannot read is a ``StaleIndexError``,
+    as any other disagreement of the index, rather than a ValueError out of recall."""
+
+    @functools.wraps(read)
+    def reading(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return read(*args, **kwargs)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise StaleIndexError(f"a value of the index does not read ({exc})") from exc
+
+    return reading
 
 
 @dataclass(slots=True)

@@ -61,15 +61,21 @@ from collections import Counter
 from collections.abc import Callable, Collection, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, NamedTuple
 
 from ._episode import Episode
 from ._source import source_of
 
-if TYPE_CHECKING:
-    from ._index import SizedMatches
-
-__all__ = ["Intent", "Parts", "Ranking", "RecallIndex", "Scored", "stem", "terms"]
+__all__ = [
+    "Intent",
+    "Parts",
+    "Ranking",
+    "RecallIndex",
+    "Scored",
+    "SizedMatches",
+    "stem",
+    "terms",
+]
 
 Intent = Literal["any", "what_failed", "what_worked"]
 INTENTS: tuple[str, ...] = ("any", "what_failed", "what_worked")
@@ -451,6 +457,35 @@ _NEVER = -math.inf
 # posting is about this many times cheaper than visiting one).
 _LONG_SCAN = 64
 _COUNT_RATIO = 12
+
+
+class SizedMatches(NamedTuple):
+    """What a reader's optional ``sized_matches`` read answers: for every episode that holds
+    one of the query's terms, how many of them it holds and its length class (the least one
+    its postings name, clamped to 0..15: a class edited out of range reads lower, which only
+    raises a bound). Three numpy arrays of one length, in seq order (a search by meaning
+    reads it, and numpy is its dependency: thousands of episodes cost no Python object)."""
+
+    seqs: Any  # int64, increasing
+    held: Any  # int64
+    sizes: Any  # int64
+
+    @classmethod
+    def from_codes(cls, codes: Any) -> SizedMatches:
+        """From one ``seq * 16 + class`` per posting (an int64 array, any order)."""
+        import numpy as np
+
+        codes = np.sort(codes)
+        seqs = codes >> 4
+        starts = np.flatnonzero(np.concatenate(([True], seqs[1:] != seqs[:-1])))
+        if not len(codes):
+            starts = starts[:0]
+        # Sorted: the first code of a seq carries its least class.
+        return cls(seqs[starts], np.diff(np.append(starts, len(codes))), (codes & 15)[starts])
+
+    def counted(self) -> Counter[int]:
+        """seq -> how many of the terms it holds (what ``matches`` answers)."""
+        return Counter(dict(zip(self.seqs.tolist(), self.held.tolist(), strict=True)))
 
 
 class Postings:

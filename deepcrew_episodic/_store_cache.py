@@ -37,7 +37,8 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
 from ._episode import Episode
-from ._index import Facts, SizedMatches, Whole
+from ._index import Facts, Whole
+from ._recall import SizedMatches
 
 __all__ = ["DEFAULT_BYTES", "CachingReader", "Miss", "RecallCache", "cache_of"]
 

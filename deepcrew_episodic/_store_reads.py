@@ -99,6 +99,16 @@ class StoreReads:
             log.warning("episodic log %r: skipping an undecodable grade record", self.namespace)
         self._bad_grades.clear()
 
+    def _recovered(self, exc: Exception, what: str) -> None:
+        self.counters.recovered_indexes += 1
+        log.warning(
+            "episodic log %r: the store's recall index disagrees with the log (%s); "
+            "%s from the log read in this process",
+            self.namespace,
+            exc,
+            what,
+        )
+
     def _note_counter(self) -> None:
         for raw, newest in self._off:
             if (raw, newest) not in self._noted:
@@ -131,6 +141,8 @@ class StoreReads:
     async def stored_id(self, episode_id: str) -> bool | None:
         """Whether this memory shows an episode with id *episode_id* (record() refuses to
         store a second one), read from the store's index (``None``: read the log)."""
+        from ._index import StaleIndexError
+
         if self.reads_store():
             head = await self._log.read_head()
             if head.legacy is None:
@@ -139,7 +151,11 @@ class StoreReads:
                     live = self._shown(reader, head)
                     return any(seq in live for seq in reader.with_id(episode_id))
 
-                found: bool = await self._log.read_index(run)
+                try:
+                    found: bool = await self._log.read_index(run)
+                except StaleIndexError as exc:
+                    self._recovered(exc, "looking the id up")
+                    return None
                 self._note_counter()
                 return found
         return None
@@ -167,7 +183,8 @@ class StoreReads:
 
         try:
             found: Episode | bool | None = await self._log.read_index(run)
-        except StaleIndexError:
+        except StaleIndexError as exc:
+            self._recovered(exc, "finding the latest episode")
             return False
         self._note_counter()
         return found
@@ -252,13 +269,7 @@ class StoreReads:
         try:
             result = await self._read(head, run, kept=query_vector is None)
         except StaleIndexError as exc:
-            self.counters.recovered_indexes += 1
-            log.warning(
-                "episodic log %r: the store's recall index disagrees with the log (%s); "
-                "recalling from the log read in this process",
-                self.namespace,
-                exc,
-            )
+            self._recovered(exc, "recalling")
             return None
         self._note_counter()
         self._note_grades()
@@ -365,13 +376,16 @@ class StoreReads:
 
         try:
             listed: Page | None = await self._log.read_index(run)
-        except StaleIndexError:
+        except StaleIndexError as exc:
+            self._recovered(exc, "listing")
             return None
         self._note_counter()
         return listed
 
     async def grades_in_store(self, episode_id: str) -> list[Grade] | None:
         """grades() of one episode read from the store's index (``None``: read the log)."""
+        from ._index import StaleIndexError
+
         head = await self._log.read_head()
         if head.legacy is not None:
             return None
@@ -382,7 +396,11 @@ class StoreReads:
             stamps = [f.timestamp for f in reader.facts(seqs).values()]
             return reader.grades(episode_id), stamps
 
-        records, stamps = await self._log.read_index(run)
+        try:
+            records, stamps = await self._log.read_index(run)
+        except StaleIndexError as exc:
+            self._recovered(exc, "reading its grades")
+            return None
         self._note_counter()
         grades = self._log.decode_grades(records)
         # As _applies: the grades of the episode shown, or every one when none is shown.

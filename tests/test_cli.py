@@ -584,6 +584,36 @@ def test_record_from_json_jsonl_and_stdin(run: Run, store: str, tmp_path: Path) 
     assert "no such file" in err
 
 
+def test_stdin_that_is_closed_or_not_utf8_is_a_one_line_error(store: str) -> None:
+    assert cli("--store", store, "record", "-q", "keep me").returncode == 0
+    for command in (["import", "-"], ["record", "--file", "-"]):
+        closed = subprocess.run(
+            [sys.executable, "-m", "deepcrew_episodic", "--store", store, *command],
+            capture_output=True, text=True, env=clean_env(), timeout=60, stdin=None,
+            preexec_fn=lambda: os.close(0),
+        )  # fmt: skip
+        assert (closed.returncode, closed.stderr.splitlines()) == (
+            1,
+            ["deepcrew-episodic: error: stdin: closed, nothing to read"],
+        )
+        latin = subprocess.run(
+            [sys.executable, "-m", "deepcrew_episodic", "--store", store, *command],
+            capture_output=True, env=clean_env(), timeout=60,
+            input='{"query": "caf\u00e9"}'.encode("latin-1"),
+        )  # fmt: skip
+        assert latin.returncode == 1
+        assert latin.stderr.decode().startswith("deepcrew-episodic: error: stdin: not UTF-8")
+    # UTF-8 with a byte order mark, whatever the locale says: read as the text it is.
+    marked = subprocess.run(
+        [sys.executable, "-m", "deepcrew_episodic", "--store", store, "import", "-"],
+        capture_output=True, env=clean_env(LC_ALL="C", PYTHONIOENCODING="ascii"), timeout=60,
+        input='\ufeff{"query": "caf\u00e9 cr\u00e8me"}'.encode(),
+    )  # fmt: skip
+    assert marked.returncode == 0, marked.stderr
+    exported = cli("--store", store, "export").stdout.splitlines()
+    assert [json.loads(line)["query"] for line in exported] == ["keep me", "caf\u00e9 cr\u00e8me"]
+
+
 def test_record_redacts_and_says_so(run: Run, store: str) -> None:
     key = "sk-" + "Ab1" * 16
     code, out, err = run("--store", store, "record", "-q", f"why does {key} fail", "--json")

@@ -265,6 +265,36 @@ async def test_an_unusable_stored_vector_leaves_its_episode_to_keywords(tmp_path
     ]
 
 
+# Hand edits of the postings: each posting of one episode (the hybrid search counts the
+# query's terms from them in one read) made a seq that is not an integer, or one too large.
+POSTING_EDITS = {
+    "a real": "seq + 0.5",
+    "text": "'x' || seq",
+    "too large": "seq + (1 << 60)",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(POSTING_EDITS))
+async def test_an_edited_posting_leaves_the_hybrid_ranking_as_in_process(
+    tmp_path: Path, edit: str
+) -> None:
+    rng = random.Random(7)
+    path = tmp_path / "store.db"
+    await _varied_log(path, rng, _embedder("dense"))
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            f"UPDATE ix_post SET seq = {POSTING_EDITS[edit]} WHERE n IS NULL AND seq = "
+            "(SELECT max(seq) FROM ix_post WHERE n IS NULL)"
+        )
+    fresh, loaded = await _both(path, _embedder("dense"))
+    for query in ["customer billed twice", "refund", *(rng.choice(WORDS) for _ in range(6))]:
+        got = await fresh.explain(query, 5, min_relevance=0)
+        assert _summary(got) == _summary(await loaded.explain(query, 5, min_relevance=0))
+    # A seq that does not read is the index disagreeing with itself: logged, counted, and the
+    # log read in process answers; one too large only points at no episode.
+    assert (fresh.counters.recovered_indexes > 0) == (edit != "too large")
+
+
 async def test_a_forgotten_episode_leaves_no_copy_of_its_vector(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     memory = EpisodicMemory(

@@ -249,6 +249,12 @@ SQL_EDITS = {
     "counter raised": "UPDATE kv SET value = '900' WHERE key = 'episodic:kept:__seq__'",
     "index row deleted": f"DELETE FROM ix_episode WHERE ns = 'kept' AND seq = {NEWEST} - 1",
     "negative count": f"UPDATE ix_post SET n = -5 WHERE ns = 'kept' AND seq = {TAIL_SEQ}",
+    "posting seq made a real": f"UPDATE ix_post SET seq = seq + 0.5 WHERE ns = 'kept' "
+    f"AND seq = {NEWEST}",
+    "posting seq made text": f"UPDATE ix_post SET seq = 'x' || seq WHERE ns = 'kept' "
+    f"AND seq = {NEWEST} - 2",
+    "posting time made text": "UPDATE ix_post SET recorded = 'soon' WHERE ns = 'kept' "
+    f"AND seq = {NEWEST} - 3",
     "grade deleted": "DELETE FROM kv WHERE key = 'episodic:kept:g:1'",
     "use count edited": "UPDATE kv SET value = '40' WHERE key LIKE 'episodic:kept:u:%'",
 }

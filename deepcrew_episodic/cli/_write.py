@@ -239,16 +239,26 @@ async def _read_text(path: str) -> str:
 
 
 def _read_text_now(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
+    name = "stdin" if path == "-" else path
     try:
-        return Path(path).read_text(encoding="utf-8-sig")  # a BOM (Windows tools) is not text
+        if path == "-":
+            # Bytes, decoded here: the terminal's locale says nothing about a file piped in.
+            stream = getattr(sys.stdin, "buffer", None)
+            if stream is None:
+                raise CliError("stdin: closed, nothing to read")
+            raw: bytes = stream.read()
+        else:
+            raw = Path(path).read_bytes()
+        return raw.decode("utf-8-sig")  # a BOM (Windows tools) is not text
     except FileNotFoundError:
-        raise CliError(f"{path}: no such file") from None
+        raise CliError(f"{name}: no such file") from None
     except IsADirectoryError:
-        raise CliError(f"{path}: is a directory, not a file") from None
+        raise CliError(f"{name}: is a directory, not a file") from None
     except UnicodeDecodeError as exc:
-        raise CliError(f"{path}: not UTF-8 text ({exc.reason})") from None
+        raise CliError(f"{name}: not UTF-8 text ({exc.reason})") from None
+    except (OSError, ValueError) as exc:  # unreadable: permissions, a closed descriptor
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CliError(f"{name}: cannot be read ({reason})") from None
 
 
 def _without_grades(records: list[tuple[str, Any]], command: str) -> list[tuple[str, Any]]:

@@ -54,7 +54,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._index import Facts, StaleIndexError, Whole, index_row
+from .._index import Facts, StaleIndexError, Whole, index_read, index_row
 from .._recall import LENGTH_CAP
 
 log = logging.getLogger("deepcrew_episodic")
@@ -513,6 +513,7 @@ class RedisIndexReader:
         self._seen: set[int] = set()
         self._records: dict[int, str | None] = {}
 
+    @index_read
     def newest_seq(self) -> int:
         """The newest sequence number the index holds (0: none)."""
         found = self._client.zrevrange(self._base + "s", 0, 0)
@@ -521,6 +522,7 @@ class RedisIndexReader:
     def set_query(self, terms: Collection[str]) -> None:
         """Nothing to do: the facts read carry every term of their episode."""
 
+    @index_read
     def any_run(self, live: range) -> bool:
         if not live:
             return False
@@ -528,6 +530,7 @@ class RedisIndexReader:
         args: list[str | int] = [self._base, live.start, live.stop - 1, pattern]
         return bool(_ANY_RUN(self._client, [self._route], args))
 
+    @index_read
     def newest(
         self, live: range, now: float, oldest: float, limit: int, offset: int
     ) -> tuple[list[int], int] | None:
@@ -607,6 +610,7 @@ class RedisIndexReader:
 
     # --- IndexReader ------------------------------------------------------------------------
 
+    @index_read
     def counts(self, terms: Sequence[str]) -> dict[str, dict[int, int]]:
         found: dict[str, dict[int, int]] = {}
         if not terms:
@@ -616,6 +620,7 @@ class RedisIndexReader:
             found.setdefault(str(reply[i]), {})[int(reply[i + 1])] = int(reply[i + 2])
         return found
 
+    @index_read
     def postings(
         self, term: str, size: int, limit: int, before: tuple[float, int] | None
     ) -> list[tuple[float, int]]:
@@ -650,10 +655,12 @@ class RedisIndexReader:
                 self._handed.pop((term, size), None)
         return rows
 
+    @index_read
     def matches(self, terms: Sequence[str]) -> Counter[int]:
         reply = _MATCHES(self._client, [self._route], [self._base, LENGTH_CAP, *terms])
         return Counter({int(reply[i]): int(reply[i + 1]) for i in range(0, len(reply), 2)})
 
+    @index_read
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         if len(seqs) == 1 and seqs[0] not in self._seen:
             self._seen.add(seqs[0])
@@ -676,6 +683,7 @@ class RedisIndexReader:
                 found[seq] = facts
         return found
 
+    @index_read
     def grades(self, episode_id: str) -> list[str]:
         found = self._grades.get(episode_id)
         if found is None:
@@ -684,6 +692,7 @@ class RedisIndexReader:
             found = self._grades[episode_id] = [v for v in values if v]
         return list(found)
 
+    @index_read
     def records(self, seqs: Sequence[int]) -> dict[int, str]:
         wanted = [s for s in seqs if s not in self._records]
         if len(wanted) == 1:
@@ -701,6 +710,7 @@ class RedisIndexReader:
                 found[seq] = value
         return found
 
+    @index_read
     def uses(self, seqs: Sequence[int]) -> dict[int, int]:
         missing = [s for s in seqs if s not in self._uses]
         if missing:
@@ -709,18 +719,23 @@ class RedisIndexReader:
                 self._uses[seq] = _number(value)
         return {s: self._uses[s] for s in seqs if self._uses.get(s)}
 
+    @index_read
     def run(self, run: str) -> list[int]:
         return self._by_seq(f"r:{run}") if run else []
 
+    @index_read
     def conversation(self, conversation: str) -> list[int]:
         return self._by_seq(f"c:{conversation}") if conversation else []
 
+    @index_read
     def with_id(self, episode_id: str) -> list[int]:
         return self._by_seq(f"i:{episode_id}") if episode_id else []
 
+    @index_read
     def newest_after(self, start: int, when: float) -> bool:
         return bool(_NEWEST_AFTER(self._client, [self._route], [self._base, start, repr(when)]))
 
+    @index_read
     def corrupt(self, live: range) -> list[int]:
         if not live:
             return []
@@ -731,6 +746,7 @@ class RedisIndexReader:
         found: str | None = self._client.get(key)
         return found
 
+    @index_read
     def whole_namespace(self, most: int) -> Whole | None:
         """Everything a keyword search can read of this namespace, read at once (``None``:
         it holds more than *most* episodes, or the index changed while it was read). Each

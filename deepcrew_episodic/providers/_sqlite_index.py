@@ -43,8 +43,8 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
-from .._index import Facts, SizedMatches, Whole, index_row
-from .._recall import LENGTH_CAP
+from .._index import Facts, Whole, index_read, index_row
+from .._recall import LENGTH_CAP, SizedMatches
 
 # A term's count lives among its postings, in two counter rows of ix_post that sort around
 # them: the tail (TAIL_AT, TAIL_SEQ: after the newest) counts the postings added, the head
@@ -55,6 +55,7 @@ from .._recall import LENGTH_CAP
 HEAD_AT, HEAD_SEQ = "-9e999", 0
 TAIL_AT, TAIL_SEQ = "9e999", 2**63 - 1
 REAL = f"seq > {HEAD_SEQ} AND recorded < {TAIL_AT}"  # a posting, not a counter row
+_NUMBERS = (float, int)
 _CODED = 1 << 59  # seqs below it code as seq * 16 + class in an int64 (see sized_matches)
 _COUNTERS = (
     f"(SELECT {HEAD_AT} AS recorded, {HEAD_SEQ} AS seq UNION ALL SELECT {TAIL_AT}, {TAIL_SEQ})"
@@ -417,6 +418,7 @@ class SQLiteIndexReader:
             self._waiting = _Waiting(self._conn, self._ns)
         return self._waiting
 
+    @index_read
     def newest_seq(self) -> int:
         """The newest sequence number the index holds (0: none)."""
         (newest,) = self._conn.execute(
@@ -428,6 +430,7 @@ class SQLiteIndexReader:
         self._query = json.dumps(sorted(terms), ensure_ascii=False)
         self._facts.clear()
 
+    @index_read
     def counts(self, terms: Sequence[str]) -> dict[str, dict[int, int]]:
         found: dict[str, dict[int, int]] = {}
         if not terms:
@@ -453,6 +456,7 @@ class SQLiteIndexReader:
                     del found[term]
         return found
 
+    @index_read
     def postings(
         self, term: str, size: int, limit: int, before: tuple[float, int] | None
     ) -> list[tuple[float, int]]:
@@ -468,6 +472,8 @@ class SQLiteIndexReader:
         rows: list[tuple[float, int]] = self._conn.execute(
             sql + " ORDER BY recorded DESC, seq DESC LIMIT ?", (*args, limit + gone)
         ).fetchall()
+        if not all(type(seq) is int and type(when) in _NUMBERS for when, seq in rows):
+            raise ValueError("a posting's seq or time is not a number")  # see index_read
         if gone:
             rows = [r for r in rows if r[1] not in lag.gone][:limit]
         waiting = [
@@ -479,6 +485,7 @@ class SQLiteIndexReader:
             rows = sorted(rows + waiting, reverse=True)[:limit]
         return rows
 
+    @index_read
     def matches(self, terms: Sequence[str]) -> Counter[int]:
         # Counted here rather than by GROUP BY, from one string: a row per posting would cost
         # three times as much.
@@ -498,6 +505,7 @@ class SQLiteIndexReader:
                 found[seq] += 1
         return found
 
+    @index_read
     def sized_matches(self, terms: Sequence[str]) -> SizedMatches | None:
         """How many of *terms* each episode holding one holds, and its length class: what its
         keyword relevance is, read from the postings alone (no facts). ``None``: a seq too
@@ -514,9 +522,10 @@ class SQLiteIndexReader:
         ).fetchone()
         if top is not None and (not isinstance(top, int) or top >= _CODED):
             return None
-        codes = np.fromstring(joined, dtype=np.int64, sep=",") if joined else np.zeros(0, "<i8")
+        # A seq that is not an integer (an edited index) raises ValueError: see index_read.
+        codes = np.fromstring(joined or "", dtype=np.int64, sep=",")
         if joined and len(codes) != joined.count(",") + 1:
-            return None  # not a list of integers (an edited index): matches() tells
+            raise ValueError("a posting's seq is not an integer")
         if lag.gone:
             gone = np.fromiter(lag.gone, dtype=np.int64, count=len(lag.gone))
             codes = codes[~np.isin(codes >> 4, gone)]
@@ -530,6 +539,7 @@ class SQLiteIndexReader:
             codes = np.concatenate((codes, added.astype(np.int64)))
         return SizedMatches.from_codes(codes)
 
+    @index_read
     def ranked(self, seqs: Sequence[int]) -> dict[int, tuple[float, str, str, int]]:
         """seq -> (recorded, outcome, source, graded) of the indexed, decodable episodes among
         *seqs*: what bounds their scores, without their terms."""
@@ -544,6 +554,7 @@ class SQLiteIndexReader:
             )
         }
 
+    @index_read
     def facts(self, seqs: Sequence[int]) -> dict[int, Facts]:
         known = self._facts
         wanted = [s for s in seqs if s not in known]
@@ -564,6 +575,7 @@ class SQLiteIndexReader:
             known[int(r[0])] = _facts(r)
         return {s: f for s in seqs if (f := known.get(s)) is not None}
 
+    @index_read
     def any_run(self, live: range) -> bool:
         """Whether an episode in *live* belongs to a run."""
         row = self._conn.execute(
@@ -573,6 +585,7 @@ class SQLiteIndexReader:
         ).fetchone()
         return row is not None
 
+    @index_read
     def grades(self, episode_id: str) -> list[str]:
         return [
             r[0]
@@ -582,6 +595,7 @@ class SQLiteIndexReader:
             )
         ]
 
+    @index_read
     def records(self, seqs: Sequence[int]) -> dict[int, str]:
         found: dict[int, str] = {}
         for seq in seqs:
@@ -592,6 +606,7 @@ class SQLiteIndexReader:
                 found[seq] = row[0]
         return found
 
+    @index_read
     def uses(self, seqs: Sequence[int]) -> dict[int, int]:
         found: dict[int, int] = {}
         for seq in seqs:
@@ -602,6 +617,7 @@ class SQLiteIndexReader:
                 found[seq] = int(row[0])
         return found
 
+    @index_read
     def run(self, run: str) -> list[int]:
         return [
             int(r[0])
@@ -611,6 +627,7 @@ class SQLiteIndexReader:
             )
         ]
 
+    @index_read
     def conversation(self, conversation: str) -> list[int]:
         return [
             int(r[0])
@@ -621,6 +638,7 @@ class SQLiteIndexReader:
             )
         ]
 
+    @index_read
     def with_id(self, episode_id: str) -> list[int]:
         return [
             int(r[0])
@@ -630,6 +648,7 @@ class SQLiteIndexReader:
             )
         ]
 
+    @index_read
     def newest_after(self, start: int, when: float) -> bool:
         """Whether an episode at or past *start* ranks by a time after *when* (a timestamp
         in the future: the in-process index files it under the episode before it)."""
@@ -639,6 +658,7 @@ class SQLiteIndexReader:
         ).fetchone()
         return row is not None
 
+    @index_read
     def corrupt(self, live: range) -> list[int]:
         return [
             int(r[0])
@@ -649,6 +669,7 @@ class SQLiteIndexReader:
             )
         ]
 
+    @index_read
     def newest(
         self, live: range, now: float, oldest: float, limit: int, offset: int
     ) -> tuple[list[int], int]:
@@ -675,6 +696,7 @@ class SQLiteIndexReader:
         """The vector reads of this namespace (see VECTOR_TABLES; ``None``: none kept)."""
         return vector_reader(self._conn, self._ns)
 
+    @index_read
     def whole_namespace(self, most: int) -> Whole | None:
         """Everything a keyword search can read of this namespace, read at once (``None``:
         it holds more than *most* episodes). The postings come from :func:`_namespace_postings`
