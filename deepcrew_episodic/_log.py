@@ -665,6 +665,12 @@ class EpisodeLog:
             or head.legacy != self._legacy
             or head.last < self._synced_last  # the log was re-created under us
         )
+        # A read from the start lists the records once: the one just past the counter (read
+        # below) shows a counter behind them, unless a gap follows it (a forgotten episode),
+        # and the episodes past the gap must not be hidden by it either.
+        checked = again and reset and head.legacy is None and self._seq_fix is None and head.last
+        if checked and await self._newest_stored() > head.last:
+            return await self._behind("e:", head)
         live = self.live_range(head)
         synced_last = 0 if reset else self._synced_last
         holes = {} if reset else {s: h for s, h in self._holes.items() if s in live}
@@ -835,6 +841,15 @@ class EpisodeLog:
         self._live_start = live.start
         self._gen, self._legacy, self._synced = head.gen, head.legacy, True
         return changes
+
+    async def _newest_stored(self) -> int:
+        """The newest episode number stored, by the records: the newest the store's recall
+        index holds when it keeps one (a query; a listing of a Redis namespace walks the whole
+        database), else the newest the keys name."""
+        if self.provider.recall_index:
+            newest: int = await self.read_index(lambda reader: reader.newest_seq())
+            return newest
+        return max(await self._numbers(_ENTRY, "e:"), default=0)
 
     async def _behind(self, kind: str, head: Head) -> Changes:
         """A record is stored past its counter: the counter fell behind (evicted, restored

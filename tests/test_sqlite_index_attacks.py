@@ -112,12 +112,6 @@ async def test_an_undated_episode_ranks_as_the_log_once_the_ring_evicts_the_one_
     assert fresh == loaded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a counter lowered just below a forgotten episode: the loaded log checks the record "
-    "past the counter only, finds the gap and hides the episodes after it, which the index "
-    "(rightly) shows",
-)
 async def test_a_lowered_counter_above_a_forgotten_episode_hides_the_same_episodes_on_both_paths(
     tmp_path: Path, clock: Clock
 ) -> None:

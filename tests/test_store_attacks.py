@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from conftest import Clock
 
@@ -357,6 +358,31 @@ async def test_redis_a_raised_sequence_counter_hides_no_episode_from_the_store_p
     )
     assert len(loaded["recall"]) == 6
     assert fresh == loaded
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"__grades__": str(10**15)},  # a grade counter far past every grade
+        {"__seq__": str(10**15), "__max__": "0"},  # the newest episode far away, no ring
+    ],
+    ids=["grade counter far ahead", "episode counter far ahead without a ring"],
+)
+async def test_redis_a_counter_far_ahead_is_caught_up_in_one_listing(
+    redis_backend: tuple[MemoryProvider, Any], clock: Clock, edit: dict[str, str]
+) -> None:
+    """The index catches up to a counter by walking the numbers below it; one far past what
+    was ever written is caught up by listing the records that exist, and only once."""
+    backend, raw = redis_backend
+    await six_episodes(backend, clock)
+    for key, value in edit.items():
+        raw.set(REDIS_PREFIX + key, value)
+    with anyio.fail_after(60):  # walking 10**15 numbers would never end
+        fresh = await answers(backend, clock, "item refund")
+        assert fresh == await loaded_answers(backend, clock, "item refund")
+    # The watermark moved up to the counter: the next read lists nothing again.
+    kind = "g" if "__grades__" in edit else "e"
+    assert raw.hget(redis_index_base(raw) + "w", kind) == str(10**15)
 
 
 async def test_redis_a_record_past_the_sequence_counter_is_seen_by_the_store_path(

@@ -65,6 +65,8 @@ RECORD = re.compile(r"episodic:(.+):([eg]):([1-9][0-9]{0,17})", re.DOTALL)
 REVISION = "v"
 # Records indexed per script while a reader catches up.
 BATCH = 250
+# A range of record numbers longer than this is not walked: the records that exist are listed.
+_WALKED = 100_000
 # The facts read along with a chunk of postings, or ahead of the one a search asks for.
 AHEAD = 64
 
@@ -555,8 +557,21 @@ class RedisIndexReader:
         low = done_e + 1
         if ring:
             low = max(low, last - ring + 1)
-        todo = max(0, last - low + 1) + max(0, grades - done_g)
+        episodes, grades_todo = (
+            self._numbers("e:", low, last),
+            self._numbers("g:", done_g + 1, grades),
+        )
+        todo = len(episodes) + len(grades_todo)
         if not todo:
+            # None to read past a watermark far below its counter (edited): the watermark is
+            # moved up to it, or every read would list the records again.
+            far: list[str] = []
+            if last - done_e > _WALKED:
+                far += ["W", self._base, "e", str(done_e + 1), str(last)]
+            if grades - done_g > _WALKED:
+                far += ["W", self._base, "g", str(done_g + 1), str(grades)]
+            if far:
+                _CATCH_UP(c, [self._route], [*far, *revised([self._base])])
             return 0
         log.info(
             "redis: indexing up to %d records of namespace %r for recall (written without "
@@ -565,35 +580,45 @@ class RedisIndexReader:
             namespace,
         )
         done = 0
-        for start in range(low, last + 1, BATCH):
-            stop = min(last, start + BATCH - 1)
-            seqs = list(range(start, stop + 1))
-            values = c.mget([f"{self._log}e:{s}" for s in seqs])
-            ops: list[str] = []
-            for seq, raw in zip(seqs, values, strict=True):
-                if raw is not None and raw != "":
-                    ops += episode_op(self._base, seq, raw, keep=True)
-            ops += ["W", self._base, "e", str(done_e + 1 if start == low else start), str(stop)]
-            ops += revised([self._base])
-            _CATCH_UP(c, [self._route], ops)
-            done += len(seqs)
-            if progress is not None:
-                progress(done, todo)
-        for start in range(done_g + 1, grades + 1, BATCH):
-            stop = min(grades, start + BATCH - 1)
-            numbers = list(range(start, stop + 1))
-            values = c.mget([f"{self._log}g:{n}" for n in numbers])
-            ops = []
-            for number, raw in zip(numbers, values, strict=True):
-                if raw is not None and raw != "":
-                    ops += grade_op(self._base, number, raw, keep=True)
-            ops += ["W", self._base, "g", str(start), str(stop)]
-            ops += revised([self._base])
-            _CATCH_UP(c, [self._route], ops)
-            done += len(numbers)
-            if progress is not None:
-                progress(done, todo)
+        for kind, numbers, mark, high in (
+            ("e", episodes, done_e, last),
+            ("g", grades_todo, done_g, grades),
+        ):
+            for start in range(0, len(numbers), BATCH):
+                chunk = numbers[start : start + BATCH]
+                values = c.mget([f"{self._log}{kind}:{n}" for n in chunk])
+                ops: list[str] = []
+                for number, raw in zip(chunk, values, strict=True):
+                    if raw is not None and raw != "":
+                        op = episode_op if kind == "e" else grade_op
+                        ops += op(self._base, number, raw, keep=True)
+                # The watermark moves over what this chunk read, and over the numbers between
+                # chunks that hold no record; the last chunk takes it to the counter.
+                top = high if start + BATCH >= len(numbers) else chunk[-1]
+                ops += ["W", self._base, kind, str(mark + 1), str(top)]
+                ops += revised([self._base])
+                _CATCH_UP(c, [self._route], ops)
+                mark = top
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, todo)
         return done
+
+    def _numbers(self, kind: str, first: int, last: int) -> list[int]:
+        """The numbers from *first* to *last* to read: all of them, or when a counter far past
+        what was ever written (edited, damaged) makes that range too long to walk, those of
+        the records that exist (one listing)."""
+        if last - first < _WALKED:
+            return list(range(first, last + 1))
+        prefix = f"{self._log}{kind}"
+        found: list[int] = []
+        for key in self._client.scan_iter(match=_glob(prefix) + "[0-9]*", count=1000):
+            tail = (key.decode("utf-8", "replace") if isinstance(key, bytes) else key)[
+                len(prefix) :
+            ]
+            if tail.isascii() and tail.isdigit() and first <= int(tail) <= last:
+                found.append(int(tail))
+        return sorted(found)
 
     def _last_past(self, kind: str, start: int) -> int:
         """The last of the records stored one after another just past ``start`` (the first

@@ -63,7 +63,9 @@ class EpisodeLog(Capability):
         large = await _calls_for_cold_reads(provider, 300)
         assert small == large
         cold, warm, after_write = large
-        assert cold == ["retrieve_many", "retrieve_many"]  # index keys, then every live episode
+        # The index keys; the episode records listed (no counter is trusted over them: a store
+        # that keeps a recall index asks it instead); then every live episode.
+        assert cold == ["retrieve_many", "keys", "retrieve_many"]
         assert warm == ["retrieve_many"]  # nothing new: the index keys only
         assert after_write == ["retrieve_many", "retrieve_many"]  # index keys, the new episode
 
@@ -414,6 +416,22 @@ class EpisodeLog(Capability):
         await fresh.record(ep("task 5"))  # never overwrites e:1
         again = EpisodicMemory(provider, namespace="seq")
         assert [e.query for e in await again.load()] == [f"task {i}" for i in range(6)]
+
+    async def test_a_counter_lowered_onto_a_gap_hides_no_episode_after_it(
+        self, provider: MemoryProvider
+    ) -> None:
+        """The counter lowered to just below a forgotten episode: the record past it is
+        missing, and the episodes after the gap are still every reader's."""
+        memory = EpisodicMemory(provider, namespace="gap")
+        stored = [await memory.record(ep(f"task {i}")) for i in range(6)]
+        assert await memory.forget(stored[3].id) == 1
+        await provider.write({"episodic:gap:__seq__": "3"})
+        expected = [f"task {i}" for i in (0, 1, 2, 4, 5)]
+        fresh = EpisodicMemory(provider, namespace="gap")
+        assert [e.query for e in await fresh.load()] == expected
+        await fresh.record(ep("task 6"))  # after them, overwriting none
+        again = EpisodicMemory(provider, namespace="gap")
+        assert [e.query for e in await again.load()] == [*expected, "task 6"]
 
     async def test_an_explicit_id_kept_beyond_a_smaller_view_is_never_stored_twice(
         self, provider: MemoryProvider
