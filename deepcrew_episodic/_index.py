@@ -34,6 +34,7 @@ from ._recall import (
     DEFAULT_FIELDS,
     LENGTH_CAP,
     RECENCY_WEIGHT,
+    WEIGHTS,
     Postings,
     SizedMatches,
     episode_terms,
@@ -132,6 +133,25 @@ class Facts:
     run: str
     conversation: str
     graded: int  # how many grade records name its id
+
+    def __post_init__(self) -> None:
+        # Read back from a store another program may have edited: a value of the wrong kind
+        # is the index disagreeing with itself (a ValueError, which index_read makes a
+        # StaleIndexError), not a KeyError or a TypeError deep inside a search.
+        if not (
+            type(self.seq) is int
+            and type(self.size) is int
+            and self.size >= 0
+            and type(self.graded) is int
+            and type(self.when) is float
+            and (self.forget_at is None or type(self.forget_at) is float)
+            and isinstance(self.timestamp, str)
+            and isinstance(self.episode_id, str)
+            and isinstance(self.outcome, str)
+            and isinstance(self.source, str)
+            and rank_key(self.outcome, self.source) in WEIGHTS["any"]
+        ):
+            raise ValueError(f"the facts of episode {self.seq!r} are not of their kind")
 
 
 @dataclass(frozen=True, slots=True)

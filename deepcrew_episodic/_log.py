@@ -68,7 +68,7 @@ from urllib.parse import quote, unquote
 
 from ._embed import decode_identity, decode_vector
 from ._episode import Episode
-from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeError
+from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeError, StorageError
 from ._grade import Grade
 from ._mutex import Mutex
 from ._redact import safe_message
@@ -669,7 +669,7 @@ class EpisodeLog:
         # below) shows a counter behind them, unless a gap follows it (a forgotten episode),
         # and the episodes past the gap must not be hidden by it either.
         checked = again and reset and head.legacy is None and self._seq_fix is None and head.last
-        if checked and await self._newest_stored() > head.last:
+        if checked and await self._newest_stored(head.last) > head.last:
             return await self._behind("e:", head)
         live = self.live_range(head)
         synced_last = 0 if reset else self._synced_last
@@ -842,13 +842,30 @@ class EpisodeLog:
         self._gen, self._legacy, self._synced = head.gen, head.legacy, True
         return changes
 
-    async def _newest_stored(self) -> int:
+    async def _newest_stored(self, counted: int) -> int:
         """The newest episode number stored, by the records: the newest the store's recall
         index holds when it keeps one (a query; a listing of a Redis namespace walks the whole
-        database), else the newest the keys name."""
+        database) and, when that is past *counted* (the counter), its record is there; else
+        the newest the keys name."""
         if self.provider.recall_index:
-            newest: int = await self.read_index(lambda reader: reader.newest_seq())
-            return newest
+            from ._index import StaleIndexError
+
+            try:
+                newest: int = await self.read_index(lambda reader: reader.newest_seq())
+                if (
+                    newest <= counted
+                    or (await self.provider.retrieve_many([self.entry_key(newest, None)]))[0]
+                ):
+                    return newest
+                raise StaleIndexError(f"the index holds episode {newest}, the log does not")
+            except (StaleIndexError, StorageError) as exc:  # edited: the keys still tell
+                self.counters.recovered_indexes += 1
+                log.warning(
+                    "episodic log %r: the store's recall index cannot tell the newest episode "
+                    "stored (%s); listing the records instead",
+                    self.namespace,
+                    safe_message(str(exc), 200),
+                )
         return max(await self._numbers(_ENTRY, "e:"), default=0)
 
     async def _behind(self, kind: str, head: Head) -> Changes:
@@ -1010,6 +1027,20 @@ class EpisodeLog:
                 newest = await self.provider.retrieve_many([self.entry_key(head.last, legacy)])
                 if not newest[0]:
                     await self._check_ahead(head)
+            if legacy is None and self._seq_repair is None and self._seq_fix is None:
+                # ... nor behind them past a gap (lowered onto a forgotten episode): the number
+                # it gives would be free, and the episode written there fall below the view.
+                stored = await self._newest_stored(head.last)
+                if stored > head.last:
+                    self._seq_repair = (head.raw_seq, stored)
+                    self.counters.recovered_indexes += 1
+                    log.warning(
+                        "episodic log %r: episode counter %r is behind the records it numbers; "
+                        "moving it to %d before writing",
+                        self.namespace,
+                        safe_message(str(head.raw_seq), 40),
+                        stored,
+                    )
         initial = legacy.shared if legacy else 0
         # A counter found behind the stored episodes (emptied, zeroed), or past every one.
         await self._apply_seq_repair(legacy)

@@ -69,6 +69,11 @@ class StoreReads:
         record), and noted once per state."""
         live = self._log.live_range(head)
         newest = reader.newest_seq()
+        if newest > head.last and not reader.records([newest]):
+            from ._index import StaleIndexError
+
+            # A row the index holds without its record (edited): it must not move the view.
+            raise StaleIndexError(f"the index holds episode {newest}, the log does not")
         if newest > head.last or 0 < newest < live.start:
             self._off.append((head.raw_seq, newest))
             return self._log.live_range(dataclasses.replace(head, last=newest))

@@ -254,6 +254,13 @@ SQL_EDITS = {
     f"AND seq = {NEWEST}",
     "posting seq made text": f"UPDATE ix_post SET seq = 'x' || seq WHERE ns = 'kept' "
     f"AND seq = {NEWEST} - 2",
+    "index seq made text": f"UPDATE ix_episode SET seq = 'x' || seq WHERE ns = 'kept' "
+    f"AND seq = {NEWEST} - 1",
+    "index outcome edited": f"UPDATE ix_episode SET outcome = 'bogus' WHERE ns = 'kept' "
+    f"AND seq = {NEWEST} - 2",
+    "index row without a record": f"INSERT INTO ix_episode SELECT ns, 5000, 'ghost', "
+    "timestamp, recorded, outcome, source, size, terms, tags, forget_at, run, conversation, "
+    f"graded, corrupt FROM ix_episode WHERE ns = 'kept' AND seq = {NEWEST}",
     "posting time made text": "UPDATE ix_post SET recorded = 'soon' WHERE ns = 'kept' "
     f"AND seq = {NEWEST} - 3",
     "grade deleted": "DELETE FROM kv WHERE key = 'episodic:kept:g:1'",

@@ -422,16 +422,21 @@ class EpisodeLog(Capability):
     ) -> None:
         """The counter lowered to just below a forgotten episode: the record past it is
         missing, and the episodes after the gap are still every reader's."""
-        memory = EpisodicMemory(provider, namespace="gap")
-        stored = [await memory.record(ep(f"task {i}")) for i in range(6)]
-        assert await memory.forget(stored[3].id) == 1
+        memory = EpisodicMemory(provider, namespace="gap", max_episodes=5)
+        stored = [await memory.record(ep(f"task {i}")) for i in range(8)]
+        assert await memory.forget(stored[5].id) == 1  # the ring keeps 4..8; 6 forgotten
         await provider.write({"episodic:gap:__seq__": "3"})
-        expected = [f"task {i}" for i in (0, 1, 2, 4, 5)]
-        fresh = EpisodicMemory(provider, namespace="gap")
+        expected = [f"task {i}" for i in (3, 4, 6, 7)]
+        fresh = EpisodicMemory(provider, namespace="gap", max_episodes=5)
         assert [e.query for e in await fresh.load()] == expected
-        await fresh.record(ep("task 6"))  # after them, overwriting none
-        again = EpisodicMemory(provider, namespace="gap")
-        assert [e.query for e in await again.load()] == [*expected, "task 6"]
+        # A writer that read nothing first numbers after them too (4 and 5 are free: the
+        # ring evicted them), and nothing it writes falls out of view or to a sweep.
+        writer = EpisodicMemory(provider, namespace="gap", max_episodes=5)
+        await writer.record(ep("task 8"))
+        again = EpisodicMemory(provider, namespace="gap", max_episodes=5)
+        assert [e.query for e in await again.load()] == [*expected[1:], "task 8"]
+        assert await again.sweep() == 0
+        assert [e.query for e in await again.load()] == [*expected[1:], "task 8"]
 
     async def test_an_explicit_id_kept_beyond_a_smaller_view_is_never_stored_twice(
         self, provider: MemoryProvider
