@@ -256,6 +256,8 @@ def _read_text_now(path: str) -> str:
         raise CliError(f"{name}: is a directory, not a file") from None
     except UnicodeDecodeError as exc:
         raise CliError(f"{name}: not UTF-8 text ({exc.reason})") from None
+    except MemoryError:
+        raise CliError(f"{name}: too large to read into memory") from None
     except (OSError, ValueError) as exc:  # unreadable: permissions, a closed descriptor
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CliError(f"{name}: cannot be read ({reason})") from None
