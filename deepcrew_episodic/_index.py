@@ -20,13 +20,12 @@ This module is the library's side of that contract, shared by every such provide
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, Protocol, cast
 
 from ._episode import Episode, parse_time, run_key
 from ._grade import Grade, deciding, graded
@@ -40,6 +39,7 @@ from ._recall import (
     episode_terms,
     rank_key,
 )
+from ._stale import StaleIndexError, index_read
 
 __all__ = [
     "IndexReader",
@@ -52,8 +52,6 @@ __all__ = [
 ]
 
 UNDATED = -math.inf
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,26 +305,6 @@ class _Column(Sequence[Any]):
 
 # How many entries a bucket's walk reads facts for in one trip.
 _AHEAD = 48
-
-
-class StaleIndexError(Exception):
-    """The store's index disagrees with itself (edited behind the library's back): the caller
-    rebuilds it, or reads the log in process instead."""
-
-
-def index_read(read: Callable[P, R]) -> Callable[P, R]:
-    """A reader's method, whose values an edit of the index may have made unreadable (a seq
-    that is text, a count that is not a number): what it cannot read is a ``StaleIndexError``,
-    as any other disagreement of the index, rather than a ValueError out of recall."""
-
-    @functools.wraps(read)
-    def reading(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return read(*args, **kwargs)
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise StaleIndexError(f"a value of the index does not read ({exc})") from exc
-
-    return reading
 
 
 @dataclass(slots=True)

@@ -72,6 +72,7 @@ from ._exceptions import ConfigurationError, CorruptDataError, InvalidEpisodeErr
 from ._grade import Grade
 from ._mutex import Mutex
 from ._redact import safe_message
+from ._stale import StaleIndexError
 from ._unicode import escape_hidden, is_hidden
 from ._validate import integer
 from .providers._base import Fresh, MemoryProvider, Then
@@ -848,8 +849,6 @@ class EpisodeLog:
         database) and, when that is past *counted* (the counter), its record is there; else
         the newest the keys name."""
         if self.provider.recall_index:
-            from ._index import StaleIndexError
-
             try:
                 newest: int = await self.read_index(lambda reader: reader.newest_seq())
                 if (

@@ -19,6 +19,7 @@ CORE = {
     "_recall",
     "_ranking",
     "_index",
+    "_stale",
     "_listing",
     "_render",
     "_log",

@@ -80,10 +80,9 @@ async def test_a_provider_that_lets_a_counter_overwrite_a_record_fails_the_kit(
     anyio_backend: str,
 ) -> None:
     kit = ProviderConformance()
-    with pytest.raises(AssertionError):
-        await kit.test_no_episode_counter_state_overwrites_or_hides_an_episode(
-            _IgnoresFresh(), "behind"
-        )
+    # (A memory's first append moves a counter found behind the records past them before it
+    # writes, so the episode-log tests pass even here: the counter test is the one that
+    # catches a provider which writes over a record its new number names.)
     with pytest.raises((AssertionError, KeyError)):
         await kit.test_increment_and_write_reads_the_keys_the_new_value_names(_IgnoresFresh())
     # the same tests pass on a provider that keeps the contract
