@@ -365,8 +365,17 @@ async def test_redis_a_raised_sequence_counter_hides_no_episode_from_the_store_p
     [
         {"__grades__": str(10**15)},  # a grade counter far past every grade
         {"__seq__": str(10**15), "__max__": "0"},  # the newest episode far away, no ring
+        {  # and an episode written by hand to catch up with beside it
+            "e:7": json.dumps({"query": "item refund by hand", "response": "r"}),
+            "__seq__": "7",
+            "__grades__": str(10**15),
+        },
     ],
-    ids=["grade counter far ahead", "episode counter far ahead without a ring"],
+    ids=[
+        "grade counter far ahead",
+        "episode counter far ahead without a ring",
+        "grade counter far ahead beside an episode to index",
+    ],
 )
 async def test_redis_a_counter_far_ahead_is_caught_up_in_one_listing(
     redis_backend: tuple[MemoryProvider, Any], clock: Clock, edit: dict[str, str]

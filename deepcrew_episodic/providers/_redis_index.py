@@ -562,32 +562,29 @@ class RedisIndexReader:
             self._numbers("g:", done_g + 1, grades),
         )
         todo = len(episodes) + len(grades_todo)
-        if not todo:
-            # None to read past a watermark far below its counter (edited): the watermark is
-            # moved up to it, or every read would list the records again.
-            far: list[str] = []
-            if last - done_e > _WALKED:
-                far += ["W", self._base, "e", str(done_e + 1), str(last)]
-            if grades - done_g > _WALKED:
-                far += ["W", self._base, "g", str(done_g + 1), str(grades)]
-            if far:
-                _CATCH_UP(c, [self._route], [*far, *revised([self._base])])
-            return 0
-        log.info(
-            "redis: indexing up to %d records of namespace %r for recall (written without "
-            "the index)",
-            todo,
-            namespace,
-        )
+        if todo:
+            log.info(
+                "redis: indexing up to %d records of namespace %r for recall (written without "
+                "the index)",
+                todo,
+                namespace,
+            )
         done = 0
         for kind, numbers, mark, high in (
             ("e", episodes, done_e, last),
             ("g", grades_todo, done_g, grades),
         ):
+            if not numbers:
+                if high - mark > _WALKED:
+                    # Listed, and none there: the watermark moves up to the counter at once,
+                    # or every read would list the records again.
+                    ops = ["W", self._base, kind, str(mark + 1), str(high), *revised([self._base])]
+                    _CATCH_UP(c, [self._route], ops)
+                continue
             for start in range(0, len(numbers), BATCH):
                 chunk = numbers[start : start + BATCH]
                 values = c.mget([f"{self._log}{kind}:{n}" for n in chunk])
-                ops: list[str] = []
+                ops = []
                 for number, raw in zip(chunk, values, strict=True):
                     if raw is not None and raw != "":
                         op = episode_op if kind == "e" else grade_op
