@@ -377,6 +377,9 @@ async def test_redis_a_raised_sequence_counter_hides_no_episode_from_the_store_p
         "grade counter far ahead beside an episode to index",
     ],
 )
+# The walk would run in the provider's worker thread, where no cancel scope reaches it: the
+# thread method ends the hung worker process, which fails the test instead of stalling the run.
+@pytest.mark.timeout(120, method="thread")
 async def test_redis_a_counter_far_ahead_is_caught_up_in_one_listing(
     redis_backend: tuple[MemoryProvider, Any], clock: Clock, edit: dict[str, str]
 ) -> None:
