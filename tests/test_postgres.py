@@ -11,6 +11,7 @@ import textwrap
 import uuid
 from collections.abc import Iterator
 
+import anyio
 import psycopg
 import pytest
 from postgres_server import PASSWORD, PostgresServer, postgres_server
@@ -226,6 +227,26 @@ async def test_a_server_restart_loses_nothing_and_the_next_call_reconnects(
         fresh = EpisodicMemory(backend, namespace="bot")
         found = {e.query for e in await fresh.load()}
     assert {f"refund {i}" for i in range(5)} | {"refund after"} <= found
+
+
+async def test_a_server_that_cannot_be_reached_fails_the_first_call_at_once_with_its_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from redis_server import free_port
+
+    url = f"postgresql://writer:{PASSWORD}@127.0.0.1:{free_port()}/db"
+    async with PostgresMemoryProvider(url, timeout=20) as backend:
+        with anyio.fail_after(10):  # well inside the 20 s a pool would wait for a connection
+            for _ in range(2):  # and the next call tries again, as directly
+                with pytest.raises(StorageError, match="could not be reached") as caught:
+                    await backend.retrieve("k")
+                message = str(caught.value)
+                assert "refused" in message
+                assert PASSWORD not in message
+                assert "\n" not in message
+        await anyio.sleep(0.3)
+    # No pool was left to retry in the background: psycopg logged nothing.
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")]
 
 
 async def test_a_url_names_its_schema_and_libpq_never_sees_the_parameter(

@@ -27,6 +27,7 @@ How it stays correct:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import threading
@@ -368,6 +369,13 @@ class PostgresMemoryProvider(MemoryProvider):
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
+        first = self._first_connection()
+        if first is not None:
+            try:
+                yield from self._migrated_connection(first)
+            finally:
+                first.close()
+            return
         pool = self._ready_pool()
         with pool.connection(timeout=self._timeout) as conn:
             try:
@@ -386,6 +394,38 @@ class PostgresMemoryProvider(MemoryProvider):
             self._migrated = True
         yield conn
 
+    def _first_connection(self) -> Any | None:
+        """The first call of this process on the provider's own pool connects directly, and
+        only then opens the pool (``None``: the pool is open, or the application's).
+
+        A pool connects in the background and retries: with a server that cannot be reached
+        (a refused port, a wrong host, a bad password) the first call would wait the whole
+        *timeout* and fail with "no connection", the reason only in psycopg's log. Connected
+        here, the reason is in the error at once, and no pool is left retrying; the pool's
+        own first connection is made while this one serves the call."""
+        with self._mutex:
+            if self._closed or self._given is not None:
+                return None
+            if self._pool is not None and self._pid == os.getpid():
+                return None
+            options: dict[str, Any] = {"autocommit": True}
+            if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self._dsn or ""):
+                options["connect_timeout"] = max(1, math.ceil(self._timeout))
+            conn = psycopg.connect(self._dsn or "", **options)
+            try:
+                self._configure(conn)
+                self._open_pool()
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+
+    def _configure(self, conn: Any) -> None:
+        """What every connection of the provider's own pool runs first."""
+        if self._statement_timeout is not None:
+            millis = max(1, round(self._statement_timeout * 1000))
+            conn.execute(f"SET statement_timeout = {millis}")
+
     def _ready_pool(self) -> ConnectionPool:
         with self._mutex:
             if self._closed:
@@ -394,27 +434,24 @@ class PostgresMemoryProvider(MemoryProvider):
                 return self._given
             if self._pool is not None and self._pid == os.getpid():
                 return self._pool
-            configure = None
-            if self._statement_timeout is not None:
-                millis = max(1, round(self._statement_timeout * 1000))
+            return self._open_pool()
 
-                def configure(conn: Any) -> None:
-                    conn.execute(f"SET statement_timeout = {millis}")
-
-            pool = ConnectionPool(
-                self._dsn or "",
-                min_size=1,
-                max_size=self._max_connections,
-                kwargs={"autocommit": True},
-                configure=configure,
-                check=self._check,
-                timeout=self._timeout,
-                open=False,
-                name="deepcrew_episodic",
-            )
-            pool.open(wait=False)
-            self._pool, self._pid = pool, os.getpid()
-            return pool
+    def _open_pool(self) -> ConnectionPool:
+        """Open the provider's own pool (under the mutex)."""
+        pool = ConnectionPool(
+            self._dsn or "",
+            min_size=1,
+            max_size=self._max_connections,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            check=self._check,
+            timeout=self._timeout,
+            open=False,
+            name="deepcrew_episodic",
+        )
+        pool.open(wait=False)
+        self._pool, self._pid = pool, os.getpid()
+        return pool
 
     @contextmanager
     def _translated(self, op: str) -> Iterator[None]:
@@ -424,23 +461,27 @@ class PostgresMemoryProvider(MemoryProvider):
         except psycopg.errors.QueryCanceled as exc:
             raise StorageError(
                 f"postgres {op} failed: the statement ran past its timeout and was cancelled "
-                f"(nothing was changed): {self._hide(str(exc))}"
+                f"(nothing was changed): {self._reason(exc)}"
             ) from None
         except psycopg.errors.IntegrityConstraintViolation as exc:
-            raise StorageError(f"postgres {op} refused: {self._hide(str(exc))}") from None
+            raise StorageError(f"postgres {op} refused: {self._reason(exc)}") from None
         except psycopg.OperationalError as exc:
             raise StorageError(
                 f"postgres {op} failed: the server could not be reached or the connection "
-                f"was lost ({self._hide(str(exc))}); a write that failed this way either "
+                f"was lost ({self._reason(exc)}); a write that failed this way either "
                 f"committed or changed nothing"
             ) from None
         except PoolTimeout as exc:
             raise StorageError(
                 f"postgres {op} failed: no connection within {self._timeout:g} s "
-                f"({self._hide(str(exc))})"
+                f"({self._reason(exc)})"
             ) from None
         except psycopg.Error as exc:
-            raise StorageError(f"postgres {op} failed: {self._hide(str(exc))}") from None
+            raise StorageError(f"postgres {op} failed: {self._reason(exc)}") from None
+
+    def _reason(self, exc: BaseException) -> str:
+        """What *exc* says, on one line (libpq's messages span several), without a secret."""
+        return " ".join(self._hide(str(exc)).split())
 
     def _hide(self, text: str) -> str:
         for secret in sorted(self._secrets, key=len, reverse=True):
