@@ -64,6 +64,9 @@ _IN_TRANSACTION = (
     psycopg.pq.TransactionStatus.INTRANS,
     psycopg.pq.TransactionStatus.INERROR,
 )
+# How long the first call waits for the pool's first connection between looks at whether
+# the pool failed to connect (see _first_connected).
+_FIRST_WAIT = 0.05
 # A connection idle for longer is checked as it leaves the pool (one round trip): after a
 # server restart or a failover a call gets a live connection, not the dead one of the last.
 _CHECK_AFTER_IDLE = 0.1
@@ -152,6 +155,7 @@ class PostgresMemoryProvider(MemoryProvider):
         self._timeout = float(timeout)
         self._statement_timeout = statement_timeout
         self._mutex = threading.Lock()
+        self._reached = 0  # the pid whose pool has connected once (see _first_connected)
         self._pool: ConnectionPool | None = None
         self._pid = 0
         self._migrated = False
@@ -369,14 +373,9 @@ class PostgresMemoryProvider(MemoryProvider):
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
-        first = self._first_connection()
-        if first is not None:
-            try:
-                yield from self._migrated_connection(first)
-            finally:
-                first.close()
-            return
         pool = self._ready_pool()
+        if self._reached != os.getpid() and self._given is None:
+            self._first_connected(pool)
         with pool.connection(timeout=self._timeout) as conn:
             try:
                 yield from self._migrated_connection(conn)
@@ -394,37 +393,37 @@ class PostgresMemoryProvider(MemoryProvider):
             self._migrated = True
         yield conn
 
-    def _first_connection(self) -> Any | None:
-        """The first call of this process on the provider's own pool connects directly, and
-        only then opens the pool (``None``: the pool is open, or the application's).
+    def _first_connected(self, pool: ConnectionPool) -> None:
+        """Wait for the first connection of the provider's own pool in this process, failing
+        at once when the server cannot be reached.
 
-        A pool connects in the background and retries: with a server that cannot be reached
-        (a refused port, a wrong host, a bad password) the first call would wait the whole
-        *timeout* and fail with "no connection", the reason only in psycopg's log. Connected
-        here, the reason is in the error at once, and no pool is left retrying; the pool's
-        own first connection is made while this one serves the call."""
-        with self._mutex:
-            if self._closed or self._given is not None:
-                return None
-            if self._pool is not None and self._pid == os.getpid():
-                return None
-            options: dict[str, Any] = {"autocommit": True}
-            if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self._dsn or ""):
-                options["connect_timeout"] = max(1, math.ceil(self._timeout))
-            conn = psycopg.connect(self._dsn or "", **options)
+        A pool connects in the background and retries: with a refused port, a host that does
+        not resolve or a wrong password, a call would wait the whole *timeout* and fail with
+        "no connection", the reason only in psycopg's log. Once the pool's first attempt has
+        failed, one direct attempt gives the reason, and the pool is closed rather than left
+        retrying (the next call starts over)."""
+        deadline = time.monotonic() + self._timeout
+        while True:
             try:
-                self._configure(conn)
-                self._open_pool()
-            except BaseException:
-                conn.close()
-                raise
-            return conn
-
-    def _configure(self, conn: Any) -> None:
-        """What every connection of the provider's own pool runs first."""
-        if self._statement_timeout is not None:
-            millis = max(1, round(self._statement_timeout * 1000))
-            conn.execute(f"SET statement_timeout = {millis}")
+                # Returns as soon as the pool holds a connection (no added wait).
+                pool.putconn(pool.getconn(timeout=_FIRST_WAIT))
+                self._reached = os.getpid()
+                return
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+            if pool.get_stats().get("connections_errors", 0):
+                options: dict[str, Any] = {"autocommit": True}
+                if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self._dsn or ""):
+                    options["connect_timeout"] = max(1, math.ceil(self._timeout))
+                try:
+                    psycopg.connect(self._dsn or "", **options).close()
+                except psycopg.OperationalError:
+                    with self._mutex:
+                        if self._pool is pool:
+                            self._pool = None
+                    pool.close()
+                    raise
 
     def _ready_pool(self) -> ConnectionPool:
         with self._mutex:
@@ -434,24 +433,27 @@ class PostgresMemoryProvider(MemoryProvider):
                 return self._given
             if self._pool is not None and self._pid == os.getpid():
                 return self._pool
-            return self._open_pool()
+            configure = None
+            if self._statement_timeout is not None:
+                millis = max(1, round(self._statement_timeout * 1000))
 
-    def _open_pool(self) -> ConnectionPool:
-        """Open the provider's own pool (under the mutex)."""
-        pool = ConnectionPool(
-            self._dsn or "",
-            min_size=1,
-            max_size=self._max_connections,
-            kwargs={"autocommit": True},
-            configure=self._configure,
-            check=self._check,
-            timeout=self._timeout,
-            open=False,
-            name="deepcrew_episodic",
-        )
-        pool.open(wait=False)
-        self._pool, self._pid = pool, os.getpid()
-        return pool
+                def configure(conn: Any) -> None:
+                    conn.execute(f"SET statement_timeout = {millis}")
+
+            pool = ConnectionPool(
+                self._dsn or "",
+                min_size=1,
+                max_size=self._max_connections,
+                kwargs={"autocommit": True},
+                configure=configure,
+                check=self._check,
+                timeout=self._timeout,
+                open=False,
+                name="deepcrew_episodic",
+            )
+            pool.open(wait=False)
+            self._pool, self._pid = pool, os.getpid()
+            return pool
 
     @contextmanager
     def _translated(self, op: str) -> Iterator[None]:
