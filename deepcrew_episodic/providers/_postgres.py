@@ -403,6 +403,7 @@ class PostgresMemoryProvider(MemoryProvider):
         failed, one direct attempt gives the reason, and the pool is closed rather than left
         retrying (the next call starts over)."""
         deadline = time.monotonic() + self._timeout
+        seen = 0  # the pool's failed attempts looked into (one direct attempt each)
         while True:
             try:
                 # Returns as soon as the pool holds a connection (no added wait).
@@ -412,7 +413,9 @@ class PostgresMemoryProvider(MemoryProvider):
             except PoolTimeout:
                 if time.monotonic() >= deadline:
                     raise
-            if pool.get_stats().get("connections_errors", 0):
+            failed = pool.get_stats().get("connections_errors", 0)
+            if failed > seen:
+                seen = failed
                 options: dict[str, Any] = {"autocommit": True}
                 if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self._dsn or ""):
                     options["connect_timeout"] = max(1, math.ceil(self._timeout))
