@@ -251,6 +251,43 @@ async def test_a_server_that_cannot_be_reached_fails_the_first_call_at_once_with
         assert len(caplog.records) == logged
 
 
+def _connections(server: PostgresServer, application: str) -> int:
+    with psycopg.connect(server.url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_the_first_call_opens_one_connection_and_busy_calls_later_open_more(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    # A second connection made while the first call waits would cost a fresh process's first
+    # call the server's fork of a backend; but the pool must still grow when calls queue.
+    application = f"app_{uuid.uuid4().hex[:8]}"
+    url = f"{postgres_server_.url}?application_name={application}"
+    async with PostgresMemoryProvider(url, schema=schema, max_connections=3) as backend:
+        assert await backend.retrieve("k") is None
+        await anyio.sleep(0.5)  # (a pool that grows does so in the background)
+        assert _connections(postgres_server_, application) == 1
+        with psycopg.connect(postgres_server_.url, autocommit=True) as holder:
+            # Every write takes the writers' lock first: while it is held, writes queue up
+            # holding their connections, and the pool grows to its limit.
+            holder.execute("SELECT pg_advisory_lock(%s)", (lock_id(schema),))
+            async with anyio.create_task_group() as tg:
+                for i in range(5):
+                    tg.start_soon(backend.write, {f"k{i}": "v"})
+                for _ in range(200):  # (the server's view of them, polled: 10 s at most)
+                    if _connections(postgres_server_, application) == 3:
+                        break
+                    await anyio.sleep(0.05)
+                grown = _connections(postgres_server_, application)
+                holder.execute("SELECT pg_advisory_unlock(%s)", (lock_id(schema),))
+        assert grown == 3
+        assert await backend.retrieve_many([f"k{i}" for i in range(5)]) == ["v"] * 5
+
+
 async def test_a_url_names_its_schema_and_libpq_never_sees_the_parameter(
     postgres_server_: PostgresServer, schema: str
 ) -> None:

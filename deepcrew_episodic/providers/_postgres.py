@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import re
+import sys
 import threading
 import time
 import weakref
@@ -39,6 +40,12 @@ from typing import Any, TypeVar
 from urllib.parse import unquote_plus
 
 import anyio.to_thread
+
+if "asyncio" in sys.modules:
+    # As the SQLite provider does: anyio loads the running loop's backend on the first call
+    # into a worker thread (for asyncio about 25 ms, ssl and socket included), which a fresh
+    # process's first call would pay; loaded here, with the provider, when asyncio is loaded.
+    import anyio._backends._asyncio
 
 from .._exceptions import ConfigurationError, MissingDependencyError, StorageError
 from .._redact import safe_message
@@ -408,6 +415,8 @@ class PostgresMemoryProvider(MemoryProvider):
             try:
                 # Returns as soon as the pool holds a connection (no added wait).
                 pool.putconn(pool.getconn(timeout=_FIRST_WAIT))
+                if pool.max_size != self._max_connections:
+                    pool.resize(1, self._max_connections)
                 self._reached = os.getpid()
                 return
             except PoolTimeout:
@@ -446,7 +455,10 @@ class PostgresMemoryProvider(MemoryProvider):
             pool = ConnectionPool(
                 self._dsn or "",
                 min_size=1,
-                max_size=self._max_connections,
+                # One until the first connection is made (see _first_connected): a call that
+                # waits for it would otherwise make the pool open a second one at once, which
+                # a fresh process's first call pays for (the server forks a backend for it).
+                max_size=1,
                 kwargs={"autocommit": True},
                 configure=configure,
                 check=self._check,
