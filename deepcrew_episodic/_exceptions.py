@@ -4,7 +4,9 @@
      ├── ConfigurationError   (also ValueError)  a caller's mistake: bad namespace, bad limits
      │    └── EmbedderMismatchError                the log's vectors were made by another embedder
      ├── InvalidEpisodeError  (also ValueError)  invalid episode; nothing is written
-     ├── StorageError                            the backend failed (I/O, redis unreachable, ...)
+     ├── StorageError                            the backend failed (I/O, a server's error, ...)
+     │    ├── StorageUnavailableError            the store unreachable, or the connection lost
+     │    ├── StorageTimeoutError                a call ran out of time (no connection, a lock)
      │    └── CorruptDataError                   undecodable data, left untouched
      ├── MissingDependencyError (also ImportError) an optional extra is not installed
      ├── EmbeddingError                          an embedder failed or answered unusable vectors
@@ -35,6 +37,8 @@ __all__ = [
     "MaxTurnsError",
     "MissingDependencyError",
     "StorageError",
+    "StorageTimeoutError",
+    "StorageUnavailableError",
     "ToolError",
     "VerifierError",
 ]
@@ -76,6 +80,21 @@ class InvalidEpisodeError(EpisodicMemoryError, ValueError):
 
 class StorageError(EpisodicMemoryError):
     """The storage backend failed. The backend's own exception is the ``__cause__``."""
+
+
+class StorageUnavailableError(StorageError):
+    """The store could not be reached, or the connection was lost during the call (a server
+    down or restarting, a failover, a network cut). Worth retrying once the store is back. A
+    write that failed this way changed nothing, or was applied whole if the connection was
+    lost while it committed: never in part."""
+
+
+class StorageTimeoutError(StorageError):
+    """A call ran out of time: no free connection within the provider's ``timeout``, a
+    statement cancelled at ``statement_timeout`` (PostgreSQL), no answer within the socket
+    timeout (Redis), the database still locked by another writer after ``timeout`` (SQLite).
+    A write that failed this way changed nothing, except on Redis, where a write the server
+    received may still be applied after the client stopped waiting (whole, never in part)."""
 
 
 class CorruptDataError(StorageError):

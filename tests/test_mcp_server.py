@@ -575,7 +575,7 @@ async def test_a_store_outage_is_a_tool_error_without_the_password(anyio_backend
                                ("record", {"task": "During the outage"})]:  # fmt: skip
                 message = await failing(client, tool, **args)
                 assert "S3cretPassw0rd" not in message, message
-                assert "StorageError: redis" in message, message
+                assert "StorageUnavailableError: redis" in message, message
             # The store comes back on the same port: the same server session works again.
             revived = subprocess.Popen(
                 ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",

@@ -16,7 +16,14 @@ import psycopg
 import pytest
 from postgres_server import PASSWORD, PostgresServer, postgres_server
 
-from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, StorageError
+from deepcrew_episodic import (
+    ConfigurationError,
+    Episode,
+    EpisodicMemory,
+    StorageError,
+    StorageTimeoutError,
+    StorageUnavailableError,
+)
 from deepcrew_episodic.providers import PostgresMemoryProvider, open_provider
 from deepcrew_episodic.providers._postgres_schema import LATEST, lock_id
 
@@ -132,11 +139,11 @@ def test_open_provider_opens_postgresql_and_postgres_urls(
         f"host=127.0.0.1 port=1 user=postgres password={PASSWORD} dbname=episodic",
     ],
 )
-async def test_an_unreachable_server_is_a_storage_error_without_the_password(dsn: str) -> None:
+async def test_an_unreachable_server_is_unavailable_without_the_password(dsn: str) -> None:
     backend = PostgresMemoryProvider(dsn, timeout=2)
     assert PASSWORD not in repr(backend)
     try:
-        with pytest.raises(StorageError) as caught:
+        with pytest.raises(StorageUnavailableError) as caught:
             await backend.keys("")
         assert PASSWORD not in str(caught.value)
         assert caught.value.__cause__ is None
@@ -144,12 +151,12 @@ async def test_an_unreachable_server_is_a_storage_error_without_the_password(dsn
         await backend.aclose()
 
 
-async def test_a_wrong_password_is_a_storage_error_without_it(
+async def test_a_wrong_password_is_a_refused_connection_without_it(
     postgres_server_: PostgresServer,
 ) -> None:
     wrong = postgres_server_.url.replace(PASSWORD, "not-the-pw-42")
     async with PostgresMemoryProvider(wrong, timeout=3) as backend:
-        with pytest.raises(StorageError) as caught:
+        with pytest.raises(StorageUnavailableError, match="password") as caught:
             await backend.keys("")
     assert "not-the-pw-42" not in str(caught.value)
 
@@ -186,7 +193,7 @@ def test_the_command_line_opens_a_postgres_store_and_never_prints_its_password(
         assert PASSWORD not in done.stdout + done.stderr
 
 
-async def test_a_statement_timeout_is_a_storage_error_and_changes_nothing(
+async def test_a_statement_timeout_is_a_storage_timeout_error_and_changes_nothing(
     postgres_server_: PostgresServer, schema: str
 ) -> None:
     async with PostgresMemoryProvider(
@@ -196,12 +203,43 @@ async def test_a_statement_timeout_is_a_storage_error_and_changes_nothing(
         with psycopg.connect(postgres_server_.url, autocommit=True) as other:
             # another writer holds the writers' lock past the timeout
             other.execute("SELECT pg_advisory_lock(%s)", (lock_id(schema),))
-            with pytest.raises(StorageError, match="timeout"):
+            with pytest.raises(StorageTimeoutError, match="timeout"):
                 await backend.write({"k": "after"})
             other.execute("SELECT pg_advisory_unlock(%s)", (lock_id(schema),))
         assert await backend.retrieve("k") == "before"
         await backend.write({"k": "after"})
         assert await backend.retrieve("k") == "after"
+
+
+async def test_a_connection_lost_during_a_write_is_unavailable_and_changes_nothing(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    application = f"app_{uuid.uuid4().hex[:8]}"
+    url = f"{postgres_server_.url}?application_name={application}"
+    async with PostgresMemoryProvider(url, schema=schema) as backend:
+        await backend.write({"k": "before"})
+        with psycopg.connect(postgres_server_.url, autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (lock_id(schema),))
+            async with anyio.create_task_group() as tg:
+
+                async def write() -> None:
+                    with pytest.raises(StorageUnavailableError, match="lost") as caught:
+                        await backend.write({"k": "after"})
+                    assert PASSWORD not in str(caught.value)
+
+                tg.start_soon(write)
+                for _ in range(200):  # until the write waits for the lock (10 s at most)
+                    waiting = other.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name = %s AND wait_event_type = 'Lock'",
+                        (application,),
+                    ).fetchall()
+                    if waiting:
+                        break
+                    await anyio.sleep(0.05)
+                assert waiting == [(True,)]
+            other.execute("SELECT pg_advisory_unlock(%s)", (lock_id(schema),))
+        assert await backend.retrieve("k") == "before"  # and the next call reconnects
 
 
 @pytest.fixture
@@ -221,7 +259,7 @@ async def test_a_server_restart_loses_nothing_and_the_next_call_reconnects(
         own_server.restart()  # a failover, as the client sees one: every connection is cut
         await memory.record(Episode(query="refund after", response="done"))
         own_server.stop()
-        with pytest.raises(StorageError, match=r"could not be reached|no connection"):
+        with pytest.raises(StorageUnavailableError):
             await memory.record(Episode(query="refund while down", response="done"))
         own_server.start()
         fresh = EpisodicMemory(backend, namespace="bot")
@@ -238,7 +276,7 @@ async def test_a_server_that_cannot_be_reached_fails_the_first_call_at_once_with
     async with PostgresMemoryProvider(url, timeout=20) as backend:
         with anyio.fail_after(10):  # well inside the 20 s a pool would wait for a connection
             for _ in range(2):  # and the next call tries again, as directly
-                with pytest.raises(StorageError, match="could not be reached") as caught:
+                with pytest.raises(StorageUnavailableError, match="could not be reached") as caught:
                     await backend.retrieve("k")
                 message = str(caught.value)
                 assert "refused" in message

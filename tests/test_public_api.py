@@ -48,6 +48,8 @@ PUBLIC = {
     "Redactor",
     "Scored",
     "StorageError",
+    "StorageTimeoutError",
+    "StorageUnavailableError",
     "StreamEvent",
     "StreamPolicy",
     "SyncEpisodicMemory",

@@ -21,7 +21,7 @@ from deepcrew_episodic import (
     CorruptDataError,
     Episode,
     EpisodicMemory,
-    StorageError,
+    StorageTimeoutError,
 )
 from deepcrew_episodic.providers import FileMemoryProvider, SQLiteMemoryProvider
 from deepcrew_episodic.providers._sqlite import _KEYS_RANGE
@@ -174,14 +174,14 @@ async def test_a_busy_database_is_waited_for_off_the_event_loop(tmp_path: Path) 
         assert await provider.retrieve("k") == "new"
 
 
-async def test_a_lock_held_past_the_timeout_is_a_storage_error(tmp_path: Path) -> None:
+async def test_a_lock_held_past_the_timeout_is_a_storage_timeout_error(tmp_path: Path) -> None:
     path = tmp_path / "e.db"
     async with SQLiteMemoryProvider(path, timeout=0.2) as provider:
         await provider.store("k", "old")
         holder = sqlite3.connect(path, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
         try:
-            with pytest.raises(StorageError, match=r"e\.db.*locked"):
+            with pytest.raises(StorageTimeoutError, match=r"e\.db.*locked"):
                 await provider.store("k", "new")
         finally:
             holder.execute("ROLLBACK")

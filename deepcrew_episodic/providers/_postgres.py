@@ -47,7 +47,13 @@ if "asyncio" in sys.modules:
     # process's first call would pay; loaded here, with the provider, when asyncio is loaded.
     import anyio._backends._asyncio
 
-from .._exceptions import ConfigurationError, MissingDependencyError, StorageError
+from .._exceptions import (
+    ConfigurationError,
+    MissingDependencyError,
+    StorageError,
+    StorageTimeoutError,
+    StorageUnavailableError,
+)
 from .._redact import safe_message
 from . import _postgres_index as index
 from . import _postgres_schema as schema_
@@ -65,6 +71,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = ["PostgresMemoryProvider"]
+
+# The SQLSTATE classes of a server that cannot serve the call (a connection that failed or was
+# lost: no SQLSTATE, or class 08; out of connections or memory: 53; shutting down or starting
+# up: 57): StorageUnavailableError.
+_UNAVAILABLE = frozenset({"08", "53", "57"})
 
 _SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _IN_TRANSACTION = (
@@ -425,11 +436,8 @@ class PostgresMemoryProvider(MemoryProvider):
             failed = pool.get_stats().get("connections_errors", 0)
             if failed > seen:
                 seen = failed
-                options: dict[str, Any] = {"autocommit": True}
-                if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self._dsn or ""):
-                    options["connect_timeout"] = max(1, math.ceil(self._timeout))
                 try:
-                    psycopg.connect(self._dsn or "", **options).close()
+                    self._connect_directly()
                 except psycopg.OperationalError:
                     with self._mutex:
                         if self._pool is pool:
@@ -470,26 +478,58 @@ class PostgresMemoryProvider(MemoryProvider):
             self._pool, self._pid = pool, os.getpid()
             return pool
 
+    def _connect_directly(self) -> None:
+        """Connect once outside the pool, and close (raises libpq's ``OperationalError``
+        when the server cannot be reached). libpq's ``connect_timeout`` is *timeout*,
+        unless the DSN sets one."""
+        options: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self._dsn or ""):
+            options["connect_timeout"] = max(1, math.ceil(self._timeout))
+        psycopg.connect(self._dsn or "", **options).close()
+
+    def _unreachable(self) -> str | None:
+        """Why the server cannot be reached now, after a call waited *timeout* for a
+        connection from the provider's own pool (``None``: it can be; the pool was busy, or
+        it is the application's)."""
+        if self._given is not None:
+            return None
+        try:
+            self._connect_directly()
+        except psycopg.OperationalError as exc:
+            return self._reason(exc)
+        return None
+
     @contextmanager
     def _translated(self, op: str) -> Iterator[None]:
         """The one place where psycopg's and the pool's errors become ours."""
         try:
             yield
         except psycopg.errors.QueryCanceled as exc:
-            raise StorageError(
+            raise StorageTimeoutError(
                 f"postgres {op} failed: the statement ran past its timeout and was cancelled "
                 f"(nothing was changed): {self._reason(exc)}"
             ) from None
         except psycopg.errors.IntegrityConstraintViolation as exc:
             raise StorageError(f"postgres {op} refused: {self._reason(exc)}") from None
         except psycopg.OperationalError as exc:
-            raise StorageError(
+            if (exc.sqlstate or "08")[:2] not in _UNAVAILABLE:
+                # (a rolled-back transaction, class 40, is an OperationalError too)
+                raise StorageError(f"postgres {op} failed: {self._reason(exc)}") from None
+            raise StorageUnavailableError(
                 f"postgres {op} failed: the server could not be reached or the connection "
                 f"was lost ({self._reason(exc)}); a write that failed this way either "
                 f"committed or changed nothing"
             ) from None
         except PoolTimeout as exc:
-            raise StorageError(
+            # A pool whose server went away waits out the timeout retrying, its reason only
+            # in psycopg's log: one direct attempt tells a server down from a busy pool.
+            reason = self._unreachable()
+            if reason is not None:
+                raise StorageUnavailableError(
+                    f"postgres {op} failed: the server could not be reached ({reason}); a "
+                    f"write that failed this way changed nothing"
+                ) from None
+            raise StorageTimeoutError(
                 f"postgres {op} failed: no connection within {self._timeout:g} s "
                 f"({self._reason(exc)})"
             ) from None

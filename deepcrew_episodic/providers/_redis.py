@@ -46,7 +46,14 @@ from typing import Any, TypeVar
 import anyio._backends._asyncio
 import anyio.to_thread
 
-from .._exceptions import ConfigurationError, CorruptDataError, MissingDependencyError, StorageError
+from .._exceptions import (
+    ConfigurationError,
+    CorruptDataError,
+    MissingDependencyError,
+    StorageError,
+    StorageTimeoutError,
+    StorageUnavailableError,
+)
 from . import _redis_index as index
 from ._base import Fresh, MemoryProvider, Then
 
@@ -753,21 +760,39 @@ def _sync_translated(op: str, key: str) -> Iterator[None]:
     """:func:`_translated` for the synchronous client of the index reader."""
     try:
         yield
-    except (redis_exceptions.RedisError, redis_exceptions.RedisClusterException) as exc:
-        raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
-    except OSError as exc:
-        raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
+    except (redis_exceptions.RedisError, redis_exceptions.RedisClusterException, OSError) as exc:
+        raise _storage_error(op, key, exc) from exc
 
 
 @asynccontextmanager
 async def _translated(op: str, key: str) -> AsyncIterator[None]:
-    """The one place where redis-py's errors become ours."""
+    """The one place where redis-py's errors become ours (see _storage_error)."""
     try:
         yield
-    except (redis_exceptions.RedisError, redis_exceptions.RedisClusterException) as exc:
-        raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
-    except OSError as exc:
-        raise StorageError(f"redis {op} failed for key {key!r}: {exc}") from exc
+    except (redis_exceptions.RedisError, redis_exceptions.RedisClusterException, OSError) as exc:
+        raise _storage_error(op, key, exc) from exc
+
+
+# What a server that cannot serve the call raises: the connection refused, lost or not had
+# (ConnectionError, and OSError below redis-py), a server still loading its data, a cluster
+# that is down, resharding or failing over (a write that reached a replica).
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    redis_exceptions.ConnectionError,
+    redis_exceptions.ClusterDownError,
+    redis_exceptions.TryAgainError,
+    redis_exceptions.ReadOnlyError,
+    OSError,
+)
+
+
+def _storage_error(op: str, key: str, exc: BaseException) -> StorageError:
+    message = f"redis {op} failed for key {key!r}: {exc}"
+    # (both TimeoutErrors: redis-py's, and the OSError a socket raises)
+    if isinstance(exc, (redis_exceptions.TimeoutError, TimeoutError)):
+        return StorageTimeoutError(message)
+    if isinstance(exc, _UNAVAILABLE):
+        return StorageUnavailableError(message)
+    return StorageError(message)
 
 
 def _close_sync_client(client: Any) -> None:

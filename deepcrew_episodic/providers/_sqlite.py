@@ -54,7 +54,7 @@ if "asyncio" in sys.modules:
     # would pay; loaded here, with the provider, when the process has asyncio loaded.
     import anyio._backends._asyncio
 
-from .._exceptions import ConfigurationError, CorruptDataError, StorageError
+from .._exceptions import ConfigurationError, CorruptDataError, StorageError, StorageTimeoutError
 from .._redact import safe_message
 from . import _sqlite_index as index
 from ._base import (
@@ -93,7 +93,10 @@ _APPEND_ONLY = (
 # Version 5: the counts kept in counter rows among the postings (no table of their own).
 # Version 6: postings written to a table of their own first, merged into ix_post in batches.
 _CHECKPOINT_PAGES = 16_000
-# SQLite's primary result codes for a file that is not a database, or a damaged one.
+# SQLite's primary result codes: a lock another connection held past the busy timeout; a
+# file that is not a database, or a damaged one.
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
 
@@ -622,6 +625,11 @@ def _translated(path: Path, op: str) -> Iterator[None]:
             raise CorruptDataError(
                 f"{path} is not a readable SQLite database ({exc}); it was left untouched. "
                 f"Restore it from a backup or move it aside."
+            ) from exc
+        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            raise StorageTimeoutError(
+                f"sqlite {op} on {path} failed: the database stayed locked by another "
+                f"connection past the timeout (nothing was changed): {exc}"
             ) from exc
         raise StorageError(f"sqlite {op} on {path} failed: {exc}") from exc
     except sqlite3.Error as exc:
