@@ -272,6 +272,35 @@ async def test_redis_an_index_kept_before_its_run_set_existed_still_ranks_a_run_
     client.close()
 
 
+def scans(client: Any) -> int:
+    """How many SCAN commands the server (every node of a cluster) has run."""
+    stats = client.info(
+        "commandstats", **({"target_nodes": "all"} if hasattr(client, "get_nodes") else {})
+    )
+    per_node = stats.values() if hasattr(client, "get_nodes") else [stats]
+    return sum(int(node.get("cmdstat_scan", {}).get("calls", 0)) for node in per_node)
+
+
+async def test_redis_a_namespace_is_read_without_walking_the_other_keys_of_the_database(
+    backend: MemoryProvider, redis_store: Store, clock: Clock
+) -> None:
+    # Many namespaces (or another application) on one database: a recall in one namespace,
+    # its first included, reads that namespace's keys, never a SCAN over all of them.
+    client = await raw_client(redis_store)
+    for i in range(20):
+        memory = EpisodicMemory(backend, namespace=f"tenant-{i}", clock=clock)
+        await memory.record(Episode(query=f"deploy staging {i}", run_id=f"run-{i}"))
+    client.mset({f"{{other}}:key:{i}": "x" for i in range(5000)})
+    before = scans(client)
+    for i in range(20):
+        fresh = EpisodicMemory(backend, namespace=f"tenant-{i}", clock=clock)
+        found = await fresh.explain("deploy staging")
+        assert [s.episode.query for s in found] == [f"deploy staging {i}"]
+        assert reads_from_the_store(fresh)
+    assert scans(client) == before
+    client.close()
+
+
 async def test_redis_an_episode_dated_in_the_future_is_ranked_from_the_log(
     backend: MemoryProvider, clock: Clock
 ) -> None:

@@ -131,6 +131,10 @@ local function add_episode(a, i, keep)
     end
   end
   local size, terms, run, conv, corrupt = a[i + 6], a[i + 7], a[i + 8], a[i + 9], a[i + 10]
+  if redis.call('EXISTS', b .. 's') == 0 then
+    -- The index's first episode: its run set R is whole from the start (see ANY_RUN).
+    redis.call('HSET', b .. 'w', 'runs', '1')
+  end
   -- The facts: the time it ranks by and its id (read without decoding), then the rest.
   redis.call('SET', f, when .. '\31' .. id .. '\31' .. a[i + 5])
   redis.call('ZADD', b .. 's', seq, m)
@@ -325,20 +329,25 @@ for _, m in ipairs(order) do
 end
 return out
 """
-# ARGV: base, first seq, last seq, the SCAN pattern of the base's run sets. 1 when an episode
-# of a run lies between the two seqs. An index written before ``R`` existed gets it first:
-# the union of every run set (with what writers added to it meanwhile), then the mark.
+# ARGV: base, first seq, last seq. 1 when an episode of a run lies between the two seqs. An
+# index that does not say its run set ``R`` is whole (one whose first episode was indexed
+# before the write scripts marked it) gets it first, from its own episodes' facts (never a
+# SCAN: that would walk every key of the database, for each namespace), then the mark.
 ANY_RUN = r"""
 local b = ARGV[1]
 if redis.call('HGET', b .. 'w', 'runs') ~= '1' then
-  local cursor = '0'
-  repeat
-    local r = redis.call('SCAN', cursor, 'MATCH', ARGV[4], 'COUNT', 1000)
-    cursor = r[1]
-    for _, k in ipairs(r[2]) do
-      redis.call('ZUNIONSTORE', b .. 'R', 2, b .. 'R', k, 'AGGREGATE', 'MAX')
+  local members = redis.call('ZRANGE', b .. 's', 0, -1)
+  for _, m in ipairs(members) do
+    local seq = string.sub(m, 2)
+    local v = redis.call('GET', b .. 'f:' .. seq)
+    local body = v and string.match(v, '^[^\31]*\31[^\31]*\31(.*)$')
+    if body then
+      local d = cjson.decode(body)
+      if d[9] ~= '' and not redis.call('ZSCORE', b .. 'x', m) then  -- (as add_episode)
+        redis.call('ZADD', b .. 'R', tonumber(seq), m)
+      end
     end
-  until cursor == '0'
+  end
   redis.call('HSET', b .. 'w', 'runs', '1')
 end
 return #redis.call('ZRANGEBYSCORE', b .. 'R', ARGV[2], ARGV[3], 'LIMIT', 0, 1)
@@ -528,8 +537,7 @@ class RedisIndexReader:
     def any_run(self, live: range) -> bool:
         if not live:
             return False
-        pattern = _glob(self._base) + "r:*"
-        args: list[str | int] = [self._base, live.start, live.stop - 1, pattern]
+        args: list[str | int] = [self._base, live.start, live.stop - 1]
         return bool(_ANY_RUN(self._client, [self._route], args))
 
     @index_read
