@@ -378,9 +378,20 @@ class PostgresMemoryProvider(MemoryProvider):
         commit) whatever it writes. *fn* keeps the recall index in step (index_records)."""
 
         def run(conn: Any) -> T:
-            with conn.pipeline(), conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
-                return fn(conn)
+            # BEGIN and COMMIT as statements of the pipeline: psycopg's transaction() block
+            # syncs the pipeline as it opens and again as it closes (about a millisecond a
+            # write, measured), where these travel with the statements around them.
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
+                    result = fn(conn)
+                    conn.execute("COMMIT")
+                return result
+            finally:
+                # (a statement that failed, or fn raising: nothing of it is committed)
+                if conn.info.transaction_status in _IN_TRANSACTION:
+                    conn.execute("ROLLBACK")
 
         return await self._run(op, run)
 
