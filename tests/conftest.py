@@ -107,7 +107,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.path.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
         callspec = getattr(item, "callspec", None)
-        on_postgres = callspec is not None and callspec.params.get("store") == "postgres"
+        on_postgres = callspec is not None and "postgres" in (
+            callspec.params.get("store"),
+            callspec.params.get("kept_store"),
+        )
         if on_postgres or "postgres_server_" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.postgres)
         on_cluster = callspec is not None and callspec.params.get("store") == "cluster"

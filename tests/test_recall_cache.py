@@ -3,7 +3,7 @@ stays up answers exactly as a memory that reads the log afresh, whatever changed
 meanwhile (a record, a grade, a forget, a use in another process; a write behind the library's
 back), and what it keeps never exceeds the provider's ``recall_cache_bytes``.
 
-Every store that keeps the index: SQLite, Redis, Redis Cluster.
+Every store that keeps the index: SQLite, Redis, Redis Cluster, PostgreSQL.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ from test_recall_from_the_store import QUERIES, parts, varied_log
 
 from deepcrew_episodic import Episode, EpisodicMemory
 from deepcrew_episodic._store_cache import cache_of
-from deepcrew_episodic.providers import MemoryProvider, RedisMemoryProvider, SQLiteMemoryProvider
+from deepcrew_episodic.providers import (
+    MemoryProvider,
+    RedisMemoryProvider,
+    SQLiteMemoryProvider,
+    open_provider,
+)
 from deepcrew_episodic.providers._sqlite_index import TAIL_SEQ
 
 pytestmark = pytest.mark.anyio
@@ -30,11 +35,13 @@ pytestmark = pytest.mark.anyio
 NS = "kept"
 
 
-@pytest.fixture(params=["sqlite", "redis", "cluster"])
+@pytest.fixture(params=["sqlite", "redis", "cluster", "postgres"])
 def kept_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     kind: str = request.param
     if kind == "sqlite":
         return Store(kind, str(tmp_path / "episodes.db"))
+    if kind == "postgres":
+        return Store(kind, request.getfixturevalue("postgres_target"))
     target = request.getfixturevalue("clean_redis" if kind == "redis" else "cluster_target")
     return Store(kind, target)
 
@@ -42,6 +49,8 @@ def kept_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 def opened(store: Store, **options: Any) -> MemoryProvider:
     if store.kind == "sqlite":
         return SQLiteMemoryProvider(store.target, **options)
+    if store.kind == "postgres":
+        return open_provider(store.target, **options)
     return RedisMemoryProvider(store.target, cluster=store.kind == "cluster", **options)
 
 
@@ -72,16 +81,16 @@ async def loaded_answers(backend: MemoryProvider, clock: Clock, **options: Any) 
 
 def elsewhere(store: Store, body: str) -> None:
     """Run *body* in another process, with ``memory`` open on the same store."""
-    opener = (
-        f"SQLiteMemoryProvider({store.target!r})"
-        if store.kind == "sqlite"
-        else f"RedisMemoryProvider({store.target!r}, cluster={store.kind == 'cluster'})"
-    )
+    opener = {
+        "sqlite": f"SQLiteMemoryProvider({store.target!r})",
+        "postgres": f"open_provider({store.target!r})",
+    }.get(store.kind, f"RedisMemoryProvider({store.target!r}, cluster={store.kind == 'cluster'})")
     script = textwrap.dedent(
         """
         import anyio
         from deepcrew_episodic import Episode, EpisodicMemory
-        from deepcrew_episodic.providers import RedisMemoryProvider, SQLiteMemoryProvider
+        from deepcrew_episodic.providers import (
+            RedisMemoryProvider, SQLiteMemoryProvider, open_provider)
 
         async def main():
             async with {opener} as provider:
@@ -288,10 +297,68 @@ async def test_sqlite_an_edit_behind_the_librarys_back_is_seen_by_the_next_recal
             assert newest.id not in found
 
 
+def raw_postgres(target: str, statement: str) -> None:
+    import psycopg
+
+    from deepcrew_episodic.providers._postgres import split_schema
+
+    dsn, schema = split_schema(target)
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f'SET search_path TO "{schema}"')
+        connection.execute(statement)
+
+
+def _pg_key(text: str) -> str:
+    return f"convert_to('{text}', 'UTF8')"
+
+
+PG_NEWEST = "(SELECT max(seq) FROM ix_episode WHERE ns = convert_to('kept', 'UTF8'))"
+PG_NEWEST_KEY = f"{_pg_key('episodic:kept:e:')} || convert_to({PG_NEWEST}::text, 'UTF8')"
+PG_EDITS = {
+    # (an episode cannot be UPDATEd in this schema: replaced as another program would)
+    "record replaced": (
+        f"WITH old AS (DELETE FROM kv WHERE key = {PG_NEWEST_KEY} RETURNING key, value) "
+        "INSERT INTO kv SELECT key, convert_to(jsonb_set(jsonb_set(convert_from(value, "
+        "'UTF8')::jsonb, '{query}', '\"zebra crossing\"'), '{outcome}', '\"success\"')::text, "
+        "'UTF8') FROM old"
+    ),
+    "record deleted": f"DELETE FROM kv WHERE key = {PG_NEWEST_KEY}",
+    "counter lowered": f"UPDATE kv SET value = {_pg_key('20')} "
+    f"WHERE key = {_pg_key('episodic:kept:__seq__')}",
+    "counter raised": f"UPDATE kv SET value = {_pg_key('900')} "
+    f"WHERE key = {_pg_key('episodic:kept:__seq__')}",
+    "grade deleted": f"DELETE FROM kv WHERE key = {_pg_key('episodic:kept:g:1')}",
+    "index row deleted": "DELETE FROM ix_episode WHERE ns = convert_to('kept', 'UTF8') "
+    f"AND seq = {PG_NEWEST} - 1",
+    "use count edited": f"UPDATE kv SET value = {_pg_key('40')} "
+    "WHERE key LIKE 'episodic:kept:u:%'::bytea",
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("edit", sorted(PG_EDITS))
+async def test_postgres_an_edit_behind_the_librarys_back_is_seen_by_the_next_recall(
+    postgres_target: str, clock: Clock, edit: str
+) -> None:
+    async with open_provider(postgres_target) as backend:
+        await varied_log(backend, clock, NS, 8, n=50, ring=50)
+        memory = EpisodicMemory(backend, namespace=NS, max_episodes=50, clock=clock)
+        await answers(memory)
+        newest = (await memory.page(1)).episodes[0]
+        assert await memory.recall(newest.query, top_k=50)
+        raw_postgres(postgres_target, PG_EDITS[edit])
+        assert await answers(memory) == await loaded_answers(backend, clock, max_episodes=50)
+        found = {e.id for e in await memory.recall(newest.query, top_k=50)}
+        if edit == "record replaced":
+            assert (await memory.recall("zebra crossing"))[0].id == newest.id
+        if edit == "record deleted":
+            assert newest.id not in found
+
+
 async def test_redis_an_edited_counter_is_seen_by_the_next_recall(
     kept_store: Store, clock: Clock
 ) -> None:
-    if kept_store.kind == "sqlite":
+    if kept_store.kind not in ("redis", "cluster"):
         pytest.skip("raw redis commands")
     import redis
 

@@ -68,8 +68,8 @@ class MemoryProvider(ABC):
       it keeps the index in its own process.
     * ``recall_cache_bytes`` (default 32 MiB): the most a process keeps, for this provider and
       every namespace on it together, of what recalls read from the store's index, between
-      recalls (see :meth:`read_revised`; ``0``: nothing is kept). SQLite and Redis take it as
-      a constructor argument.
+      recalls (see :meth:`read_revised`; ``0``: nothing is kept). SQLite, Redis and
+      PostgreSQL take it as a constructor argument.
 
     Keys and values are ``str``. A provider that stores bytes returns bytes that are not UTF-8
     decoded with ``surrogateescape`` (lone surrogates U+DC80..U+DCFF) rather than raising, and

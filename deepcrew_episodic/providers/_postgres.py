@@ -115,6 +115,10 @@ class PostgresMemoryProvider(MemoryProvider):
     statement_timeout:
         Seconds any one statement may run before the server cancels it (``None``: the
         server's setting); a cancelled call raises :class:`StorageError` and changes nothing.
+    recall_cache_bytes:
+        The most this provider keeps, for all its namespaces together, of what recalls read
+        from the index on the server, reused by the next recall while the store has not
+        changed (32 MiB by default; ``0``: nothing is kept, every recall reads the server).
 
     Example::
 
@@ -135,6 +139,7 @@ class PostgresMemoryProvider(MemoryProvider):
         max_connections: int = 10,
         timeout: float = 30.0,
         statement_timeout: float | None = None,
+        recall_cache_bytes: int = 32 << 20,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise ConfigurationError("PostgresMemoryProvider takes a dsn or a pool (one of them)")
@@ -162,6 +167,15 @@ class PostgresMemoryProvider(MemoryProvider):
             raise ConfigurationError(
                 f"statement_timeout must be > 0 seconds or None, not {statement_timeout!r}"
             )
+        if (
+            isinstance(recall_cache_bytes, bool)
+            or not isinstance(recall_cache_bytes, int)
+            or recall_cache_bytes < 0
+        ):
+            raise ConfigurationError(
+                f"recall_cache_bytes must be an int >= 0, not {recall_cache_bytes!r}"
+            )
+        self.recall_cache_bytes = recall_cache_bytes
         self._dsn = dsn
         self._secrets = _dsn_secrets(dsn) if dsn is not None else set()
         self._owned = pool is None
@@ -198,6 +212,32 @@ class PostgresMemoryProvider(MemoryProvider):
         self._pool = None
 
     # --- the contract -----------------------------------------------------------------------
+
+    async def read_revised(
+        self, prefix: str, keys: Sequence[str]
+    ) -> tuple[list[str | None], str | None]:
+        """The values of *keys* and the store's revision, read in one statement (one
+        snapshot): the revision moves with every write, the library's or anyone's (see
+        _postgres_schema.py), so what recalls kept is used only while nothing changed."""
+        wanted = list(keys)
+        bound = _keys(wanted)
+        s = self._quoted
+
+        def run(conn: Any) -> tuple[list[str | None], str | None]:
+            found: dict[bytes, str] = {}
+            revision: Any = None
+            for key, value, v in conn.execute(
+                f"SELECT key, value, NULL::bigint FROM {s}.kv WHERE key = ANY (%s::bytea[]) "
+                f"UNION ALL SELECT NULL, NULL, v FROM {s}.ix_revision",
+                (bound,),
+            ).fetchall():
+                if key is None:
+                    revision = v
+                else:
+                    found[bytes(key)] = index.key_text(value)
+            return [found.get(b) for b in bound], _revision(revision)
+
+        return await self._run("read", run)
 
     async def retrieve_many(self, keys: Sequence[str]) -> list[str | None]:
         if not keys:
@@ -324,15 +364,23 @@ class PostgresMemoryProvider(MemoryProvider):
             # the library: one round trip for both.
             with conn.pipeline():
                 conn.execute(_SNAPSHOT)
-                waiting = conn.execute(f"SELECT EXISTS (SELECT 1 FROM {s}.ix_pending)")
+                waiting = conn.execute(
+                    f"SELECT EXISTS (SELECT 1 FROM {s}.ix_pending), (SELECT v FROM {s}.ix_revision)"
+                )
             try:
-                if waiting.fetchone()[0]:
+                pending, revision = waiting.fetchone()
+                if pending:
                     conn.execute("ROLLBACK")
                     with conn.transaction():
                         conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
                         index.index_pending(conn, s)
                     conn.execute(_SNAPSHOT)
-                return fn(index.PostgresIndexReader(conn, s, ns))
+                    (revision,) = conn.execute(f"SELECT v FROM {s}.ix_revision").fetchone()
+                reader = index.PostgresIndexReader(conn, s, ns)
+                # The revision of this snapshot: what a recall keeps from it is kept only when
+                # it is the one read with the log's head (see read_revised).
+                reader.revision = _revision(revision)
+                return fn(reader)
             finally:
                 if conn.info.transaction_status in _IN_TRANSACTION:
                     conn.execute("ROLLBACK")
@@ -385,7 +433,9 @@ class PostgresMemoryProvider(MemoryProvider):
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
+                    conn.execute(schema_.WRITING)
                     result = fn(conn)
+                    conn.execute(schema_.REVISED.replace("{s}", self._quoted))
                     conn.execute("COMMIT")
                 return result
             finally:
@@ -608,6 +658,11 @@ def _key(text: str) -> bytes:
             f"PostgresMemoryProvider stores text only: {safe_message(text, 60)!r} is not valid "
             f"Unicode text ({exc.reason} at {exc.start})"
         ) from None
+
+
+def _revision(value: Any) -> str | None:
+    """The store's revision as recalls compare it (``None``: none read, nothing is kept)."""
+    return None if value is None else f"p{value}"
 
 
 def _keys(keys: Sequence[str]) -> list[bytes]:

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from .._index import Facts, index_row
+from .._index import Facts, Whole, index_row
 
 __all__ = ["PostgresIndexReader", "index_pending", "key_bytes", "text_bytes"]
 
@@ -179,6 +180,7 @@ class PostgresIndexReader:
         self._prefix = f"episodic:{ns}:"
         self._query: list[bytes] = []
         self._facts: dict[int, Facts | None] = {}
+        self.revision: str | None = None  # the snapshot's (set by read_index)
 
     def _rows(self, sql: str, args: Sequence[Any]) -> list[Any]:
         return self._conn.execute(sql.replace("{s}", self._s), args).fetchall()  # type: ignore[no-any-return]
@@ -336,6 +338,55 @@ class PostgresIndexReader:
     def value(self, key: str) -> str | None:
         rows = self._rows("SELECT value FROM {s}.kv WHERE key = %s", (key_bytes(key),))
         return key_text(rows[0][0]) if rows else None
+
+    def whole_namespace(self, most: int) -> Whole | None:
+        """Everything a keyword search can read of this namespace, read at once in a few
+        statements (``None``: it holds more than *most* episodes); each part is what this
+        reader's own read of it returns."""
+        ((n,),) = self._rows(
+            "SELECT count(*) FROM (SELECT 1 FROM {s}.ix_episode WHERE ns = %s LIMIT %s) AS t",
+            (self._ns, most + 1),
+        )
+        if n > most:
+            return None
+        episodes: list[tuple[int, float, str, bool]] = []
+        facts: dict[int, Facts] = {}
+        for r in self._rows(
+            "SELECT seq, episode_id, timestamp, recorded, outcome, source, size, terms, tags, "
+            "forget_at, run, conversation, graded, corrupt FROM {s}.ix_episode "
+            "WHERE ns = %s ORDER BY seq",
+            (self._ns,),
+        ):
+            episodes.append((int(r[0]), float(r[3]), _text(r[10]), bool(r[13])))
+            if not r[13]:
+                facts[int(r[0])] = _facts(r)  # (with all of its terms)
+        postings: dict[tuple[str, int], tuple[Any, Any]] = {}
+        for term, size, whens, seqs in self._rows(
+            "SELECT term, size, array_agg(recorded ORDER BY recorded, seq), "
+            "array_agg(seq ORDER BY recorded, seq) FROM {s}.ix_term WHERE ns = %s "
+            "GROUP BY term, size",
+            (self._ns,),
+        ):
+            postings[(_text(term), int(size))] = (array("d", whens), array("q", seqs))
+        graded = {f.episode_id for f in facts.values() if f.graded}
+        grades: dict[str, list[str]] = {}
+        if graded:
+            for episode_id, record in self._rows(
+                "SELECT episode_id, record FROM {s}.ix_grade WHERE ns = %s ORDER BY n",
+                (self._ns,),
+            ):
+                if (found := _text(episode_id)) in graded:
+                    grades.setdefault(found, []).append(key_text(record))
+        return Whole(
+            newest=self.newest_seq(),
+            counts=self.counts(sorted({term for term, _ in postings})),
+            postings=postings,
+            facts=facts,
+            episodes=episodes,
+            grades={i: tuple(grades.get(i, ())) for i in graded},
+            uses=self.uses([seq for seq, *_ in episodes]),
+            records=self.records(list(facts)),
+        )
 
 
 # What ranking reads of an episode; of its terms, only those of the query.

@@ -8,6 +8,7 @@ already runs holds the store beside its own tables without a name in common::
     ix_pending(key)                       records written, not indexed yet
     ix_episode(...), ix_term(...),        the recall index (see _postgres_index.py)
     ix_count(...), ix_grade(...)
+    ix_revision(id, v)                    the store's revision: moves with every write
 
 Keys and values are ``bytea``, not ``text``: PostgreSQL's text holds neither a NUL character
 nor bytes that are not UTF-8, and the contract stores both (a key with a NUL in its namespace,
@@ -32,7 +33,7 @@ from typing import Any
 
 from .._exceptions import ConfigurationError
 
-__all__ = ["LATEST", "MIGRATIONS", "lock_id", "migrate"]
+__all__ = ["LATEST", "MIGRATIONS", "REVISED", "WRITING", "lock_id", "migrate"]
 
 # A key is an episode or grade record: "episodic:", anything, ":e:" or ":g:", a digit (the
 # patterns of SQLite's GLOB triggers). encode(..., 'escape') leaves ASCII as it is, so the
@@ -159,7 +160,31 @@ _V2 = (
     + ")) EXECUTE FUNCTION {s}.refuse_rename()",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# Version 3: the store's revision, for what recalls keep between recalls (see
+# PostgresMemoryProvider.read_revised). Every write of the library's bumps it in its own
+# transaction (REVISED) and marks itself with WRITING; any other statement that changes the
+# log or its index, whoever runs it (psql, a migration of the application, a raw DELETE),
+# bumps it through a statement trigger, so a process that kept what it read sees the change.
+_V3 = (
+    "CREATE TABLE {s}.ix_revision (id integer PRIMARY KEY CHECK (id = 1), v bigint NOT NULL)",
+    "INSERT INTO {s}.ix_revision (id, v) VALUES (1, 0)",
+    "CREATE FUNCTION {s}.ix_revised() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "UPDATE {s}.ix_revision SET v = v + 1 WHERE id = 1; RETURN NULL; END $$",
+    *(
+        f"CREATE TRIGGER {table}_revised AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE "
+        f"ON {{s}}.{table} FOR EACH STATEMENT "
+        f"WHEN (current_setting('deepcrew_episodic.writing', true) IS DISTINCT FROM 'on') "
+        f"EXECUTE FUNCTION {{s}}.ix_revised()"
+        for table in ("kv", "ix_pending", "ix_episode", "ix_term", "ix_count", "ix_grade")
+    ),
+)
+WRITING = "SET LOCAL deepcrew_episodic.writing = 'on'"
+"""The first statement of the library's own writes (their triggers then leave the revision to
+:data:`REVISED`, once per write instead of once per statement)."""
+REVISED = "UPDATE {s}.ix_revision SET v = v + 1 WHERE id = 1"
+"""The last statement of the library's own writes: the store's revision moves."""
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 """Migration *n* (from 1) is ``MIGRATIONS[n - 1]``: statements with ``{s}`` for the schema."""
 LATEST = len(MIGRATIONS)
 
