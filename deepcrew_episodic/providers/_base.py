@@ -64,7 +64,7 @@ class MemoryProvider(ABC):
       the ring, where only ``sweep()`` finds it.
     * ``recall_index`` (default ``False``): the store keeps the recall index beside the log,
       in the same atomic step as every write, and answers :meth:`read_index` (SQLite,
-      Redis). A memory on it recalls without reading the whole log; on any other provider
+      Redis, PostgreSQL). A memory on it recalls without reading the whole log; on any other provider
       it keeps the index in its own process.
     * ``recall_cache_bytes`` (default 32 MiB): the most a process keeps, for this provider and
       every namespace on it together, of what recalls read from the store's index, between
