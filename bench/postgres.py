@@ -155,26 +155,16 @@ async def child_first(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 async def child_longlived(spec: dict[str, Any]) -> dict[str, Any]:
-    """p50 of ``count`` recalls (the probe queries in turn) by one memory that stays up, after
-    its first; the first pass asks each question for the first time, the later ones again."""
+    """p50 of ``count`` recalls by one memory that stays up (see store_recall.timed_recalls)."""
+    from store_recall import timed_recalls
+
     from deepcrew_episodic import EpisodicMemory
 
     provider = open_provider(spec)
     memory = EpisodicMemory(provider, namespace=NAMESPACE, max_episodes=spec["n"])
-    queries = spec["queries"]
-    await memory.recall(queries[0])
-    samples = []
-    for i in range(spec["count"]):
-        began = time.perf_counter()
-        await memory.recall(queries[(i + 1) % len(queries)])
-        samples.append((time.perf_counter() - began) * 1000)
+    found = await timed_recalls(memory, spec["queries"], spec["count"])
     await provider.aclose()
-    novel, again = samples[: len(queries) - 1], samples[len(queries) - 1 :]
-    return {
-        "ms": statistics.median(samples),
-        "novel": statistics.median(novel),
-        "again": statistics.median(again or novel),
-    }
+    return found
 
 
 async def child_writer(spec: dict[str, Any]) -> dict[str, Any]:

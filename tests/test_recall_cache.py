@@ -283,18 +283,24 @@ async def test_sqlite_an_edit_behind_the_librarys_back_is_seen_by_the_next_recal
 ) -> None:
     path = str(tmp_path / "episodes.db")
     async with SQLiteMemoryProvider(path) as backend:
-        await varied_log(backend, clock, NS, 8, n=50, ring=50)
-        memory = EpisodicMemory(backend, namespace=NS, max_episodes=50, clock=clock)
-        await answers(memory)
-        newest = (await memory.page(1)).episodes[0]
-        assert await memory.recall(newest.query, top_k=50)
-        raw_sql(path, SQL_EDITS[edit])
-        assert await answers(memory) == await loaded_answers(backend, clock, max_episodes=50)
-        found = {e.id for e in await memory.recall(newest.query, top_k=50)}
-        if edit == "record replaced":
-            assert (await memory.recall("zebra crossing"))[0].id == newest.id
-        if edit == "record deleted":
-            assert newest.id not in found
+        await seen_after(backend, clock, edit, lambda: raw_sql(path, SQL_EDITS[edit]))
+
+
+async def seen_after(backend: MemoryProvider, clock: Clock, edit: str, apply: Any) -> None:
+    """A memory that stays up answers as one that reads the log afresh after *apply* edits
+    the store behind the library's back (the edit named *edit*)."""
+    await varied_log(backend, clock, NS, 8, n=50, ring=50)
+    memory = EpisodicMemory(backend, namespace=NS, max_episodes=50, clock=clock)
+    await answers(memory)
+    newest = (await memory.page(1)).episodes[0]
+    assert await memory.recall(newest.query, top_k=50)
+    apply()
+    assert await answers(memory) == await loaded_answers(backend, clock, max_episodes=50)
+    found = {e.id for e in await memory.recall(newest.query, top_k=50)}
+    if edit == "record replaced":
+        assert (await memory.recall("zebra crossing"))[0].id == newest.id
+    if edit == "record deleted":
+        assert newest.id not in found
 
 
 def raw_postgres(target: str, statement: str) -> None:
@@ -341,18 +347,9 @@ async def test_postgres_an_edit_behind_the_librarys_back_is_seen_by_the_next_rec
     postgres_target: str, clock: Clock, edit: str
 ) -> None:
     async with open_provider(postgres_target) as backend:
-        await varied_log(backend, clock, NS, 8, n=50, ring=50)
-        memory = EpisodicMemory(backend, namespace=NS, max_episodes=50, clock=clock)
-        await answers(memory)
-        newest = (await memory.page(1)).episodes[0]
-        assert await memory.recall(newest.query, top_k=50)
-        raw_postgres(postgres_target, PG_EDITS[edit])
-        assert await answers(memory) == await loaded_answers(backend, clock, max_episodes=50)
-        found = {e.id for e in await memory.recall(newest.query, top_k=50)}
-        if edit == "record replaced":
-            assert (await memory.recall("zebra crossing"))[0].id == newest.id
-        if edit == "record deleted":
-            assert newest.id not in found
+        await seen_after(
+            backend, clock, edit, lambda: raw_postgres(postgres_target, PG_EDITS[edit])
+        )
 
 
 async def test_redis_an_edited_counter_is_seen_by_the_next_recall(

@@ -336,6 +336,19 @@ def _not_regular(path: str | os.PathLike[str], what: str, mode: int) -> str:
     )
 
 
+def cache_size(recall_cache_bytes: object) -> int:
+    """*recall_cache_bytes* as a provider's constructor takes it: a count of bytes >= 0."""
+    if (
+        isinstance(recall_cache_bytes, bool)
+        or not isinstance(recall_cache_bytes, int)
+        or recall_cache_bytes < 0
+    ):
+        raise ConfigurationError(
+            f"recall_cache_bytes must be an int >= 0, not {recall_cache_bytes!r}"
+        )
+    return recall_cache_bytes
+
+
 def differs(value: str | None, expected: str | None) -> bool:
     """Whether a stored *value* fails the expectation of :meth:`MemoryProvider.write_if`."""
     if expected is None:

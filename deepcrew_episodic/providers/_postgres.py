@@ -57,7 +57,7 @@ from .._exceptions import (
 from .._redact import safe_message
 from . import _postgres_index as index
 from . import _postgres_schema as schema_
-from ._base import Fresh, MemoryProvider, Then, differs, next_step
+from ._base import Fresh, MemoryProvider, Then, cache_size, differs, next_step
 from ._secrets import _redacted, _secrets
 
 try:
@@ -167,15 +167,7 @@ class PostgresMemoryProvider(MemoryProvider):
             raise ConfigurationError(
                 f"statement_timeout must be > 0 seconds or None, not {statement_timeout!r}"
             )
-        if (
-            isinstance(recall_cache_bytes, bool)
-            or not isinstance(recall_cache_bytes, int)
-            or recall_cache_bytes < 0
-        ):
-            raise ConfigurationError(
-                f"recall_cache_bytes must be an int >= 0, not {recall_cache_bytes!r}"
-            )
-        self.recall_cache_bytes = recall_cache_bytes
+        self.recall_cache_bytes = cache_size(recall_cache_bytes)
         self._dsn = dsn
         self._secrets = _dsn_secrets(dsn) if dsn is not None else set()
         self._owned = pool is None

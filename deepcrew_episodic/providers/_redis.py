@@ -55,7 +55,7 @@ from .._exceptions import (
     StorageUnavailableError,
 )
 from . import _redis_index as index
-from ._base import Fresh, MemoryProvider, Then
+from ._base import Fresh, MemoryProvider, Then, cache_size
 
 try:
     import redis.asyncio as redis_asyncio
@@ -161,15 +161,7 @@ class RedisMemoryProvider(MemoryProvider):
             raise ConfigurationError(f"url must be a redis:// URL string, not {type(url).__name__}")
         if not isinstance(prefix, str):
             raise ConfigurationError(f"prefix must be a string, not {type(prefix).__name__}")
-        if (
-            isinstance(recall_cache_bytes, bool)
-            or not isinstance(recall_cache_bytes, int)
-            or recall_cache_bytes < 0
-        ):
-            raise ConfigurationError(
-                f"recall_cache_bytes must be an int >= 0, not {recall_cache_bytes!r}"
-            )
-        self.recall_cache_bytes = recall_cache_bytes
+        self.recall_cache_bytes = cache_size(recall_cache_bytes)
         self._prefix = prefix
         self._pattern_prefix = _GLOB.sub(r"\\\1", prefix)
         self._cluster = cluster or isinstance(client, RedisCluster)

@@ -61,6 +61,7 @@ from ._base import (
     Fresh,
     MemoryProvider,
     Then,
+    cache_size,
     check_regular,
     differs,
     next_step,
@@ -156,15 +157,7 @@ class SQLiteMemoryProvider(MemoryProvider):
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ConfigurationError(f"cache_bytes must be an int >= 0, not {cache_bytes!r}")
         self._cache_kib = cache_bytes // 1024
-        if (
-            isinstance(recall_cache_bytes, bool)
-            or not isinstance(recall_cache_bytes, int)
-            or recall_cache_bytes < 0
-        ):
-            raise ConfigurationError(
-                f"recall_cache_bytes must be an int >= 0, not {recall_cache_bytes!r}"
-            )
-        self.recall_cache_bytes = recall_cache_bytes
+        self.recall_cache_bytes = cache_size(recall_cache_bytes)
         self._serial = 0  # which connection of this process (see _revision)
         self._path = Path(store_path(path))
         self._timeout = float(timeout)
