@@ -242,6 +242,68 @@ async def test_a_connection_lost_during_a_write_is_unavailable_and_changes_nothi
         assert await backend.retrieve("k") == "before"  # and the next call reconnects
 
 
+async def test_a_busy_pool_is_a_timeout_and_a_lock_past_lock_timeout_too(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    async with PostgresMemoryProvider(
+        postgres_server_.url, schema=schema, max_connections=1, timeout=1
+    ) as backend:
+        await backend.write({"k": "v"})
+        with psycopg.connect(postgres_server_.url, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (lock_id(schema),))
+            async with anyio.create_task_group() as tg:
+                # The one connection waits for the writers' lock; the next call for it.
+                tg.start_soon(backend.write, {"k": "w"})
+                await anyio.sleep(0.3)
+                with pytest.raises(StorageTimeoutError, match="no connection within 1 s"):
+                    await backend.retrieve("k")
+                holder.execute("SELECT pg_advisory_unlock(%s)", (lock_id(schema),))
+        assert await backend.retrieve("k") == "w"
+    waiting = f"{postgres_server_.url}?options=-c%20lock_timeout%3D200"
+    async with PostgresMemoryProvider(waiting, schema=schema) as backend:
+        with psycopg.connect(postgres_server_.url, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (lock_id(schema),))
+            with pytest.raises(StorageTimeoutError, match="lock_timeout"):
+                await backend.write({"k": "x"})
+            holder.execute("SELECT pg_advisory_unlock(%s)", (lock_id(schema),))
+        assert await backend.retrieve("k") == "w"
+
+
+async def test_a_memory_that_stays_up_follows_a_store_restored_from_a_backup(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    # A restore brings back the store's revision as it was at the backup; every revision
+    # after it must still differ from any a process kept something for.
+    tables = ["kv", "ix_pending", "ix_episode", "ix_term", "ix_count", "ix_grade", "ix_revision"]
+    url = f"{postgres_server_.url}?schema={schema}"
+    async with open_provider(url) as backend, open_provider(url) as other:
+        memory = EpisodicMemory(backend, namespace="bot")
+        for query in ("refund the order", "refund twice"):
+            await memory.record(Episode(query=query, response="done"))
+        with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+            for table in tables:
+                conn.execute(f'CREATE TABLE "{schema}".bk_{table} AS TABLE "{schema}".{table}')
+        await memory.record(Episode(query="refund the lost order", response="done"))
+        for _ in range(2):
+            assert (await memory.recall("refund lost order"))[0].query == "refund the lost order"
+        with psycopg.connect(postgres_server_.url, autocommit=True) as conn:
+            # As pg_restore loads data: before any trigger of the schema exists.
+            conn.execute("SET session_replication_role = replica")
+            for table in tables:
+                conn.execute(f'TRUNCATE "{schema}".{table}')
+                conn.execute(f'INSERT INTO "{schema}".{table} TABLE "{schema}".bk_{table}')
+        writer = EpisodicMemory(other, namespace="bot")
+        await writer.record(Episode(query="refund the duplicate order", response="done"))
+        fresh = EpisodicMemory(other, namespace="bot")
+        for _ in range(3):
+            expected = [s.episode.query for s in await fresh.explain("refund order", top_k=5)]
+            assert "refund the lost order" not in expected
+            assert [s.episode.query for s in await memory.explain("refund order", top_k=5)] == (
+                expected
+            )
+            await other.write({"unrelated": "x"})  # (more revisions after the restore)
+
+
 @pytest.fixture
 def own_server() -> Iterator[PostgresServer]:
     """A server of the test's own, to restart."""

@@ -15,7 +15,12 @@ import redis
 from redis.asyncio.cluster import RedisCluster
 from redis_server import free_port
 
-from deepcrew_episodic import ConfigurationError, Episode, EpisodicMemory, StorageError
+from deepcrew_episodic import (
+    ConfigurationError,
+    Episode,
+    EpisodicMemory,
+    StorageUnavailableError,
+)
 from deepcrew_episodic.providers import RedisMemoryProvider
 
 pytestmark = pytest.mark.anyio
@@ -186,7 +191,7 @@ def test_misconfiguration_is_a_configuration_error() -> None:
         RedisMemoryProvider("unix:///tmp/redis.sock", cluster=True)
 
 
-async def test_an_unreachable_cluster_is_a_storage_error() -> None:
+async def test_an_unreachable_cluster_is_unavailable() -> None:
     async with RedisMemoryProvider(f"redis://127.0.0.1:{free_port()}", cluster=True) as provider:
-        with pytest.raises(StorageError, match="redis"):
+        with pytest.raises(StorageUnavailableError, match="redis"):
             await provider.retrieve("episodic:x:__seq__")

@@ -219,8 +219,8 @@ class PostgresMemoryProvider(MemoryProvider):
             found: dict[bytes, str] = {}
             revision: Any = None
             for key, value, v in conn.execute(
-                f"SELECT key, value, NULL::bigint FROM {s}.kv WHERE key = ANY (%s::bytea[]) "
-                f"UNION ALL SELECT NULL, NULL, v FROM {s}.ix_revision",
+                f"SELECT key, value, NULL::uuid FROM {s}.kv WHERE key = ANY (%s::bytea[]) "
+                f"UNION ALL SELECT NULL, NULL, token FROM {s}.ix_revision",
                 (bound,),
             ).fetchall():
                 if key is None:
@@ -357,7 +357,7 @@ class PostgresMemoryProvider(MemoryProvider):
             with conn.pipeline():
                 conn.execute(_SNAPSHOT)
                 waiting = conn.execute(
-                    f"SELECT EXISTS (SELECT 1 FROM {s}.ix_pending), (SELECT v FROM {s}.ix_revision)"
+                    f"SELECT EXISTS (SELECT 1 FROM {s}.ix_pending), (SELECT token FROM {s}.ix_revision)"
                 )
             try:
                 pending, revision = waiting.fetchone()
@@ -367,7 +367,7 @@ class PostgresMemoryProvider(MemoryProvider):
                         conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
                         index.index_pending(conn, s)
                     conn.execute(_SNAPSHOT)
-                    (revision,) = conn.execute(f"SELECT v FROM {s}.ix_revision").fetchone()
+                    (revision,) = conn.execute(f"SELECT token FROM {s}.ix_revision").fetchone()
                 reader = index.PostgresIndexReader(conn, s, ns)
                 # The revision of this snapshot: what a recall keeps from it is kept only when
                 # it is the one read with the log's head (see read_revised).
@@ -426,8 +426,8 @@ class PostgresMemoryProvider(MemoryProvider):
                     conn.execute("BEGIN")
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
                     conn.execute(schema_.WRITING)
-                    result = fn(conn)
                     conn.execute(schema_.REVISED.replace("{s}", self._quoted))
+                    result = fn(conn)
                     conn.execute("COMMIT")
                 return result
             finally:
@@ -562,18 +562,14 @@ class PostgresMemoryProvider(MemoryProvider):
                 f"postgres {op} failed: the statement ran past its timeout and was cancelled "
                 f"(nothing was changed): {self._reason(exc)}"
             ) from None
+        except psycopg.errors.LockNotAvailable as exc:
+            raise StorageTimeoutError(
+                f"postgres {op} failed: a lock was not granted within the server's "
+                f"lock_timeout (nothing was changed): {self._reason(exc)}"
+            ) from None
         except psycopg.errors.IntegrityConstraintViolation as exc:
             raise StorageError(f"postgres {op} refused: {self._reason(exc)}") from None
-        except psycopg.OperationalError as exc:
-            if (exc.sqlstate or "08")[:2] not in _UNAVAILABLE:
-                # (a rolled-back transaction, class 40, is an OperationalError too)
-                raise StorageError(f"postgres {op} failed: {self._reason(exc)}") from None
-            raise StorageUnavailableError(
-                f"postgres {op} failed: the server could not be reached or the connection "
-                f"was lost ({self._reason(exc)}); a write that failed this way either "
-                f"committed or changed nothing"
-            ) from None
-        except PoolTimeout as exc:
+        except PoolTimeout as exc:  # (an OperationalError too: before that clause)
             # A pool whose server went away waits out the timeout retrying, its reason only
             # in psycopg's log: one direct attempt tells a server down from a busy pool.
             reason = self._unreachable()
@@ -585,6 +581,15 @@ class PostgresMemoryProvider(MemoryProvider):
             raise StorageTimeoutError(
                 f"postgres {op} failed: no connection within {self._timeout:g} s "
                 f"({self._reason(exc)})"
+            ) from None
+        except psycopg.OperationalError as exc:
+            if (exc.sqlstate or "08")[:2] not in _UNAVAILABLE:
+                # (a rolled-back transaction, class 40, is an OperationalError too)
+                raise StorageError(f"postgres {op} failed: {self._reason(exc)}") from None
+            raise StorageUnavailableError(
+                f"postgres {op} failed: the server could not be reached or the connection "
+                f"was lost ({self._reason(exc)}); a write that failed this way either "
+                f"committed or changed nothing"
             ) from None
         except psycopg.Error as exc:
             raise StorageError(f"postgres {op} failed: {self._reason(exc)}") from None

@@ -8,7 +8,7 @@ already runs holds the store beside its own tables without a name in common::
     ix_pending(key)                       records written, not indexed yet
     ix_episode(...), ix_term(...),        the recall index (see _postgres_index.py)
     ix_count(...), ix_grade(...)
-    ix_revision(id, v)                    the store's revision: moves with every write
+    ix_revision(id, token)                the store's revision: new with every write
 
 Keys and values are ``bytea``, not ``text``: PostgreSQL's text holds neither a NUL character
 nor bytes that are not UTF-8, and the contract stores both (a key with a NUL in its namespace,
@@ -161,15 +161,17 @@ _V2 = (
 )
 
 # Version 3: the store's revision, for what recalls keep between recalls (see
-# PostgresMemoryProvider.read_revised). Every write of the library's bumps it in its own
-# transaction (REVISED) and marks itself with WRITING; any other statement that changes the
-# log or its index, whoever runs it (psql, a migration of the application, a raw DELETE),
-# bumps it through a statement trigger, so a process that kept what it read sees the change.
+# PostgresMemoryProvider.read_revised): a random token, new with every change, so that a
+# store restored from a backup (or a replica promoted behind the primary) never shows again a
+# revision a process kept something for, as a counter would. Every write of the library's sets
+# it in its own transaction (REVISED) and marks itself with WRITING; any other statement that
+# changes the log or its index, whoever runs it (psql, a migration of the application, a raw
+# DELETE), sets it through a statement trigger, so a process that kept what it read sees it.
 _V3 = (
-    "CREATE TABLE {s}.ix_revision (id integer PRIMARY KEY CHECK (id = 1), v bigint NOT NULL)",
-    "INSERT INTO {s}.ix_revision (id, v) VALUES (1, 0)",
+    "CREATE TABLE {s}.ix_revision (id integer PRIMARY KEY CHECK (id = 1), token uuid NOT NULL)",
+    "INSERT INTO {s}.ix_revision (id, token) VALUES (1, gen_random_uuid())",
     "CREATE FUNCTION {s}.ix_revised() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "UPDATE {s}.ix_revision SET v = v + 1 WHERE id = 1; RETURN NULL; END $$",
+    "UPDATE {s}.ix_revision SET token = gen_random_uuid() WHERE id = 1; RETURN NULL; END $$",
     *(
         f"CREATE TRIGGER {table}_revised AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE "
         f"ON {{s}}.{table} FOR EACH STATEMENT "
@@ -181,8 +183,11 @@ _V3 = (
 WRITING = "SET LOCAL deepcrew_episodic.writing = 'on'"
 """The first statement of the library's own writes (their triggers then leave the revision to
 :data:`REVISED`, once per write instead of once per statement)."""
-REVISED = "UPDATE {s}.ix_revision SET v = v + 1 WHERE id = 1"
-"""The last statement of the library's own writes: the store's revision moves."""
+REVISED = "UPDATE {s}.ix_revision SET token = gen_random_uuid() WHERE id = 1"
+"""The library's own writes set a new revision before anything else (after the writers' lock):
+the row's lock is then always taken before a record's, in any transaction, so a transaction of
+the application's that changes the tables waits for a write of the library's, or the other
+way round, and the two never deadlock."""
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 """Migration *n* (from 1) is ``MIGRATIONS[n - 1]``: statements with ``{s}`` for the schema."""

@@ -779,10 +779,19 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 
 def _storage_error(op: str, key: str, exc: BaseException) -> StorageError:
     message = f"redis {op} failed for key {key!r}: {exc}"
-    # (both TimeoutErrors: redis-py's, and the OSError a socket raises)
-    if isinstance(exc, (redis_exceptions.TimeoutError, TimeoutError)):
+    # Both TimeoutErrors (redis-py's, and the OSError a socket raises), and a pool that had no
+    # free connection in time (a ConnectionError raised from a TimeoutError).
+    timeouts = (redis_exceptions.TimeoutError, TimeoutError)
+    if isinstance(exc, timeouts) or isinstance(exc.__cause__, timeouts):
         return StorageTimeoutError(message)
-    if isinstance(exc, _UNAVAILABLE):
+    if isinstance(exc, _UNAVAILABLE) or (
+        # A cluster none of whose nodes answers (redis-py raises no ConnectionError for it).
+        isinstance(exc, redis_exceptions.RedisClusterException)
+        and (
+            "cannot be connected" in str(exc)
+            or isinstance(exc.__cause__, (redis_exceptions.ConnectionError, OSError))
+        )
+    ):
         return StorageUnavailableError(message)
     return StorageError(message)
 
