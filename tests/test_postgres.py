@@ -269,6 +269,27 @@ async def test_a_busy_pool_is_a_timeout_and_a_lock_past_lock_timeout_too(
         assert await backend.retrieve("k") == "w"
 
 
+async def test_an_applications_transaction_and_a_write_of_the_librarys_never_deadlock(
+    postgres_server_: PostgresServer, schema: str
+) -> None:
+    # The application changes x, the library writes y, then the application changes y: the
+    # library's write waits for the application's transaction (the store's revision row is
+    # the first lock either takes), instead of holding y while it waits.
+    table = f'"{schema}".kv'
+    async with PostgresMemoryProvider(postgres_server_.url, schema=schema) as backend:
+        await backend.write({"x": "0", "y": "0"})
+        with psycopg.connect(postgres_server_.url) as app:
+            app.execute(f"UPDATE {table} SET value = 'app' WHERE key = 'x'")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(backend.write, {"y": "library"})
+                await anyio.sleep(0.3)
+                await anyio.to_thread.run_sync(
+                    app.execute, f"UPDATE {table} SET value = 'app' WHERE key = 'y'"
+                )
+                app.commit()
+        assert await backend.retrieve_many(["x", "y"]) == ["app", "library"]
+
+
 async def test_a_memory_that_stays_up_follows_a_store_restored_from_a_backup(
     postgres_server_: PostgresServer, schema: str
 ) -> None:
