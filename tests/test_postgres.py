@@ -245,16 +245,25 @@ async def test_a_connection_lost_during_a_write_is_unavailable_and_changes_nothi
 async def test_a_busy_pool_is_a_timeout_and_a_lock_past_lock_timeout_too(
     postgres_server_: PostgresServer, schema: str
 ) -> None:
-    async with PostgresMemoryProvider(
-        postgres_server_.url, schema=schema, max_connections=1, timeout=1
-    ) as backend:
+    application = f"app_{uuid.uuid4().hex[:8]}"
+    url = f"{postgres_server_.url}?application_name={application}"
+    async with PostgresMemoryProvider(url, schema=schema, max_connections=1, timeout=1) as backend:
         await backend.write({"k": "v"})
         with psycopg.connect(postgres_server_.url, autocommit=True) as holder:
             holder.execute("SELECT pg_advisory_lock(%s)", (lock_id(schema),))
             async with anyio.create_task_group() as tg:
                 # The one connection waits for the writers' lock; the next call for it.
                 tg.start_soon(backend.write, {"k": "w"})
-                await anyio.sleep(0.3)
+                for _ in range(200):  # until the write waits for the lock (10 s at most)
+                    waiting = holder.execute(
+                        "SELECT 1 FROM pg_stat_activity "
+                        "WHERE application_name = %s AND wait_event_type = 'Lock'",
+                        (application,),
+                    ).fetchall()
+                    if waiting:
+                        break
+                    await anyio.sleep(0.05)
+                assert waiting
                 with pytest.raises(StorageTimeoutError, match="no connection within 1 s"):
                     await backend.retrieve("k")
                 holder.execute("SELECT pg_advisory_unlock(%s)", (lock_id(schema),))
